@@ -1,0 +1,108 @@
+"""One call that runs a playbook: used by the CLI (tasks.py), the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.errors import UserError
+from engine.inventory import Inventory
+from engine.playbook import PROJECT_ROOT, load_playbook
+from engine.report import Console, json_report, recap_of, write_json, write_junit
+from engine.runner import Runner, TaskResult
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_FAILED = 2
+EXIT_UNREACHABLE = 3
+EXIT_BAD_INPUT = 4
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    recap: dict = field(default_factory=dict)
+    results: list[TaskResult] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    error: str = ""
+
+    @property
+    def tasks(self) -> list[dict]:
+        return [r.as_report() for r in self.results]
+
+    def find(self, task: str, host: str | None = None) -> list[TaskResult]:
+        return [r for r in self.results if r.task == task and (host is None or r.host == host)]
+
+    def total(self, status: str) -> int:
+        return sum(c[status] for c in self.recap.values())
+
+
+def resolve_playbook(name: str | Path) -> Path:
+    """A path, or a name from playbooks/ (with or without .yaml)."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    for cand in (PROJECT_ROOT / "playbooks" / f"{name}.yaml", PROJECT_ROOT / "playbooks" / f"{name}.yml", PROJECT_ROOT / "playbooks" / str(name)):
+        if cand.is_file():
+            return cand
+    raise UserError(f"playbook '{name}' not found (looked for {p} and playbooks/{name}.yaml)")
+
+
+def exit_code_for(recap: dict) -> int:
+    if any(c["failed"] for c in recap.values()):
+        return EXIT_FAILED
+    if any(c["unreachable"] for c in recap.values()):
+        return EXIT_UNREACHABLE
+    return EXIT_OK
+
+
+def run_playbook(
+    playbook: str | Path,
+    inventory: str | Path | dict = PROJECT_ROOT / "inventory.yaml",
+    *,
+    limit: str | None = None,
+    extra_vars: dict | None = None,
+    check: bool = False,
+    diff: bool = False,
+    tags: set[str] | list[str] | None = None,
+    skip_tags: set[str] | list[str] | None = None,
+    forks: int = 8,
+    report: str | None = None,
+    junit: str | None = None,
+    verbose: int = 0,
+    quiet: bool = True,
+    console: Console | None = None,
+    raise_user_errors: bool = False,
+) -> RunResult:
+    started = time.monotonic()
+    try:
+        inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
+        path = resolve_playbook(playbook)
+        plays = load_playbook(path)
+        if console is None:
+            console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
+        runner = Runner(
+            inv, extra_vars=extra_vars, check=check, diff=diff, tags=set(tags or ()), skip_tags=set(skip_tags or ()),
+            forks=forks, limit=limit, console=console,
+        )
+        hosts = []
+        for play in plays:
+            hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
+        if limit and not hosts:
+            raise UserError(f"--limit/--host/--group '{limit}' selects no host of the playbook's plays")
+        results = runner.run(plays)
+    except UserError as exc:
+        if raise_user_errors:
+            raise
+        return RunResult(EXIT_BAD_INPUT, error=str(exc), elapsed_s=time.monotonic() - started)
+    recap = recap_of(results, hosts)
+    elapsed = time.monotonic() - started
+    console.recap(recap, elapsed)
+    code = exit_code_for(recap)
+    meta = {"playbook": str(path), "check": check, "exit_code": code, "elapsed_s": round(elapsed, 3)}
+    if report:
+        write_json(report, json_report(results, recap, meta))
+    if junit:
+        write_junit(junit, results, path.stem)
+    return RunResult(code, recap, results, elapsed)

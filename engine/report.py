@@ -1,0 +1,200 @@
+"""Reporting: the console a person follows, and the JSON and JUnit XML reports a job keeps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+from xml.sax.saxutils import escape, quoteattr
+
+from engine.runner import STATUSES, TaskResult
+
+_COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
+
+
+class Console:
+    """PLAY/TASK banners, one line per host result, a RECAP, and a live line for long tasks."""
+
+    LIVE_AFTER_S = 3.0
+
+    def __init__(self, stream: TextIO | None = None, verbose: int = 0, show_diff: bool = False, quiet: bool = False) -> None:
+        self.out = stream or sys.stdout
+        self.verbose = verbose
+        self.show_diff = show_diff
+        self.quiet = quiet
+        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self._lock = threading.Lock()
+        self._task: str | None = None
+        self._started = 0.0
+        self._pending: set[str] = set()
+        self._last_progress: dict[str, str] = {}
+        self._live_shown = False
+        self._next_plain = 0.0
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def _color(self, text: str, status: str) -> str:
+        if not self.tty or status not in _COLORS:
+            return text
+        return f"\033[{_COLORS[status]}m{text}\033[0m"
+
+    def _write(self, line: str) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if self._live_shown:
+                self.out.write("\r\033[K")
+                self._live_shown = False
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def _banner(self, title: str) -> None:
+        width = min(shutil.get_terminal_size((100, 20)).columns, 100)
+        self._write("")
+        self._write(title + " " + "*" * max(3, width - len(title) - 1))
+
+    def play_start(self, play, hosts: list[str]) -> None:
+        self._banner(f"PLAY [{play.name}]")
+        if not hosts:
+            self._write("skipping: no hosts matched")
+
+    def task_start(self, name: str, role: str | None, hosts: list[str], handler: bool = False) -> None:
+        kind = "RUNNING HANDLER" if handler else "TASK"
+        self._banner(f"{kind} [{role + ' : ' if role else ''}{name}]")
+        with self._lock:
+            self._task = name
+            self._started = time.monotonic()
+            self._next_plain = self._started + 10
+            self._pending = set(hosts)
+            self._last_progress = {}
+        if self._ticker is None and not self.quiet:
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
+
+    def task_done(self) -> None:
+        with self._lock:
+            self._pending = set()
+            if self._live_shown:
+                self.out.write("\r\033[K")
+                self.out.flush()
+                self._live_shown = False
+
+    def progress(self, host: str, msg: str) -> None:
+        with self._lock:
+            self._last_progress[host] = msg
+        if self.verbose:
+            self._write(f"  [{host}] {msg}")
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if not self._pending:
+                    continue
+                now = time.monotonic()
+                elapsed = now - self._started
+                if elapsed < self.LIVE_AFTER_S:
+                    continue
+                waiting = sorted(self._pending)
+                note = ""
+                if len(waiting) == 1 and waiting[0] in self._last_progress:
+                    note = f": {self._last_progress[waiting[0]]}"
+                hosts = ", ".join(waiting[:4]) + (f" +{len(waiting) - 4}" if len(waiting) > 4 else "")
+                line = f"  ... {self._task} still running after {elapsed:.0f}s on {hosts}{note}"
+                if self.tty:
+                    cols = shutil.get_terminal_size((100, 20)).columns
+                    self.out.write("\r\033[K" + line[: cols - 1])
+                    self.out.flush()
+                    self._live_shown = True
+                elif now >= self._next_plain:
+                    self.out.write(line + "\n")
+                    self.out.flush()
+                    self._next_plain = now + 10
+
+    def host_result(self, res: TaskResult) -> None:
+        with self._lock:
+            self._pending.discard(res.host)
+        label = {"ok": "ok", "changed": "changed", "failed": "failed", "skipped": "skipping", "unreachable": "unreachable"}[res.status]
+        if res.ignored:
+            label = "failed (ignored)"
+        line = f"{label}: [{res.host}]"
+        show_msg = res.status in ("failed", "unreachable", "changed") or self.verbose or res.module in ("debug", "assert")
+        if res.msg and show_msg and res.status != "skipped":
+            line += f" {res.msg}" if res.status not in ("failed", "unreachable") else f"\n    {res.msg}"
+        elif res.status == "skipped" and self.verbose and res.msg:
+            line += f" {res.msg}"
+        if res.duration_s >= 1.0:
+            line += f" ({res.duration_s:.1f}s)"
+        self._write(self._color(line, res.status))
+        for w in res.result.get("warnings", []) or []:
+            self._write(self._color(f"  [WARNING] [{res.host}] {w}", "warn"))
+        if self.show_diff and res.changed and isinstance(res.result.get("diff"), dict):
+            self._write(format_diff(res.result["diff"]))
+        if self.verbose >= 2 and res.result.get("exception"):
+            self._write(res.result["exception"])
+
+    def recap(self, stats: dict[str, dict], elapsed: float) -> None:
+        self._stop.set()
+        self._banner("PLAY RECAP")
+        width = max((len(h) for h in stats), default=4)
+        for host, counts in stats.items():
+            status = "failed" if counts["failed"] else "unreachable" if counts["unreachable"] else "changed" if counts["changed"] else "ok"
+            line = f"{host:<{width}} : " + "  ".join(f"{s}={counts[s]}" for s in STATUSES)
+            self._write(self._color(line, status))
+        self._write(f"\n{elapsed:.2f}s")
+
+
+def format_diff(diff: dict) -> str:
+    import difflib
+
+    before, after = diff.get("before"), diff.get("after")
+    if isinstance(before, str) and isinstance(after, str):
+        lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="")
+        return "\n".join("    " + line for line in lines)
+    return f"    before: {json.dumps(before, default=str)}\n    after:  {json.dumps(after, default=str)}"
+
+
+def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
+    stats = {h: {s: 0 for s in STATUSES} for h in hosts}
+    for r in results:
+        stats.setdefault(r.host, {s: 0 for s in STATUSES})[r.status] += 1
+    return stats
+
+
+def json_report(results: list[TaskResult], stats: dict, meta: dict) -> dict:
+    return {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
+
+
+def write_json(path: str, report: dict) -> None:
+    Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def write_junit(path: str, results: list[TaskResult], name: str) -> None:
+    """One testsuite per host, one testcase per task: CI systems show failed steps directly."""
+    by_host: dict[str, list[TaskResult]] = {}
+    for r in results:
+        by_host.setdefault(r.host, []).append(r)
+    parts = ['<?xml version="1.0" encoding="UTF-8"?>']
+    total_f = sum(1 for r in results if r.status in ("failed", "unreachable") and not r.ignored)
+    parts.append(f"<testsuites name={quoteattr(name)} tests=\"{len(results)}\" failures=\"{total_f}\">")
+    for host, items in by_host.items():
+        fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
+        skips = sum(1 for r in items if r.status == "skipped")
+        t = sum(r.duration_s for r in items)
+        parts.append(f"  <testsuite name={quoteattr(host)} tests=\"{len(items)}\" failures=\"{fails}\" skipped=\"{skips}\" time=\"{t:.3f}\">")
+        for r in items:
+            label = f"{r.role} : {r.task}" if r.role else r.task
+            parts.append(f"    <testcase classname={quoteattr(host)} name={quoteattr(label)} time=\"{r.duration_s:.3f}\">")
+            if r.status in ("failed", "unreachable") and not r.ignored:
+                parts.append(f"      <failure message={quoteattr(r.msg[:500])}>{escape(r.msg)}</failure>")
+            elif r.status == "skipped":
+                parts.append(f"      <skipped message={quoteattr(r.msg[:200])}/>")
+            elif r.changed:
+                parts.append("      <system-out>changed</system-out>")
+            parts.append("    </testcase>")
+        parts.append("  </testsuite>")
+    parts.append("</testsuites>")
+    Path(path).write_text("\n".join(parts) + "\n", encoding="utf-8")

@@ -1,0 +1,163 @@
+"""The host-side worker: one python3 process per host per run, one JSON request per line.
+
+The engine sends this file's source as the first line on the worker's stdin (through a fixed
+bootstrap command, so nothing is ever interpolated into a shell), then JSON requests:
+
+  {"id", "op": "hello", "runtime": KEY}            -> python, platform, missing runtime packages
+  {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack psutil/tenacity into the user's cache
+  {"id", "op": "run", "module", "args", "check", "diff", "sources": {name: source}}
+  {"id", "op": "exit"}
+
+and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
+Standard library only: the host needs nothing but python3 >= 3.9.
+"""
+
+import base64
+import importlib.abc
+import importlib.util
+import io
+import json
+import os
+import platform
+import sys
+import sysconfig
+import time
+import traceback
+import zipfile
+
+RUNTIME_PACKAGES = ("psutil", "tenacity")
+
+
+class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports library modules from sources the engine sent, so modules can import each other."""
+
+    def __init__(self):
+        self.sources = {}
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.sources:
+            return importlib.util.spec_from_loader(fullname, self, origin="library/" + fullname + ".py")
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__name__
+        code = compile(self.sources[name], "library/" + name + ".py", "exec")
+        module.__file__ = "library/" + name + ".py"
+        exec(code, module.__dict__)
+
+
+def runtime_dir(key):
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dflash-provision", "runtime", key)
+
+
+def missing_packages():
+    missing = []
+    for name in RUNTIME_PACKAGES:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def use_runtime(key):
+    path = runtime_dir(key)
+    if os.path.isdir(path) and path not in sys.path:
+        sys.path.append(path)
+    importlib.invalidate_caches()
+
+
+def install_runtime(key, blob):
+    """Unpack the runtime zip into a temp folder and rename it into place (atomic, concurrent-safe)."""
+    final = runtime_dir(key)
+    if not os.path.isdir(final):
+        parent = os.path.dirname(final)
+        os.makedirs(parent, exist_ok=True)
+        tmp = final + ".tmp-%d" % os.getpid()
+        with zipfile.ZipFile(io.BytesIO(base64.b64decode(blob))) as zf:
+            zf.extractall(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another run won the race
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    use_runtime(key)
+    return missing_packages()
+
+
+def main():
+    out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    # Anything a module or its children print goes to stderr, never into the protocol stream.
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    finder = SourceFinder()
+    sys.meta_path.insert(0, finder)
+    loaded = {}
+
+    def send(obj):
+        out.write(json.dumps(obj, default=str) + "\n")
+        out.flush()
+
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        rid = req.get("id")
+        op = req.get("op")
+        try:
+            if op == "hello":
+                use_runtime(req.get("runtime", ""))
+                send({
+                    "id": rid,
+                    "python": platform.python_version(),
+                    "executable": sys.executable,
+                    "platform": sysconfig.get_platform(),
+                    "machine": platform.machine(),
+                    "libc": "-".join(platform.libc_ver()),
+                    "missing": missing_packages(),
+                    "pid": os.getpid(),
+                })
+            elif op == "runtime":
+                send({"id": rid, "missing": install_runtime(req["key"], req["zip"])})
+            elif op == "run":
+                for name, source in (req.get("sources") or {}).items():
+                    finder.sources[name] = source
+                    sys.modules.pop(name, None)
+                    loaded.pop(name, None)
+                name = req["module"]
+                mod = loaded.get(name)
+                if mod is None:
+                    mod = loaded[name] = __import__(name)
+                common = sys.modules["_common"]
+                ctx = common.Context(
+                    check=bool(req.get("check")),
+                    diff=bool(req.get("diff")),
+                    progress=lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)}),
+                )
+                started = time.monotonic()
+                result = common.execute(mod.ARGS, mod.run, req.get("args") or {}, ctx, name)
+                result["_duration_s"] = round(time.monotonic() - started, 6)
+                send({"id": rid, "result": result})
+            elif op == "exit":
+                send({"id": rid, "bye": True})
+                return
+            else:
+                send({"id": rid, "error": "unknown op %r" % op})
+        except Exception as exc:  # a module bug: report it with the traceback, keep serving
+            send({
+                "id": rid,
+                "result": {
+                    "failed": True,
+                    "changed": False,
+                    "msg": "module %s crashed: %s: %s" % (req.get("module"), type(exc).__name__, exc),
+                    "exception": traceback.format_exc(),
+                },
+            })
+
+
+main()

@@ -1,0 +1,201 @@
+"""Shared helpers for task modules: the module contract, argument checking, atomic writes.
+
+Every module in library/ imports from here. The worker ships this file to the host with the
+module, and `python3 library/NAME.py ARGS.json` finds it beside the module, so both paths run the
+same code. Only the standard library is imported here: a host needs nothing but python3 (3.9+).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class ModuleError(Exception):
+    """A failure a person can act on: what is wrong, where, and the fix. Never a traceback."""
+
+    def __init__(self, msg: str, **data: Any) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.data = data
+
+
+@dataclass
+class Context:
+    """What a module knows about the run besides its arguments."""
+
+    check: bool = False  # report what would change, change nothing
+    diff: bool = False  # include before/after in the result
+    warnings: list = field(default_factory=list)
+    progress: Callable[[str], None] | None = None  # live progress for long steps
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+
+    def say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+
+_TYPES = {
+    "str": (str,),
+    "path": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "list": (list, tuple),
+    "dict": (dict,),
+    "raw": (object,),
+}
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _coerce(name: str, value: Any, typ: str, module: str) -> Any:
+    """Accept the forms YAML and `-e key=value` produce (strings for numbers and booleans)."""
+    if value is None:
+        return None
+    if typ == "bool" and isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    if typ == "int" and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    if typ == "float" and isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    if typ == "list" and isinstance(value, str):
+        return [value]
+    if typ in ("str", "path") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    ok = _TYPES[typ]
+    if typ in ("int", "float") and isinstance(value, bool):
+        ok = ()
+    if not isinstance(value, ok):
+        raise ModuleError(
+            f"module '{module}': argument '{name}' must be {typ}, got {type(value).__name__} "
+            f"{value!r}; fix the value in the task's arguments"
+        )
+    if typ == "path":
+        value = os.path.expanduser(value)
+    return value
+
+
+def check_args(spec: dict, args: dict, module: str) -> dict:
+    """Validate args against a module's ARGS spec; return them with defaults filled in."""
+    unknown = sorted(set(args) - set(spec))
+    if unknown:
+        raise ModuleError(
+            f"module '{module}': unknown argument(s) {', '.join(unknown)}; "
+            f"it accepts: {', '.join(sorted(spec))}"
+        )
+    out = {}
+    for name, opts in spec.items():
+        if name in args and args[name] is not None:
+            value = _coerce(name, args[name], opts.get("type", "str"), module)
+        elif opts.get("required"):
+            raise ModuleError(f"module '{module}': missing required argument '{name}'")
+        else:
+            value = opts.get("default")
+        choices = opts.get("choices")
+        if choices is not None and value is not None and value not in choices:
+            raise ModuleError(
+                f"module '{module}': argument '{name}' is {value!r}; "
+                f"choose one of: {', '.join(map(str, choices))}"
+            )
+        out[name] = value
+    return out
+
+
+def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool = False) -> str | None:
+    """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
+
+    A reader never sees a half-written file, and a crash leaves the old one in place.
+    """
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    backup_path = None
+    if backup and os.path.exists(path):
+        backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.bak"
+        n = 1
+        while os.path.exists(backup_path):
+            backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
+            n += 1
+        shutil.copy2(path, backup_path)
+    if mode is None and os.path.exists(path):
+        mode = os.stat(path).st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644 if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return backup_path
+
+
+def read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def text_diff(before: Any, after: Any) -> dict:
+    return {"before": before, "after": after}
+
+
+def execute(spec: dict, run: Callable, args: dict, ctx: Context, module: str) -> dict:
+    """Run one module call under the contract: validated args in, a result dict out."""
+    try:
+        checked = check_args(spec, args, module)
+        result = run(checked, ctx) or {}
+    except ModuleError as exc:
+        result = dict(exc.data)
+        result.update(failed=True, changed=False, msg=exc.msg)
+    result.setdefault("changed", False)
+    result.setdefault("failed", False)
+    result.setdefault("msg", "")
+    if ctx.warnings:
+        result["warnings"] = list(ctx.warnings) + list(result.get("warnings", []))
+    return result
+
+
+def main(spec: dict, run: Callable) -> None:
+    """Entry point for `python3 library/NAME.py ARGS.json [--check] [--diff]`: prints the JSON result."""
+    module = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    argv = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = {a for a in sys.argv[1:] if a.startswith("--")}
+    if len(argv) != 1:
+        print(f"usage: python3 library/{module}.py ARGS.json [--check] [--diff]", file=sys.stderr)
+        sys.exit(2)
+    try:
+        with open(argv[0], encoding="utf-8") as fh:
+            args = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(json.dumps({"failed": True, "changed": False, "msg": f"{argv[0]}: cannot read args: {exc}"}))
+        sys.exit(1)
+    ctx = Context(check="--check" in flags, diff="--diff" in flags)
+    result = execute(spec, run, args, ctx, module)
+    print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    sys.exit(1 if result.get("failed") else 0)

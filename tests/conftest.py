@@ -1,0 +1,72 @@
+"""Shared fixtures: real sshd hosts on loopback, inventories, the local host."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "library"))  # pure functions of modules are imported directly in tests
+
+from tests import sshd_harness  # noqa: E402
+from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    config.addinivalue_line("markers", "e2e: end-to-end with a real vLLM on CPU")
+    config.addinivalue_line("markers", "ssh: needs the real sshd harness (root, openssh-server)")
+
+
+@pytest.fixture(scope="session")
+def sshd_pool():
+    reason = sshd_harness.available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the real sshd tests: {reason}")
+        pytest.skip(reason)
+    pool = SshdPool(count=9).start()
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts(sshd_pool):
+    """Nine real sshd hosts (h1..h9 on 127.0.0.2-10:2222), one non-root user with an empty home."""
+    return sshd_pool.hosts
+
+
+@pytest.fixture
+def ssh_host(ssh_hosts):
+    return ssh_hosts[0]
+
+
+@pytest.fixture
+def local_host():
+    return {"ansible_connection": "local"}
+
+
+@pytest.fixture
+def inventory_file(tmp_path):
+    """write(hosts=[...], vars={...}, local=True) -> path of a fresh inventory in tmp_path."""
+
+    def write(hosts=None, vars=None, host_vars=None, local=False, groups=None, name="inventory.yaml"):
+        return write_inventory(tmp_path / name, hosts, vars, host_vars, local, groups)
+
+    return write
+
+
+@pytest.fixture
+def shared_tmp(tmp_path):
+    """A temp folder the ssh test user can read and write (pytest's own is root-only)."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="dfp-test-"))
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
