@@ -226,7 +226,7 @@ class Inventory:
         if any(c in part for c in "*?["):
             hits = [h for h in self.hosts if fnmatch.fnmatchcase(h, part)]
             for g in self.groups:
-                if fnmatch.fnmatchcase(g, part):
+                if g != "all" and fnmatch.fnmatchcase(g, part):
                     hits.extend(h for h in self.hosts_in(g) if h not in hits)
             return hits
         return []

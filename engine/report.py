@@ -160,7 +160,7 @@ def format_diff(diff: dict) -> str:
 def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
-        stats.setdefault(r.host, {s: 0 for s in STATUSES})[r.status] += 1
+        stats.setdefault(r.host, {s: 0 for s in STATUSES})["ignored" if r.ignored else r.status] += 1
     return stats
 
 

@@ -26,7 +26,7 @@ from engine.templating import Templar, undefined_name
 from engine.transport import Transport, WorkerDied, connect
 from engine import runtime
 
-STATUSES = ("ok", "changed", "failed", "skipped", "unreachable")
+STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
 MAGIC_VARS = {
     "inventory_hostname", "group_names", "groups", "hostvars", "ansible_check_mode", "ansible_diff_mode",
     "playbook_dir", "role_path", "facts", "result", "omit", "range", "lipsum", "dict", "cycler", "joiner",
@@ -435,7 +435,7 @@ class Runner:
 
     def _record(self, state: HostState, res: TaskResult) -> None:
         res.msg = self.redact(res.msg)
-        state.stats[res.status] += 1
+        state.stats["ignored" if res.ignored else res.status] += 1
         with self._lock:
             self.results.append(res)
         if self.console:

@@ -26,6 +26,7 @@ import traceback
 import zipfile
 
 RUNTIME_PACKAGES = ("psutil", "tenacity")
+STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"stat", "copy", "uuid", "platform", "shutil", "json"}
 
 
 class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -34,16 +35,28 @@ class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self):
         self.sources = {}
 
+    TASK_PREFIX = "dfp_task_"
+
+    def _source_name(self, fullname):
+        """Task modules load under dfp_task_NAME so `stat` or `copy` never shadow the standard library."""
+        if fullname.startswith(self.TASK_PREFIX):
+            name = fullname[len(self.TASK_PREFIX):]
+            return name if name in self.sources else None
+        if fullname in self.sources and fullname not in STDLIB:
+            return fullname
+        return None
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname in self.sources:
-            return importlib.util.spec_from_loader(fullname, self, origin="library/" + fullname + ".py")
+        name = self._source_name(fullname)
+        if name is not None:
+            return importlib.util.spec_from_loader(fullname, self, origin="library/" + name + ".py")
         return None
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module):
-        name = module.__name__
+        name = self._source_name(module.__name__)
         code = compile(self.sources[name], "library/" + name + ".py", "exec")
         module.__file__ = "library/" + name + ".py"
         exec(code, module.__dict__)
@@ -128,11 +141,12 @@ def main():
                 for name, source in (req.get("sources") or {}).items():
                     finder.sources[name] = source
                     sys.modules.pop(name, None)
+                    sys.modules.pop(finder.TASK_PREFIX + name, None)
                     loaded.pop(name, None)
                 name = req["module"]
                 mod = loaded.get(name)
                 if mod is None:
-                    mod = loaded[name] = __import__(name)
+                    mod = loaded[name] = importlib.import_module(finder.TASK_PREFIX + name)
                 common = sys.modules["_common"]
                 ctx = common.Context(
                     check=bool(req.get("check")),

@@ -127,7 +127,7 @@ def last_lines(text: str, n: int = TAIL_LINES) -> str:
 def _reader(stream, chunks: list) -> None:
     try:
         while True:
-            data = stream.read(65536)
+            data = stream.read1(65536)
             if not data:
                 break
             chunks.append(data)

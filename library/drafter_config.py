@@ -621,7 +621,7 @@ def run(args: dict, ctx: Context) -> dict:
     target_raw = read_json(
         target_path,
         "the target config",
-        "set target_model to the target model's folder",
+        "set target_model to the target model's local folder (with a complete config.json)",
     )
     target = target_facts(target_raw, target_path)
 

@@ -354,7 +354,7 @@ def run(args: dict, ctx: Context) -> dict:
         would = bool(to_stop or to_kill or (unit_active and not left_running) or pidfile_stale)
         result.update(
             changed=would,
-            would_stop=[_brief(p) for p in to_stop + to_kill],
+            would_stop=[p.pid for p in to_stop + to_kill],
             gpus=[_gpu_row(g, None) for g in before if g["index"] in indices],
             msg=_check_msg(to_stop, to_kill, left, unit_active and not left_running, pidfile_stale),
         )
@@ -378,8 +378,9 @@ def run(args: dict, ctx: Context) -> dict:
         if f["action"] == "stop":
             f["action"] = "stopped" if f["pid"] not in stopped_foreign["survivors"] else "survived"
     changed = changed or bool(stopped["stopped"] or stopped_foreign["stopped"])
-    result["stopped"] = stopped
-    result["stopped_foreign"] = stopped_foreign
+    result["stopped"] = _compact(stopped)
+    if stopped_foreign["stopped"]:
+        result["stopped_foreign"] = _compact(stopped_foreign)
     survivors = stopped["survivors"] + stopped_foreign["survivors"]
     if survivors:
         raise ModuleError(
@@ -450,6 +451,13 @@ def _brief(proc: psutil.Process) -> dict:
             return {"pid": proc.pid, "user": proc.username(), "cmdline": proc.cmdline()}
     except psutil.Error:
         return {"pid": proc.pid, "user": None, "cmdline": []}
+
+
+def _compact(stopped: dict) -> dict:
+    """stop_processes' report with pids in place of the process details (listed under managed/foreign)."""
+    out = {k: v for k, v in stopped.items() if k != "stopped"}
+    out["pids"] = [s["pid"] for s in stopped["stopped"]]
+    return out
 
 
 def _used(gpus: list, indices: list) -> dict:

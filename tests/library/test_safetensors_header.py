@@ -57,11 +57,18 @@ def test_header_of_a_file_written_by_the_safetensors_library_gives_names_dtypes_
 
 
 def test_sharded_checkpoint_is_read_through_its_index(tmp_path):
-    save_file({"fc.weight": np.zeros((8, 16), dtype=np.float32)}, str(tmp_path / "model-00001-of-00002.safetensors"))
-    save_file({"norm.weight": np.zeros(8, dtype=np.float32)}, str(tmp_path / "model-00002-of-00002.safetensors"))
+    save_file(
+        {"fc.weight": np.zeros((8, 16), dtype=np.float32)}, str(tmp_path / "model-00001-of-00002.safetensors")
+    )
+    save_file(
+        {"norm.weight": np.zeros(8, dtype=np.float32)}, str(tmp_path / "model-00002-of-00002.safetensors")
+    )
     index = {
         "metadata": {"total_size": 8 * 16 * 4 + 8 * 4},
-        "weight_map": {"fc.weight": "model-00001-of-00002.safetensors", "norm.weight": "model-00002-of-00002.safetensors"},
+        "weight_map": {
+            "fc.weight": "model-00001-of-00002.safetensors",
+            "norm.weight": "model-00002-of-00002.safetensors",
+        },
     }
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     ckpt = read_checkpoint(str(tmp_path))
@@ -78,13 +85,17 @@ def test_sharded_checkpoint_is_read_through_its_index(tmp_path):
 def test_a_single_safetensors_file_or_its_folder_are_both_accepted(tmp_path):
     save_file({"fc.weight": np.zeros((4, 8), dtype=np.float32)}, str(tmp_path / "model.safetensors"))
     assert read_checkpoint(str(tmp_path))["files"] == [str(tmp_path / "model.safetensors")]
-    assert read_checkpoint(str(tmp_path / "model.safetensors"))["files"] == [str(tmp_path / "model.safetensors")]
+    assert read_checkpoint(str(tmp_path / "model.safetensors"))["files"] == [
+        str(tmp_path / "model.safetensors")
+    ]
 
 
 def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_header(tmp_path):
     # The shape of a 27B DFlash drafter: hidden 5120, 5 layers, fc.weight [5120, 25600] in bf16.
     path = tmp_path / "model.safetensors"
-    tensors = drafter_tensors(hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5)
+    tensors = drafter_tensors(
+        hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5
+    )
     length = write_sparse_safetensors(str(path), tensors, metadata={"format": "pt"})
     assert path.stat().st_size > 3_000_000_000  # the declared size is real
     assert path.stat().st_blocks * 512 < 1_000_000  # but the file is sparse
@@ -95,12 +106,18 @@ def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_hea
     elapsed = time.perf_counter() - started
     after = rchar()
 
-    assert head["tensors"]["fc.weight"] == {"dtype": "BF16", "shape": [5120, 25600], "data_offsets": [0, 262144000]}
+    assert head["tensors"]["fc.weight"] == {
+        "dtype": "BF16",
+        "shape": [5120, 25600],
+        "data_offsets": [0, 262144000],
+    }
     assert len(head["tensors"]) == 3 + 5 * 11
     assert head["bytes_read"] == 8 + length
     assert elapsed < 0.05, f"reading the header took {elapsed * 1000:.1f} ms"
     if before is not None:
-        assert after - before <= head["bytes_read"] + 4096, f"read {after - before} bytes for a {length}-byte header"
+        assert after - before <= head["bytes_read"] + 4096, (
+            f"read {after - before} bytes for a {length}-byte header"
+        )
 
 
 def _write(path: Path, data: bytes) -> str:
@@ -116,7 +133,11 @@ def _header_file(path: Path, header: dict, data_bytes: int = 0, length: int | No
 
 BAD_FILES = [
     ("an_empty_file", lambda p: _write(p, b""), "not a safetensors file: it has 0 bytes"),
-    ("a_file_shorter_than_the_length_field", lambda p: _write(p, b"\x01\x02"), "fewer than the 8-byte header length"),
+    (
+        "a_file_shorter_than_the_length_field",
+        lambda p: _write(p, b"\x01\x02"),
+        "fewer than the 8-byte header length",
+    ),
     (
         "a_text_file",
         lambda p: _write(p, b'{\n  "architectures": ["Qwen3ForCausalLM"]\n}\n'),
@@ -146,12 +167,16 @@ BAD_FILES = [
     ),
     (
         "data_shorter_than_the_header_declares",
-        lambda p: _header_file(p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, 10),
+        lambda p: _header_file(
+            p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, 10
+        ),
         "truncated file: tensor 'fc.weight' ends at data byte 64 but the file holds only 10 data bytes",
     ),
     (
         "offsets_that_disagree_with_the_shape",
-        lambda p: _header_file(p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}}, 32),
+        lambda p: _header_file(
+            p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}}, 32
+        ),
         "declares shape [4, 4] of F32 (64 bytes) but spans 32 bytes",
     ),
 ]
@@ -178,7 +203,9 @@ def _sharded(tmp_path: Path, weight_map: dict, write: dict) -> None:
 
 
 def test_shards_missing_from_the_folder_are_named(tmp_path):
-    _sharded(tmp_path, {"a": "model-1.safetensors", "b": "model-2.safetensors"}, {"model-1.safetensors": ["a"]})
+    _sharded(
+        tmp_path, {"a": "model-1.safetensors", "b": "model-2.safetensors"}, {"model-1.safetensors": ["a"]}
+    )
     with pytest.raises(ModuleError) as err:
         read_checkpoint(str(tmp_path))
     assert "1 of 2 shard file(s) named in the index are missing" in err.value.msg
@@ -187,7 +214,9 @@ def test_shards_missing_from_the_folder_are_named(tmp_path):
 
 
 def test_an_index_naming_a_tensor_its_shard_lacks_is_refused(tmp_path):
-    _sharded(tmp_path, {"a": "model-1.safetensors", "b": "model-1.safetensors"}, {"model-1.safetensors": ["a"]})
+    _sharded(
+        tmp_path, {"a": "model-1.safetensors", "b": "model-1.safetensors"}, {"model-1.safetensors": ["a"]}
+    )
     with pytest.raises(ModuleError, match="tensor 'b' is listed in shard model-1.safetensors but that shard"):
         read_checkpoint(str(tmp_path))
 
@@ -208,7 +237,9 @@ def test_a_bad_index_is_a_clear_error(tmp_path, index_text, expected):
 
 def test_a_folder_without_safetensors_says_what_is_missing(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
-    with pytest.raises(ModuleError, match=r"no model.safetensors, no model.safetensors.index.json and no \*.safetensors"):
+    with pytest.raises(
+        ModuleError, match=r"no model.safetensors, no model.safetensors.index.json and no \*.safetensors"
+    ):
         read_checkpoint(str(tmp_path))
 
 

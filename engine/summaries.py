@@ -1,0 +1,54 @@
+"""Human-readable summaries for `invoke facts` and `invoke status` (the JSON forms print the data as is)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _gpu_lines(facts: dict) -> list[str]:
+    gpu = facts.get("gpu") or {}
+    if not gpu.get("driver"):
+        return [f"  gpu:     none ({gpu.get('reason', 'no NVIDIA driver')})"]
+    lines = [f"  driver:  {gpu.get('driver_version')}  CUDA {gpu.get('cuda_version')}"]
+    for g in facts.get("gpus") or []:
+        lines.append(
+            f"  gpu {g.get('index')}:   {g.get('name')}  sm {g.get('compute_capability')}  "
+            f"{g.get('memory_used_mib')}/{g.get('memory_total_mib')} MiB used"
+        )
+    return lines
+
+
+def render_summary(kind: str, host: str, data: Any) -> str:
+    if not isinstance(data, dict):
+        return f"{host}: {data}"
+    if data.get("unreachable") or data.get("failed"):
+        return f"{host}: {'UNREACHABLE' if data.get('unreachable') else 'FAILED'}: {data.get('msg')}"
+    if kind == "facts":
+        os_ = data.get("os") or {}
+        py = data.get("python") or {}
+        mem = data.get("memory_mib") or {}
+        lines = [
+            f"{host}:",
+            f"  os:      {os_.get('distribution', '')} {os_.get('kernel', '')} {os_.get('machine', '')}".rstrip(),
+            f"  python:  {py.get('version')} ({py.get('executable')})",
+            f"  cpus:    {data.get('cpu_count')}   memory: {mem.get('available')}/{mem.get('total')} MiB available",
+            f"  systemd: {'yes' if data.get('systemd') else 'no'}",
+        ]
+        for path, d in (data.get("disk") or {}).items():
+            lines.append(f"  disk:    {path}: {d.get('free_mib')} MiB free")
+        return "\n".join(lines + _gpu_lines(data))
+    running = data.get("running")
+    lines = [f"{host}: {'RUNNING' if running else 'NOT RUNNING'}"]
+    if running:
+        ar = data.get("acceptance_rate")
+        mal = data.get("mean_acceptance_length")
+        lines += [
+            f"  pid {data.get('pid')}  port {data.get('port')}  up {data.get('uptime_s')} s  health {data.get('health')}",
+            f"  serves:  {data.get('served_model')}",
+            f"  acceptance rate: {'n/a' if ar is None else f'{ar:.1%}'}   mean acceptance length: {'n/a' if mal is None else f'{mal:.2f}'}",
+        ]
+    if data.get("gpu_used_mib") is not None:
+        lines.append(f"  GPU memory used: {data.get('gpu_used_mib')} MiB")
+    if data.get("msg"):
+        lines.append(f"  {data['msg']}")
+    return "\n".join(lines)

@@ -1,0 +1,296 @@
+"""The vLLM server log: rotation, the start marker, reading only the new process's output, fatal lines.
+
+- Rotation renames the old log with a timestamp (a process still writing it keeps writing the renamed
+  file through its open descriptor, so the new log never sees its output) and keeps `keep` rotated
+  files; a rotated file that some process still holds open is never deleted.
+- The new log starts with a marker line naming the new server's PID; every check reads only the bytes
+  after that marker, through a descriptor on the new file.
+- Fatal lines and the root cause: vLLM prints the FIRST exception (the real cause) and then, as the
+  error travels up through EngineCore and the API server, further tracebacks that only say "see root
+  cause above". The root cause quoted is the first traceback's exception.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+MARKER_PREFIX = "=== dflash-provision: vLLM server start"
+_MARKER_RE = re.compile(r"^=== dflash-provision: vLLM server start pid=(?P<pid>\d+) launch=(?P<launch>\S+)")
+
+# `(EngineCore_DP0 pid=12) ERROR 11-30 10:51:00 [core.py:1510] message` -> proc, message
+_PREFIX_RE = re.compile(
+    r"^(?:\((?P<proc>[^()]*?) pid=(?P<pid>\d+)\)\s?)?"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?)?"
+)
+
+FATAL_PATTERNS = [
+    (re.compile(r"EngineCore failed to start"), "EngineCore failed to start"),
+    (re.compile(r"Engine core initialization failed"), "Engine core initialization failed"),
+    (re.compile(r"WorkerProc failed to start"), "a worker failed to start"),
+    (re.compile(r"EngineCore encountered a fatal error|EngineDeadError"), "the engine died"),
+    (re.compile(r"CUDA out of memory|OutOfMemoryError"), "CUDA out of memory"),
+    (
+        re.compile(r"larger than the available KV cache memory|No available memory for the cache blocks"),
+        "the KV cache does not fit",
+    ),
+    (re.compile(r"^Traceback \(most recent call last\):"), "a Traceback"),
+    (re.compile(r"^\S+\.py: error: "), "vLLM rejected its command line"),
+]
+
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?P<cls>[A-Za-z_]\w*)(?::\s.*|:)?$")
+_CHAIN_LINES = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+QUOTE_WIDTH = 400
+
+
+def split_prefix(line: str) -> tuple:
+    """(process key such as 'EngineCore pid=12' or '', message without the log prefix)."""
+    m = _PREFIX_RE.match(line)
+    proc = f"{m.group('proc')} pid={m.group('pid')}" if m and m.group("pid") else ""
+    return proc, line[m.end() :] if m else line
+
+
+def marker_line(pid: int, launch_id: str) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return f"{MARKER_PREFIX} pid={pid} launch={launch_id} at {stamp} ==="
+
+
+def parse_marker(line: str) -> dict | None:
+    m = _MARKER_RE.match(line)
+    return {"pid": int(m.group("pid")), "launch": m.group("launch")} if m else None
+
+
+def find_fatal(lines: list) -> int | None:
+    """Index of the first fatal line, or None."""
+    for i, line in enumerate(lines):
+        _, msg = split_prefix(line)
+        for pattern, _label in FATAL_PATTERNS:
+            if pattern.search(msg):
+                return i
+    return None
+
+
+def fatal_label(line: str) -> str:
+    _, msg = split_prefix(line)
+    for pattern, label in FATAL_PATTERNS:
+        if pattern.search(msg):
+            return label
+    return "a fatal line"
+
+
+def _clip(text: str) -> str:
+    text = text.rstrip()
+    return text if len(text) <= QUOTE_WIDTH else text[: QUOTE_WIDTH - 3] + "..."
+
+
+def is_exception_line(msg: str) -> bool:
+    """`ValueError: ...`, `pydantic_core._pydantic_core.ValidationError: ...`, `KeyboardInterrupt`."""
+    m = _EXC_LINE.match(msg)
+    if not m:
+        return False
+    cls = m.group("cls")
+    return cls[0].isupper() and not cls.isupper()
+
+
+def first_exception(lines: list, scan: int = 2000) -> list | None:
+    """The first traceback's last frame and exception line(s), read within one process's output.
+
+    Returns the quoted lines, or None when the log holds no complete traceback yet.
+    """
+    for start, line in enumerate(lines):
+        proc, msg = split_prefix(line)
+        if not msg.startswith("Traceback (most recent call last):"):
+            continue
+        last_frame: list = []
+        for j in range(start + 1, min(len(lines), start + scan)):
+            p, m = split_prefix(lines[j])
+            if p != proc or not m.strip():
+                continue  # another process's line interleaved, or a blank line
+            if m.startswith("  File "):
+                last_frame = [m]
+            elif m.startswith(" "):
+                if len(last_frame) == 1 and not set(m.strip()) <= set("^~ "):
+                    last_frame.append(m)  # the source line of the last frame
+            elif any(m.startswith(c) for c in _CHAIN_LINES):
+                break  # a traceback that ended without an exception line we recognise
+            elif is_exception_line(m):
+                quoted = [m]
+                for k in range(j + 1, min(j + 6, len(lines))):
+                    p2, m2 = split_prefix(lines[k])
+                    if p2 != proc or not m2.startswith(" ") or m2.lstrip().startswith("File "):
+                        break
+                    quoted.append(m2)
+                    if len(quoted) >= 3:
+                        break
+                return [_clip(x) for x in last_frame + quoted]
+        return None
+    return None
+
+
+def root_cause(lines: list, tail: int = 8) -> list:
+    """What to quote when the server failed: the first exception, else the fatal lines, else the tail."""
+    exc = first_exception(lines)
+    if exc:
+        return exc
+    idx = find_fatal(lines)
+    if idx is not None:
+        return [_clip(split_prefix(x)[1]) for x in lines[idx : idx + 3] if x.strip()]
+    rest = [x for x in lines if x.strip()]
+    return [_clip(split_prefix(x)[1]) for x in rest[-tail:]]
+
+
+def resolved_architectures(lines: list) -> list:
+    out = []
+    for line in lines:
+        _, msg = split_prefix(line)
+        if msg.startswith("Resolved architecture: "):
+            out.append(msg[len("Resolved architecture: ") :].strip())
+    return out
+
+
+class LogTail:
+    """Read the lines a file gains after an offset, through one descriptor (renames do not matter)."""
+
+    def __init__(self, path: str, offset: int = 0) -> None:
+        self.path = path
+        self._fh = open(path, "rb")  # noqa: SIM115 - kept open on purpose, closed by close()
+        self._fh.seek(offset)
+        self.inode = os.fstat(self._fh.fileno()).st_ino
+        self._partial = b""
+        self.lines: list = []
+
+    def poll(self) -> list:
+        data = self._fh.read()
+        if not data:
+            return []
+        data = self._partial + data
+        parts = data.split(b"\n")
+        self._partial = parts.pop()
+        new = [p.decode("utf-8", "replace").rstrip("\r") for p in parts]
+        self.lines.extend(new)
+        return new
+
+    def all_lines(self) -> list:
+        """Complete lines plus a trailing partial one (a crash may leave the last line unterminated)."""
+        self.poll()
+        extra = [self._partial.decode("utf-8", "replace")] if self._partial.strip() else []
+        return self.lines + extra
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def lines_after_marker(path: str, pid: int, max_bytes: int = 4 * 1024 * 1024) -> list | None:
+    """Lines written after the LAST start marker naming `pid` in the log at `path`; None if absent."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return None
+    lines = data.decode("utf-8", "replace").splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        mk = parse_marker(lines[i])
+        if mk and mk["pid"] == pid:
+            return lines[i + 1 :]
+    return None
+
+
+# --- rotation ---------------------------------------------------------------------------------
+
+
+def rotated_name(path: str, stamp: str, exists) -> str:
+    """`vllm.log` -> `vllm.log.20261130-104800`, with `.1`, `.2` ... when that name is taken."""
+    name = f"{path}.{stamp}"
+    n = 1
+    while exists(name):
+        name = f"{path}.{stamp}.{n}"
+        n += 1
+    return name
+
+
+def rotated_files(path: str) -> list:
+    """Rotated copies of `path`, oldest first (by the timestamp in the name, then the counter)."""
+    folder, base = os.path.split(os.path.abspath(path))
+    pattern = re.compile(r"^" + re.escape(base) + r"\.(\d{8}-\d{6})(?:\.(\d+))?$")
+    found = []
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        m = pattern.match(name)
+        if m:
+            found.append((m.group(1), int(m.group(2) or 0), os.path.join(folder, name)))
+    return [p for _, _, p in sorted(found)]
+
+
+def prune_plan(rotated_oldest_first: list, keep: int, held_open: set) -> tuple:
+    """(to delete, kept because open): the oldest beyond `keep`, except files a process holds open."""
+    excess = rotated_oldest_first[: max(0, len(rotated_oldest_first) - keep)]
+    delete = [p for p in excess if p not in held_open]
+    kept = [p for p in excess if p in held_open]
+    return delete, kept
+
+
+def files_held_open(paths: list) -> set:
+    """Which of `paths` some process has open (a /proc/*/fd scan; other users' fds may be unreadable)."""
+    wanted = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+            wanted[(st.st_dev, st.st_ino)] = p
+        except OSError:
+            pass
+    held: set = set()
+    if not wanted or not os.path.isdir("/proc"):
+        return held
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in wanted:
+                held.add(wanted[key])
+    return held
+
+
+def rotate(path: str, keep: int, check: bool = False) -> dict:
+    """Move the current log aside (never truncate or delete it) and prune old rotated copies."""
+    result: dict = {"rotated_to": None, "removed": [], "kept_open": []}
+    if os.path.lexists(path):
+        held = files_held_open([path])
+        if os.path.getsize(path) > 0 or held:
+            result["rotated_to"] = rotated_name(path, time.strftime("%Y%m%d-%H%M%S"), os.path.lexists)
+            if not check:
+                os.rename(path, result["rotated_to"])
+        elif not check:
+            os.unlink(path)  # empty and nobody writes it
+    rotated = rotated_files(path)
+    if check and result["rotated_to"]:
+        rotated.append(result["rotated_to"])
+    delete, kept = prune_plan(rotated, keep, files_held_open(rotated))
+    for p in delete:
+        if not check:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+    result["removed"], result["kept_open"] = delete, kept
+    return result

@@ -1,0 +1,147 @@
+"""The runner over real transports: local and a real sshd. Keywords, handlers, idempotency, reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+import yaml
+
+from engine.api import run_playbook
+
+
+def _playbook(path, tasks, handlers=None, **play):
+    play = dict({"hosts": "all", "gather_facts": False, "tasks": tasks}, **play)
+    if handlers:
+        play["handlers"] = handlers
+    path.write_text(yaml.safe_dump([play], sort_keys=False))
+    return path
+
+
+@pytest.fixture(params=["local", "ssh"])
+def target(request, inventory_file, shared_tmp):
+    """(inventory path, a folder on the host the run may write) for each transport."""
+    if request.param == "local":
+        return inventory_file(local=True), shared_tmp
+    hosts = request.getfixturevalue("ssh_hosts")
+    return inventory_file(hosts=hosts[:1]), shared_tmp
+
+
+KEYWORD_TASKS = [
+    {"name": "Make the folders", "file": {"path": "{{ base }}/{{ item }}", "state": "directory"},
+     "loop": ["a", "b"], "register": "dirs", "notify": "note it"},
+    {"name": "Check the loop registered both", "assert": {"that": ["dirs.results | length == 2"]}},
+    {"name": "Skipped by when", "file": {"path": "{{ base }}/never", "state": "directory"}, "when": "dirs.results | length > 5"},
+    {"name": "Forced changed", "debug": {"msg": "x"}, "changed_when": "false"},
+    {"name": "Failure accepted", "fail": {"msg": "boom"}, "failed_when": False},
+    {"name": "Failure ignored", "fail": {"msg": "ignored"}, "ignore_errors": True},
+    {"name": "Tagged only", "file": {"path": "{{ base }}/tagged", "state": "directory"}, "tags": ["extra"]},
+]
+HANDLERS = [{"name": "note it", "file": {"path": "{{ base }}/handler-ran", "state": "directory"}}]
+
+
+def test_keywords_and_handlers_then_second_run_reports_no_change(target, tmp_path):
+    inv, base = target
+    pb = _playbook(tmp_path / "pb.yaml", KEYWORD_TASKS, HANDLERS, vars={"base": str(base / "out")})
+    first = run_playbook(pb, inv, skip_tags=["extra"])
+    assert first.exit_code == 0, first.tasks
+    host = next(iter(first.recap))
+    assert first.recap[host]["changed"] == 2  # the loop and the handler
+    assert first.recap[host]["skipped"] == 1
+    assert (base / "out" / "a").is_dir() and (base / "out" / "handler-ran").is_dir()
+    assert not (base / "out" / "tagged").exists()
+    assert [r.status for r in first.find("Failure ignored")] == ["failed"] and first.find("Failure ignored")[0].ignored
+    second = run_playbook(pb, inv, skip_tags=["extra"])
+    assert second.exit_code == 0 and second.recap[host]["changed"] == 0
+    assert not second.find("note it")  # a handler runs only when notified
+
+
+def test_check_mode_changes_nothing(target, tmp_path):
+    inv, base = target
+    pb = _playbook(tmp_path / "pb.yaml", KEYWORD_TASKS[:1], HANDLERS, vars={"base": str(base / "chk")})
+    res = run_playbook(pb, inv, check=True)
+    assert res.exit_code == 0
+    assert next(iter(res.recap.values()))["changed"] == 2  # the loop, and its handler (also in check mode)
+    assert not (base / "chk").exists()
+
+
+def test_until_retries_until_condition_holds(target, tmp_path):
+    inv, base = target
+    marker = base / "count"
+    tasks = [{"name": "Count attempts", "command": {"argv": ["sh", "-c", f"echo x >> {marker}; wc -l < {marker}"]},
+              "register": "n", "until": "n.stdout | int >= 3", "retries": 5, "delay": 0}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert res.exit_code == 0, res.tasks
+    assert marker.read_text().count("x") == 3
+    assert res.results[0].result["attempts"] == 3
+
+
+def test_reports_json_and_junit(target, tmp_path):
+    inv, base = target
+    tasks = [{"name": "ok task", "debug": {"msg": "hi"}}, {"name": "failing task", "fail": {"msg": "it broke"}}]
+    report, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv, report=str(report), junit=str(junit))
+    assert res.exit_code == 2
+    data = json.loads(report.read_text())
+    host = next(iter(data["recap"]))
+    assert set(data["recap"][host]) >= {"ok", "changed", "failed", "skipped", "unreachable"}
+    row = data["tasks"][-1]
+    assert {k: row[k] for k in ("host", "task", "module", "status", "changed", "msg")} == {
+        "host": host, "task": "failing task", "module": "fail", "status": "failed", "changed": False, "msg": "it broke"}
+    assert "role" in row and isinstance(row["duration_s"], float)
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "1" and suite.get("tests") == "2"
+
+
+def test_secrets_never_reach_reports(target, tmp_path):
+    inv, base = target
+    tasks = [{"name": "Leak attempt", "debug": {"msg": "token is {{ hf_token }}"}}]
+    report = tmp_path / "r.json"
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks, vars={"hf_token": "hf_SECRETVALUE123"}), inv, report=str(report))
+    assert res.exit_code == 0
+    assert "hf_SECRETVALUE123" not in report.read_text()
+    assert "********" in report.read_text()
+
+
+def test_dropped_worker_is_reconnected_and_the_task_resent(target, tmp_path):
+    inv, base = target
+    mark = base / "killed-once"
+    # The first attempt kills its own worker (the command's parent) mid-request; the engine must reconnect.
+    tasks = [{"name": "Drop the worker once", "command": {"argv": ["sh", "-c", f"test -e {mark} || {{ touch {mark}; kill -9 $PPID; }}"]}},
+             {"name": "Still talking", "debug": {"msg": "after"}}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert mark.exists()
+    assert res.exit_code == 0, res.tasks
+    assert [r.status for r in res.results] == ["changed", "ok"]
+
+
+@pytest.mark.ssh
+def test_fanout_one_failing_one_unreachable_others_complete(ssh_hosts, inventory_file, shared_tmp, tmp_path):
+    hosts = ssh_hosts[:8]
+    inv = inventory_file(hosts=hosts, host_vars={"h3": {"must_fail": True}, "h8": {"ansible_host": "127.0.0.250", "dfp_connect_retries": 2}},
+                         vars={"must_fail": False})
+    tasks = [{"name": "Per-host folder", "file": {"path": f"{shared_tmp}/fan/{{{{ inventory_hostname }}}}", "state": "directory"}},
+             {"name": "Fail where told", "fail": {"msg": "told to"}, "when": "must_fail"},
+             {"name": "After", "file": {"path": f"{shared_tmp}/fan/{{{{ inventory_hostname }}}}-done", "state": "directory"}}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv, forks=8)
+    assert res.exit_code == 2
+    assert res.recap["h3"]["failed"] == 1 and res.recap["h8"]["unreachable"] == 1
+    done = sorted(p.name for p in (shared_tmp / "fan").iterdir() if p.name.endswith("-done"))
+    assert done == [f"h{i}-done" for i in (1, 2, 4, 5, 6, 7)]
+    unreachable = res.find("Connecting", "h8") + [r for r in res.results if r.host == "h8"]
+    assert "127.0.0.250" in unreachable[0].msg
+
+
+@pytest.mark.ssh
+def test_runtime_is_shipped_to_a_host_without_psutil(ssh_hosts, inventory_file, tmp_path):
+    """The test user's python3 has no psutil; a module importing it must still run."""
+    inv = inventory_file(hosts=ssh_hosts[:1])
+    tasks = [{"name": "Facts need psutil", "stat": {"path": "/"}}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks, gather_facts=True), inv)
+    assert res.exit_code == 0, res.tasks
+    facts_row = res.find("Gathering facts")[0]
+    assert facts_row.status == "ok"
+    home = os.path.expanduser(f"~{ssh_hosts[0].user}")
+    assert os.path.isdir(os.path.join(home, ".cache", "dflash-provision", "runtime"))

@@ -1,0 +1,369 @@
+"""library/copy.py: one file from content, and a folder through the manifest plan/install protocol."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+LIB = Path(__file__).resolve().parents[2] / "library"
+if str(LIB) not in sys.path:
+    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
+
+from _common import Context, ModuleError, check_args  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("dfp_library_copy", LIB / "copy.py")
+copy_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(copy_mod)
+
+
+def call(args: dict, check: bool = False, diff: bool = False) -> dict:
+    result = copy_mod.run(check_args(copy_mod.ARGS, args, "copy"), Context(check=check, diff=diff))
+    json.dumps(result)
+    return result
+
+
+def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps(args))
+    proc = subprocess.run(
+        [sys.executable, str(LIB / "copy.py"), str(args_file), *flags], capture_output=True, text=True, timeout=30
+    )
+    assert proc.stderr == ""
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def snapshot(root: Path) -> dict:
+    """Every path under root with its kind, mode and content: compare before/after."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (st.st_mode, p.read_bytes() if p.is_file() else None)
+    return out
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def mode_of(p: Path) -> int:
+    return p.stat().st_mode & 0o7777
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+@pytest.mark.parametrize(
+    "current, cur_mode, cur_ids, data, mode, ids, expected",
+    [
+        (None, None, (), b"x", None, (None, None), ["content"]),
+        (b"x", 0o644, (1, 1), b"x", None, (None, None), []),
+        (b"x", 0o644, (1, 1), b"y", None, (None, None), ["content"]),
+        (b"x", 0o644, (1, 1), b"x", 0o600, (None, None), ["mode"]),
+        (b"x", 0o600, (1, 1), b"x", 0o600, (2, None), ["owner"]),
+        (b"x", 0o644, (1, 1), b"y", 0o600, (1, 2), ["content", "mode", "owner"]),
+    ],
+)
+def test_decide_file_table(current, cur_mode, cur_ids, data, mode, ids, expected):
+    assert copy_mod.decide_file(current, cur_mode, cur_ids, data, mode, ids) == expected
+
+
+def test_plan_entries_separates_uploads_from_mode_fixes():
+    a, b = "a" * 64, "b" * 64
+    entries = [
+        {"path": "new", "sha256": a, "mode": None},
+        {"path": "same", "sha256": a, "mode": 0o644},
+        {"path": "differs", "sha256": a, "mode": None},
+        {"path": "modeonly", "sha256": a, "mode": 0o755},
+    ]
+    found = {
+        "new": None,
+        "same": {"sha256": a, "mode": 0o644},
+        "differs": {"sha256": b, "mode": 0o644},
+        "modeonly": {"sha256": a, "mode": 0o644},
+    }
+    assert copy_mod.plan_entries(entries, found) == (["new", "differs"], ["modeonly"])
+
+
+def test_extra_paths_lists_unlisted_files_sorted():
+    assert copy_mod.extra_paths(["z", "a/b", "keep"], ["keep"]) == ["a/b", "z"]
+
+
+@pytest.mark.parametrize(
+    "manifest, words",
+    [
+        ([{"path": "../x", "sha256": "a" * 64}], "leaves dest"),
+        ([{"path": "/etc/x", "sha256": "a" * 64}], "relative to dest"),
+        ([{"path": "a/../../x", "sha256": "a" * 64}], "leaves dest"),
+        ([{"path": "x", "sha256": "nothex"}], "not 64 hex digits"),
+        ([{"path": "x"}], "with 'path' and 'sha256'"),
+        ([{"path": "x", "sha256": "a" * 64, "owner": "me"}], "unknown key"),
+        ([{"path": "x", "sha256": "a" * 64, "mode": "rw"}], "not an octal number"),
+        ([{"path": "x", "sha256": "a" * 64}, {"path": "./x", "sha256": "a" * 64}], "listed twice"),
+    ],
+)
+def test_bad_manifest_is_refused_naming_the_entry(manifest, words):
+    with pytest.raises(ModuleError, match=words):
+        copy_mod.check_manifest(manifest, None)
+
+
+def test_manifest_modes_accept_strings_and_ints():
+    got = copy_mod.check_manifest(
+        [{"path": "a/./b", "sha256": "A" * 64, "mode": "0755"}, {"path": "c", "sha256": "b" * 64, "mode": 0o600},
+         {"path": "d", "sha256": "c" * 64}],
+        0o640,
+    )
+    assert got == [
+        {"path": "a/b", "sha256": "a" * 64, "mode": 0o755},
+        {"path": "c", "sha256": "b" * 64, "mode": 0o600},
+        {"path": "d", "sha256": "c" * 64, "mode": 0o640},
+    ]
+
+
+# ---------------------------------------------------------------- one file
+
+
+def test_cli_creates_the_file_then_reports_no_change(tmp_path):
+    dest = tmp_path / "conf" / "app.env"
+    args = {"dest": str(dest), "content": "A=1\n", "mode": "0640"}
+    rc, first = cli(tmp_path, args)
+    assert rc == 0 and first["changed"] is True and dest.read_text() == "A=1\n" and mode_of(dest) == 0o640
+    assert first["sha256"] == sha(b"A=1\n")
+    rc, second = cli(tmp_path, args)
+    assert rc == 0 and second["changed"] is False and "as wanted" in second["msg"]
+
+
+def test_check_mode_changes_nothing_and_says_what_would_change(tmp_path):
+    dest = tmp_path / "f.txt"
+    dest.write_text("old\n")
+    os.chmod(dest, 0o644)
+    before = snapshot(tmp_path)
+    res = call({"dest": str(dest), "content": "new\n", "mode": "0600"}, check=True, diff=True)
+    assert res["changed"] is True and "would update content/mode" in res["msg"]
+    assert res["diff"]["before"]["content"] == "old\n" and res["diff"]["after"]["content"] == "new\n"
+    assert res["diff"]["after"]["mode"] == "0600"
+    assert snapshot(tmp_path) == before
+    absent = call({"dest": str(tmp_path / "new" / "g"), "content": "x"}, check=True)
+    assert absent["changed"] is True and snapshot(tmp_path) == before
+
+
+def test_diff_shows_before_and_after(tmp_path):
+    dest = tmp_path / "f.txt"
+    dest.write_text("one\n")
+    res = call({"dest": str(dest), "content": "two\n"}, diff=True)
+    assert res["diff"]["before"]["content"] == "one\n" and res["diff"]["after"]["content"] == "two\n"
+    created = call({"dest": str(tmp_path / "g"), "content": "x"}, diff=True)
+    assert created["diff"]["before"] == {"state": "absent"}
+
+
+def test_binary_content_b64_is_written_and_summarised_in_the_diff(tmp_path):
+    data = bytes(range(256))
+    dest = tmp_path / "blob.bin"
+    res = call({"dest": str(dest), "content_b64": base64.b64encode(data).decode()}, diff=True)
+    assert dest.read_bytes() == data and res["diff"]["after"]["content"].startswith("<256 bytes, sha256")
+    assert call({"dest": str(dest), "content_b64": base64.b64encode(data).decode()})["changed"] is False
+
+
+def test_mode_only_change_keeps_the_file_in_place(tmp_path):
+    dest = tmp_path / "f"
+    dest.write_text("same")
+    os.chmod(dest, 0o644)
+    inode = dest.stat().st_ino
+    res = call({"dest": str(dest), "content": "same", "mode": "0600"})
+    assert res["changed"] is True and "mode" in res["msg"] and mode_of(dest) == 0o600
+    assert dest.stat().st_ino == inode
+
+
+def test_content_change_keeps_existing_mode_and_backup_keeps_the_old_bytes(tmp_path):
+    dest = tmp_path / "f"
+    dest.write_text("v1")
+    os.chmod(dest, 0o600)
+    res = call({"dest": str(dest), "content": "v2", "backup": True})
+    assert dest.read_text() == "v2" and mode_of(dest) == 0o600
+    assert Path(res["backup_file"]).read_text() == "v1"
+
+
+def test_symlink_dest_is_followed_and_stays_a_link(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("a")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    call({"dest": str(link), "content": "b"})
+    assert link.is_symlink() and real.read_text() == "b"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
+def test_owner_and_group_are_set_and_then_unchanged(tmp_path):
+    dest = tmp_path / "owned"
+    args = {"dest": str(dest), "content": "x", "owner": "65534", "group": "65534"}
+    assert call(args)["changed"] is True
+    assert (dest.stat().st_uid, dest.stat().st_gid) == (65534, 65534)
+    assert call(args)["changed"] is False
+    os.chown(dest, 0, 0)
+    assert "owner" in call(args)["msg"]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ({}, "exactly one of 'content'"),
+        ({"content": "a", "content_b64": "YQ=="}, "exactly one of 'content'"),
+        ({"content_b64": "not base64!"}, "not valid base64"),
+        ({"content": "a", "mode": "rw-r--r--"}, "not an octal number"),
+        ({"content": "a", "owner": "dfp-no-such-user"}, "does not exist on this host"),
+        ({"content": "a", "delete_extra": True}, "only works with 'manifest'"),
+        ({"content": "a", "staged": {"a": "/tmp/x"}}, "belongs to folder mode"),
+    ],
+)
+def test_bad_input_gives_a_clear_error_and_writes_nothing(tmp_path, args, words):
+    before = snapshot(tmp_path)
+    with pytest.raises(ModuleError, match=words):
+        call({"dest": str(tmp_path / "f"), **args})
+    assert snapshot(tmp_path) == before
+
+
+def test_dest_that_is_a_directory_is_refused(tmp_path):
+    with pytest.raises(ModuleError, match="is a directory; give the file's full path"):
+        call({"dest": str(tmp_path), "content": "a"})
+
+
+# ---------------------------------------------------------------- folder: manifest protocol
+
+
+def make_source(files: dict) -> list[dict]:
+    return [{"path": p, "sha256": sha(d), "mode": m} for p, (d, m) in files.items()]
+
+
+def stage(tmp_path: Path, files: dict, paths: list[str]) -> dict:
+    """What the engine does between plan and install: upload each needed file to a temp path."""
+    staging = tmp_path / "staging"
+    staging.mkdir(exist_ok=True)
+    out = {}
+    for i, rel in enumerate(paths):
+        tmp = staging / f"up{i}"
+        tmp.write_bytes(files[rel][0])
+        out[rel] = str(tmp)
+    return out
+
+
+FILES = {
+    "a.txt": (b"alpha\n", "0644"),
+    "bin/run.sh": (b"#!/bin/sh\necho hi\n", "0755"),
+    "deep/er/c.json": (b"{}", "0600"),
+}
+
+
+def test_plan_lists_missing_and_different_files_and_changes_nothing(tmp_path):
+    dest = tmp_path / "dest"
+    (dest / "bin").mkdir(parents=True)
+    (dest / "a.txt").write_bytes(b"alpha\n")
+    (dest / "bin" / "run.sh").write_bytes(b"old")
+    before = snapshot(tmp_path)
+    res = call({"dest": str(dest), "manifest": make_source(FILES), "phase": "plan"})
+    assert res["needed"] == ["bin/run.sh", "deep/er/c.json"]
+    assert res["changed"] is False and res["would_change"] is True
+    assert snapshot(tmp_path) == before
+
+
+def test_install_places_staged_files_atomically_then_second_run_is_unchanged(tmp_path):
+    dest = tmp_path / "dest"
+    manifest = make_source(FILES)
+    plan = call({"dest": str(dest), "manifest": manifest, "phase": "plan"})
+    assert plan["needed"] == sorted(FILES)
+    staged = stage(tmp_path, FILES, plan["needed"])
+    res = call({"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged})
+    assert res["changed"] is True and sorted(res["installed"]) == sorted(FILES)
+    for rel, (data, mode) in FILES.items():
+        assert (dest / rel).read_bytes() == data and mode_of(dest / rel) == int(mode, 8)
+    assert not any(Path(p).exists() for p in staged.values())  # consumed
+    again = call({"dest": str(dest), "manifest": manifest, "phase": "plan"})
+    assert again["needed"] == [] and again["would_change"] is False
+    second = call({"dest": str(dest), "manifest": manifest, "phase": "install", "staged": {}})
+    assert second["changed"] is False
+
+
+def test_install_through_the_cli_and_check_mode_changes_nothing(tmp_path):
+    dest = tmp_path / "dest"
+    manifest = make_source(FILES)
+    staged = stage(tmp_path, FILES, sorted(FILES))
+    before = snapshot(tmp_path)
+    rc, res = cli(tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged}, "--check")
+    assert rc == 0 and res["changed"] is True and "would install" in res["msg"]
+    after = snapshot(tmp_path)
+    after.pop("args.json")
+    assert after == before
+    rc, res = cli(tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged})
+    assert rc == 0 and res["changed"] is True and (dest / "a.txt").read_bytes() == b"alpha\n"
+
+
+def test_staged_file_with_wrong_sha256_installs_nothing(tmp_path):
+    dest = tmp_path / "dest"
+    manifest = make_source(FILES)
+    staged = stage(tmp_path, FILES, sorted(FILES))
+    Path(staged["a.txt"]).write_bytes(b"tampered")
+    with pytest.raises(ModuleError, match=r"a.txt \(staged file .* has sha256 .*nothing was installed"):
+        call({"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged})
+    assert not dest.exists()
+    assert all(Path(p).exists() for p in staged.values())  # kept for a retry
+
+
+def test_install_without_a_needed_upload_is_refused(tmp_path):
+    with pytest.raises(ModuleError, match="were not staged: a.txt"):
+        call({"dest": str(tmp_path / "d"), "manifest": make_source({"a.txt": (b"x", "0644")}), "phase": "install"})
+
+
+def test_mode_only_difference_is_fixed_without_an_upload(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "a.txt").write_bytes(b"alpha\n")
+    os.chmod(dest / "a.txt", 0o600)
+    manifest = make_source({"a.txt": (b"alpha\n", "0644")})
+    plan = call({"dest": str(dest), "manifest": manifest})
+    assert plan["needed"] == [] and plan["mode_changes"] == ["a.txt"]
+    res = call({"dest": str(dest), "manifest": manifest, "phase": "install"}, diff=True)
+    assert res["changed"] is True and mode_of(dest / "a.txt") == 0o644
+    assert res["diff"]["after"] == {"a.txt": "mode 0644"}
+
+
+def test_delete_extra_removes_unlisted_files_and_their_empty_folders(tmp_path):
+    dest = tmp_path / "dest"
+    (dest / "old" / "sub").mkdir(parents=True)
+    (dest / "old" / "sub" / "stale.txt").write_text("x")
+    (dest / "stray.txt").write_text("x")
+    (dest / "a.txt").write_bytes(b"alpha\n")
+    manifest = make_source({"a.txt": (b"alpha\n", "0644")})
+    os.chmod(dest / "a.txt", 0o644)
+    keep = call({"dest": str(dest), "manifest": manifest, "phase": "install"})
+    assert keep["changed"] is False and (dest / "stray.txt").exists()  # default: extras are left alone
+    plan = call({"dest": str(dest), "manifest": manifest, "delete_extra": True})
+    assert plan["extra"] == ["old/sub/stale.txt", "stray.txt"] and (dest / "stray.txt").exists()
+    res = call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})
+    assert sorted(res["deleted"]) == ["old/sub/stale.txt", "stray.txt"]
+    assert sorted(p.name for p in dest.iterdir()) == ["a.txt"]
+    assert call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})["changed"] is False
+
+
+def test_manifest_refuses_a_symlinked_folder_leading_outside_dest(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "sub").symlink_to(outside)
+    with pytest.raises(ModuleError, match="outside"):
+        call({"dest": str(dest), "manifest": make_source({"sub/x": (b"x", "0644")})})
+
+
+def test_manifest_refuses_a_dest_that_is_a_file_and_unknown_staged_paths(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(ModuleError, match="not a directory"):
+        call({"dest": str(f), "manifest": []})
+    with pytest.raises(ModuleError, match="not in the manifest"):
+        call({"dest": str(tmp_path / "d"), "manifest": [], "phase": "install", "staged": {"x": "/tmp/x"}})
