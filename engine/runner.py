@@ -293,8 +293,15 @@ class Runner:
         except Exception as exc:
             host = state.host
             where = "local" if host.connection == "local" else f"{host.address}:{host.port}"
+            reason = f"{type(exc).__name__}: {exc}"
+            errors = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError wraps socket errors
+            if isinstance(errors, dict) and errors:
+                first = next(iter(errors.values()))
+                reason = first.strerror or str(first)
+            elif isinstance(exc, OSError) and exc.strerror:
+                reason = exc.strerror
             raise HostUnreachable(
-                f"cannot reach {host.name} ({where}) after {attempts} attempts: {type(exc).__name__}: {exc}. "
+                f"cannot reach {host.name} ({where}) after {attempts} attempt(s): {reason}. "
                 "Check ansible_host/ansible_port, that sshd runs there and the network path."
             ) from None
         try:

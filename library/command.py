@@ -149,7 +149,9 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def execute_argv(argv: list[str], cwd: str | None, env: dict, stdin: str | None, timeout_s: float | None) -> dict:
+def execute_argv(
+    argv: list[str], cwd: str | None, env: dict, stdin: str | None, timeout_s: float | None
+) -> dict:
     """Run argv in its own session; return rc (None on timeout), stdout, stderr, duration_s, timed_out."""
     start = time.monotonic()
     try:
@@ -215,7 +217,9 @@ def run(args: dict, ctx: Context) -> dict:
     env = check_env(args["env"])
     chdir = args["chdir"]
     if chdir is not None and not os.path.isdir(chdir):
-        raise ModuleError(f"module 'command': chdir {chdir!r} is not a directory on this host; create it or fix 'chdir'")
+        raise ModuleError(
+            f"module 'command': chdir {chdir!r} is not a directory on this host; create it or fix 'chdir'"
+        )
 
     def anchored(p: str | None) -> str | None:
         return os.path.join(chdir, p) if p is not None and chdir is not None else p
@@ -225,18 +229,31 @@ def run(args: dict, ctx: Context) -> dict:
     if reason:
         return {**base, "changed": False, "msg": f"skipped: {reason}"}
     if ctx.check and not args["check_safe"]:
-        return {**base, "changed": True, "msg": f"check mode: would run {argv[0]} (not run; set check_safe: true for a read-only command)"}
+        return {
+            **base,
+            "changed": True,
+            "msg": f"check mode: would run {argv[0]} (not run; set check_safe: true for a read-only command)",
+        }
 
     res = execute_argv(argv, chdir, env, args["stdin"], args["timeout_s"])
     stdout, out_cut = truncate(res["stdout"])
     stderr, err_cut = truncate(res["stderr"])
-    result = {**base, "ran": True, "rc": res["rc"], "stdout": stdout, "stderr": stderr, "duration_s": res["duration_s"]}
+    result = {
+        **base,
+        "ran": True,
+        "rc": res["rc"],
+        "stdout": stdout,
+        "stderr": stderr,
+        "duration_s": res["duration_s"],
+    }
     if out_cut:
         result["stdout_truncated_chars"] = out_cut
     if err_cut:
         result["stderr_truncated_chars"] = err_cut
     if res["pipes_held_open"]:
-        ctx.warn(f"{argv[0]}: a background process still holds its output open; output after exit is not captured")
+        ctx.warn(
+            f"{argv[0]}: a background process still holds its output open; output after exit is not captured"
+        )
     quoted = last_lines(res["stderr"]) or last_lines(res["stdout"])
     quote = f"; last output lines:\n{quoted}" if quoted else " and printed nothing"
     if res["timed_out"]:

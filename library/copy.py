@@ -27,6 +27,7 @@ Parent folders missing on the host are created (mode 0755).
 
 from __future__ import annotations
 
+
 def _stdlib_instead(name: str) -> None:
     """Put the standard library's module of this name in sys.modules, in place of this file.
 
@@ -40,7 +41,9 @@ def _stdlib_instead(name: str) -> None:
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if os.path.abspath(p or ".") != here])
+    spec = importlib.machinery.PathFinder.find_spec(
+        name, [p for p in sys.path if os.path.abspath(p or ".") != here]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -104,7 +107,9 @@ def content_for_diff(data: bytes | None) -> str | None:
     return f"<{len(data)} bytes, sha256 {sha256_bytes(data)}>"
 
 
-def decide_file(current: bytes | None, cur_mode: int | None, cur_ids: tuple, data: bytes, mode: int | None, ids: tuple) -> list[str]:
+def decide_file(
+    current: bytes | None, cur_mode: int | None, cur_ids: tuple, data: bytes, mode: int | None, ids: tuple
+) -> list[str]:
     """What differs between the file as found and as wanted: a list of 'content', 'mode', 'owner'."""
     what = []
     if current is None or current != data:
@@ -123,14 +128,21 @@ def _describe(path: str, data: bytes | None) -> dict:
     if data is None:
         return {"state": "absent"}
     st = os.stat(path)
-    return {"state": "file", "mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid,
-            "content": content_for_diff(data)}
+    return {
+        "state": "file",
+        "mode": "%04o" % (st.st_mode & 0o7777),
+        "uid": st.st_uid,
+        "gid": st.st_gid,
+        "content": content_for_diff(data),
+    }
 
 
 def run_file(args: dict, ctx: Context) -> dict:
     for name in ("staged",):
         if args[name]:
-            raise ModuleError(f"module 'copy': argument '{name}' belongs to folder mode; give 'manifest' too or drop it")
+            raise ModuleError(
+                f"module 'copy': argument '{name}' belongs to folder mode; give 'manifest' too or drop it"
+            )
     if args["delete_extra"]:
         raise ModuleError("module 'copy': delete_extra only works with 'manifest' (folder mode); drop it")
     if (args["content"] is None) == (args["content_b64"] is None):
@@ -144,16 +156,22 @@ def run_file(args: dict, ctx: Context) -> dict:
         try:
             data = base64.b64decode(args["content_b64"], validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise ModuleError(f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64")
+            raise ModuleError(
+                f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64"
+            )
     mode = parse_mode(args["mode"])
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = os.path.realpath(args["dest"])
     if os.path.isdir(dest):
-        raise ModuleError(f"module 'copy': dest {args['dest']} is a directory; give the file's full path (folder/NAME)")
+        raise ModuleError(
+            f"module 'copy': dest {args['dest']} is a directory; give the file's full path (folder/NAME)"
+        )
     try:
         current = read_bytes(dest)
     except OSError as exc:
-        raise ModuleError(f"module 'copy': cannot read {dest}: {exc.strerror}; fix its permissions or the path")
+        raise ModuleError(
+            f"module 'copy': cannot read {dest}: {exc.strerror}; fix its permissions or the path"
+        )
     cur_mode, cur_ids = None, ()
     if current is not None:
         st = os.stat(dest)
@@ -185,7 +203,9 @@ def run_file(args: dict, ctx: Context) -> dict:
                 os.chown(dest, cur_ids[0] if uid is None else -1, cur_ids[1] if gid is None else -1)
         ensure_attributes(dest, mode, uid, gid, False)
     except OSError as exc:
-        raise ModuleError(f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder")
+        raise ModuleError(
+            f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder"
+        )
     done = "created" if current is None else "updated " + "/".join(what) + " of"
     result = {**base, "changed": True, "msg": f"{done} {dest}"}
     if backup_file:
@@ -204,7 +224,9 @@ def check_manifest(manifest: list, default_mode: int | None) -> list[dict]:
     for i, entry in enumerate(manifest):
         where = f"module 'copy': manifest[{i}]"
         if not isinstance(entry, dict) or "path" not in entry or "sha256" not in entry:
-            raise ModuleError(f"{where} must be a mapping with 'path' and 'sha256' (and optional 'mode'), got {entry!r}")
+            raise ModuleError(
+                f"{where} must be a mapping with 'path' and 'sha256' (and optional 'mode'), got {entry!r}"
+            )
         extra = sorted(set(entry) - {"path", "sha256", "mode"})
         if extra:
             raise ModuleError(f"{where} has unknown key(s) {', '.join(extra)}; allowed: path, sha256, mode")
@@ -218,7 +240,11 @@ def check_manifest(manifest: list, default_mode: int | None) -> list[dict]:
             raise ModuleError(f"{where}: path {path!r} is listed twice; list each file once")
         seen.add(path)
         sha = entry["sha256"]
-        if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha.lower()):
+        if (
+            not isinstance(sha, str)
+            or len(sha) != 64
+            or any(c not in "0123456789abcdef" for c in sha.lower())
+        ):
             raise ModuleError(f"{where}: sha256 {sha!r} is not 64 hex digits")
         mode = entry.get("mode")
         if isinstance(mode, int) and not isinstance(mode, bool):
@@ -260,16 +286,22 @@ def _inside(root: str, path: str) -> bool:
 def _scan_entry(dest_real: str, rel: str) -> dict | None:
     target = os.path.join(dest_real, *rel.split("/"))
     if not _inside(dest_real, os.path.realpath(os.path.dirname(target))):
-        raise ModuleError(f"module 'copy': {rel} would be written outside {dest_real} (a folder on its way is a "
-                          f"symlink leading elsewhere); remove that symlink or change the manifest")
+        raise ModuleError(
+            f"module 'copy': {rel} would be written outside {dest_real} (a folder on its way is a "
+            f"symlink leading elsewhere); remove that symlink or change the manifest"
+        )
     try:
         st = os.lstat(target)
     except FileNotFoundError:
         return None
     except NotADirectoryError:
-        raise ModuleError(f"module 'copy': a file sits where a folder on the way to {target} should be; move it away")
+        raise ModuleError(
+            f"module 'copy': a file sits where a folder on the way to {target} should be; move it away"
+        )
     if os.path.isdir(target) and not os.path.islink(target):
-        raise ModuleError(f"module 'copy': {target} is a directory but the manifest lists it as a file; move it away")
+        raise ModuleError(
+            f"module 'copy': {target} is a directory but the manifest lists it as a file; move it away"
+        )
     if not os.path.isfile(target) or os.path.islink(target):
         return {"sha256": "", "mode": None, "uid": None, "gid": None}  # a symlink or special file: replace it
     return {"sha256": sha256_file(target), "mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid}
@@ -315,21 +347,31 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = args["dest"]
     if os.path.lexists(dest) and not os.path.isdir(dest):
-        raise ModuleError(f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder")
+        raise ModuleError(
+            f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder"
+        )
     dest_real = os.path.realpath(dest)
     staged = {posixpath.normpath(k): v for k, v in (args["staged"] or {}).items()}
     wanted = {e["path"]: e for e in entries}
     unknown = sorted(set(staged) - set(wanted))
     if unknown:
-        raise ModuleError(f"module 'copy': staged path(s) {', '.join(unknown)} are not in the manifest; stage only listed files")
+        raise ModuleError(
+            f"module 'copy': staged path(s) {', '.join(unknown)} are not in the manifest; stage only listed files"
+        )
     if staged and args["phase"] == "plan":
-        raise ModuleError("module 'copy': 'staged' is for phase install; phase plan only reports what is needed")
+        raise ModuleError(
+            "module 'copy': 'staged' is for phase install; phase plan only reports what is needed"
+        )
 
-    found = {e["path"]: _scan_entry(dest_real, e["path"]) for e in entries} if os.path.isdir(dest_real) else {}
+    found = (
+        {e["path"]: _scan_entry(dest_real, e["path"]) for e in entries} if os.path.isdir(dest_real) else {}
+    )
     needed, mode_changes = plan_entries(entries, found)
     owner_changes = [
-        p for p in wanted
-        if p not in needed and found.get(p)
+        p
+        for p in wanted
+        if p not in needed
+        and found.get(p)
         and ((uid is not None and found[p]["uid"] != uid) or (gid is not None and found[p]["gid"] != gid))
     ]
     staged_abs = {os.path.realpath(p) for p in staged.values() if isinstance(p, str)}
@@ -337,8 +379,15 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     if args["delete_extra"] and os.path.isdir(dest_real):
         extra = extra_paths(_existing_files(dest_real, staged_abs), list(wanted))
     would_change = bool(needed or mode_changes or owner_changes or extra or not os.path.isdir(dest_real))
-    base = {"dest": dest_real, "needed": needed, "mode_changes": mode_changes, "owner_changes": owner_changes, "extra": extra,
-            "would_change": would_change, "files": len(entries)}
+    base = {
+        "dest": dest_real,
+        "needed": needed,
+        "mode_changes": mode_changes,
+        "owner_changes": owner_changes,
+        "extra": extra,
+        "would_change": would_change,
+        "files": len(entries),
+    }
     summary = f"{len(needed)} to upload, {len(mode_changes)} mode change(s), {len(extra)} extra of {len(entries)} file(s)"
     diff = None
     if ctx.diff:
@@ -355,24 +404,37 @@ def run_manifest(args: dict, ctx: Context) -> dict:
 
     # phase install
     if ctx.check:
-        result = {**base, "changed": would_change,
-                  "msg": f"check mode: {dest_real}: would install {summary}" if would_change else f"{dest_real} is as wanted"}
+        result = {
+            **base,
+            "changed": would_change,
+            "msg": f"check mode: {dest_real}: would install {summary}"
+            if would_change
+            else f"{dest_real} is as wanted",
+        }
         if diff and would_change:
             result["diff"] = diff
         return result
     missing = [p for p in needed if p not in staged]
     if missing:
-        raise ModuleError(f"module 'copy': {len(missing)} file(s) differ on the host but were not staged: "
-                          f"{', '.join(missing[:10])}; run phase plan, upload each needed file, then install", **base)
+        raise ModuleError(
+            f"module 'copy': {len(missing)} file(s) differ on the host but were not staged: "
+            f"{', '.join(missing[:10])}; run phase plan, upload each needed file, then install",
+            **base,
+        )
     bad = []
     for rel, path in sorted(staged.items()):
         if not isinstance(path, str) or not os.path.isfile(path):
             bad.append(f"{rel} (staged file {path!r} is missing)")
         elif rel in needed and sha256_file(path) != wanted[rel]["sha256"]:
-            bad.append(f"{rel} (staged file {path} has sha256 {sha256_file(path)[:12]}, manifest says {wanted[rel]['sha256'][:12]})")
+            bad.append(
+                f"{rel} (staged file {path} has sha256 {sha256_file(path)[:12]}, manifest says {wanted[rel]['sha256'][:12]})"
+            )
     if bad:
-        raise ModuleError(f"module 'copy': staged upload(s) do not match the manifest: {'; '.join(bad)}; "
-                          f"nothing was installed; upload them again", **base)
+        raise ModuleError(
+            f"module 'copy': staged upload(s) do not match the manifest: {'; '.join(bad)}; "
+            f"nothing was installed; upload them again",
+            **base,
+        )
     installed, deleted = [], []
     try:
         os.makedirs(dest_real, mode=NEW_DIR_MODE, exist_ok=True)
@@ -396,16 +458,26 @@ def run_manifest(args: dict, ctx: Context) -> dict:
             for rel in wanted:
                 ensure_attributes(os.path.join(dest_real, *rel.split("/")), None, uid, gid, False)
     except OSError as exc:
-        raise ModuleError(f"module 'copy': installing into {dest_real} failed: {exc}; fix permissions and run again",
-                          installed=installed, deleted=deleted)
+        raise ModuleError(
+            f"module 'copy': installing into {dest_real} failed: {exc}; fix permissions and run again",
+            installed=installed,
+            deleted=deleted,
+        )
     finally:
         for leftover in staged.values():  # uploads that were not needed: the content is already there
             if isinstance(leftover, str) and os.path.isfile(leftover):
                 os.unlink(leftover)
     changed = would_change
-    result = {**base, "changed": changed, "installed": installed, "deleted": deleted,
-              "msg": f"{dest_real}: installed {len(installed)}, mode {len(mode_changes)}, deleted {len(deleted)} "
-                     f"of {len(entries)} file(s)" if changed else f"{dest_real} is as wanted ({len(entries)} file(s))"}
+    result = {
+        **base,
+        "changed": changed,
+        "installed": installed,
+        "deleted": deleted,
+        "msg": f"{dest_real}: installed {len(installed)}, mode {len(mode_changes)}, deleted {len(deleted)} "
+        f"of {len(entries)} file(s)"
+        if changed
+        else f"{dest_real} is as wanted ({len(entries)} file(s))",
+    }
     if diff and changed:
         result["diff"] = diff
     return result

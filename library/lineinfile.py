@@ -44,14 +44,18 @@ def _compile(name: str, pattern: str | None) -> re.Pattern | None:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ModuleError(f"module 'lineinfile': {name} {pattern!r} is not a valid regex: {exc}; fix the pattern")
+        raise ModuleError(
+            f"module 'lineinfile': {name} {pattern!r} is not a valid regex: {exc}; fix the pattern"
+        )
 
 
 def _bare(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def edit(text: str, line: str | None, regexp: str | None, state: str, insertafter: str = "EOF") -> tuple[str, str | None]:
+def edit(
+    text: str, line: str | None, regexp: str | None, state: str, insertafter: str = "EOF"
+) -> tuple[str, str | None]:
     """The file's new text and what was done (None when nothing changes). Pure: no I/O."""
     rx = _compile("regexp", regexp)
     lines = text.splitlines(keepends=True)
@@ -67,7 +71,7 @@ def edit(text: str, line: str | None, regexp: str | None, state: str, insertafte
             i = hits[-1]
             if _bare(lines[i]) == line:
                 return text, None
-            ending = lines[i][len(_bare(lines[i])):]
+            ending = lines[i][len(_bare(lines[i])) :]
             lines[i] = line + ending
             return "".join(lines), "replaced a line"
     if any(_bare(ln) == line for ln in lines):
@@ -89,9 +93,13 @@ def run(args: dict, ctx: Context) -> dict:
     if state == "present" and line is None:
         raise ModuleError("module 'lineinfile': state present needs 'line' (the whole line wanted)")
     if state == "absent" and line is None and regexp is None:
-        raise ModuleError("module 'lineinfile': state absent needs 'line' or 'regexp' to know which lines to remove")
+        raise ModuleError(
+            "module 'lineinfile': state absent needs 'line' or 'regexp' to know which lines to remove"
+        )
     if line is not None and ("\n" in line or "\r" in line):
-        raise ModuleError("module 'lineinfile': 'line' contains a newline; it manages one line (use copy or template for more)")
+        raise ModuleError(
+            "module 'lineinfile': 'line' contains a newline; it manages one line (use copy or template for more)"
+        )
     _compile("regexp", regexp)
     if args["insertafter"] != "EOF":
         _compile("insertafter", args["insertafter"])
@@ -107,9 +115,13 @@ def run(args: dict, ctx: Context) -> dict:
         if state == "absent":
             return {"changed": False, "msg": f"{path} does not exist: nothing to remove", "path": path}
         if not args["create"]:
-            raise ModuleError(f"module 'lineinfile': {path} does not exist; set create: true to create it, or fix 'path'")
+            raise ModuleError(
+                f"module 'lineinfile': {path} does not exist; set create: true to create it, or fix 'path'"
+            )
         if not os.path.isdir(os.path.dirname(path)):
-            raise ModuleError(f"module 'lineinfile': the folder of {path} does not exist; create it first (file: state=directory)")
+            raise ModuleError(
+                f"module 'lineinfile': the folder of {path} does not exist; create it first (file: state=directory)"
+            )
     before = "" if raw is None else raw.decode("utf-8", errors="surrogateescape")
     after, what = edit(before, line, regexp, state, args["insertafter"])
     if raw is None:
@@ -122,7 +134,11 @@ def run(args: dict, ctx: Context) -> dict:
     if what is None and not mode_differs:
         return {"changed": False, "msg": f"{path}: the line is as wanted", "path": path}
     what = what or f"set mode {mode:04o}"
-    result = {"changed": True, "path": path, "msg": f"{'check mode: would have ' if ctx.check else ''}{what} in {path}"}
+    result = {
+        "changed": True,
+        "path": path,
+        "msg": f"{'check mode: would have ' if ctx.check else ''}{what} in {path}",
+    }
     if ctx.diff:
         result["diff"] = {
             "before": None if raw is None else before,
@@ -134,8 +150,12 @@ def run(args: dict, ctx: Context) -> dict:
         return result
     try:
         if after != before or raw is None:
-            backup_file = atomic_write(path, after.encode("utf-8", errors="surrogateescape"),
-                                       mode if mode is not None else cur_mode, args["backup"])
+            backup_file = atomic_write(
+                path,
+                after.encode("utf-8", errors="surrogateescape"),
+                mode if mode is not None else cur_mode,
+                args["backup"],
+            )
             if backup_file:
                 result["backup_file"] = backup_file
             if raw is not None and os.geteuid() == 0:
@@ -145,7 +165,9 @@ def run(args: dict, ctx: Context) -> dict:
         elif mode_differs:
             os.chmod(path, mode)
     except OSError as exc:
-        raise ModuleError(f"module 'lineinfile': cannot write {path}: {exc.strerror}; fix the permissions of the file or its folder")
+        raise ModuleError(
+            f"module 'lineinfile': cannot write {path}: {exc.strerror}; fix the permissions of the file or its folder"
+        )
     return result
 
 

@@ -16,6 +16,7 @@ sha256 (with checksum, for a file), lnk_target (the link's text), path. Never ch
 
 from __future__ import annotations
 
+
 def _stdlib_instead(name: str) -> None:
     """Put the standard library's module of this name in sys.modules, in place of this file.
 
@@ -29,7 +30,9 @@ def _stdlib_instead(name: str) -> None:
     import sys
 
     here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if os.path.abspath(p or ".") != here])
+    spec = importlib.machinery.PathFinder.find_spec(
+        name, [p for p in sys.path if os.path.abspath(p or ".") != here]
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -55,8 +58,19 @@ ARGS = {
 }
 
 ABSENT = {
-    "exists": False, "isdir": False, "isfile": False, "islink": False, "size": None, "mode": None,
-    "uid": None, "gid": None, "owner": None, "group": None, "mtime": None, "sha256": None, "lnk_target": None,
+    "exists": False,
+    "isdir": False,
+    "isfile": False,
+    "islink": False,
+    "size": None,
+    "mode": None,
+    "uid": None,
+    "gid": None,
+    "owner": None,
+    "group": None,
+    "mtime": None,
+    "sha256": None,
+    "lnk_target": None,
 }
 
 
@@ -93,7 +107,9 @@ def run(args: dict, ctx: Context) -> dict:
     except NotADirectoryError:
         return {**result, "msg": f"{path} does not exist (a part of it is not a directory)"}
     except PermissionError:
-        raise ModuleError(f"module 'stat': permission denied looking at {path}; a folder on the way is not searchable by this user")
+        raise ModuleError(
+            f"module 'stat': permission denied looking at {path}; a folder on the way is not searchable by this user"
+        )
     islink = st_mod.S_ISLNK(lst.st_mode)
     st = lst
     if islink:
@@ -102,7 +118,12 @@ def run(args: dict, ctx: Context) -> dict:
             try:
                 st = os.stat(path)
             except OSError:
-                return {**result, "exists": False, "islink": True, "msg": f"{path} is a dangling symlink to {result['lnk_target']}"}
+                return {
+                    **result,
+                    "exists": False,
+                    "islink": True,
+                    "msg": f"{path} is a dangling symlink to {result['lnk_target']}",
+                }
     result.update(describe(st), exists=True, islink=islink)
     if args["checksum"] and result["isfile"]:
         h = hashlib.sha256()
@@ -111,9 +132,19 @@ def run(args: dict, ctx: Context) -> dict:
                 for chunk in iter(lambda: fh.read(1 << 20), b""):
                     h.update(chunk)
         except OSError as exc:
-            raise ModuleError(f"module 'stat': cannot read {path} for its checksum: {exc.strerror}; drop checksum or fix permissions")
+            raise ModuleError(
+                f"module 'stat': cannot read {path} for its checksum: {exc.strerror}; drop checksum or fix permissions"
+            )
         result["sha256"] = h.hexdigest()
-    kind = "directory" if result["isdir"] else "file" if result["isfile"] else "symlink" if islink else "special file"
+    kind = (
+        "directory"
+        if result["isdir"]
+        else "file"
+        if result["isfile"]
+        else "symlink"
+        if islink
+        else "special file"
+    )
     result["msg"] = f"{path} is a {kind}" + (f" -> {result['lnk_target']}" if islink else "")
     return result
 

@@ -84,7 +84,9 @@ def parse_status_codes(value: object) -> list[int]:
                 raise ValueError
             code = int(v)
         except (TypeError, ValueError):
-            raise ModuleError(f"module 'uri': status_code must be an int or a list of ints, got {value!r}; e.g. status_code: [200, 204]")
+            raise ModuleError(
+                f"module 'uri': status_code must be an int or a list of ints, got {value!r}; e.g. status_code: [200, 204]"
+            )
         if not 100 <= code <= 599:
             raise ModuleError(f"module 'uri': status_code {code} is not an HTTP status (100-599)")
         out.append(code)
@@ -118,7 +120,9 @@ def json_problems(doc: object, expected: dict) -> list[str]:
     return problems
 
 
-def send(url: str, method: str, headers: dict, data: bytes | None, timeout: float, verify: bool) -> tuple[int, dict, bytes]:
+def send(
+    url: str, method: str, headers: dict, data: bytes | None, timeout: float, verify: bool
+) -> tuple[int, dict, bytes]:
     """(status, headers, body); an HTTP error status is an answer, not an exception."""
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     context = None
@@ -139,8 +143,10 @@ def send(url: str, method: str, headers: dict, data: bytes | None, timeout: floa
         reason = exc.reason
         if isinstance(reason, socket.timeout):
             raise ModuleError(f"{method} {redact_url(url)}: no answer within {timeout} s (timeout_s)")
-        raise ModuleError(f"{method} {redact_url(url)}: cannot connect: {getattr(reason, 'strerror', None) or reason}; "
-                          f"is the server running and the URL right?")
+        raise ModuleError(
+            f"{method} {redact_url(url)}: cannot connect: {getattr(reason, 'strerror', None) or reason}; "
+            f"is the server running and the URL right?"
+        )
     except socket.timeout:
         raise ModuleError(f"{method} {redact_url(url)}: no answer within {timeout} s (timeout_s)")
     except (ConnectionError, OSError) as exc:
@@ -149,10 +155,17 @@ def send(url: str, method: str, headers: dict, data: bytes | None, timeout: floa
 
 def run(args: dict, ctx: Context) -> dict:
     url, method = args["url"], args["method"].upper()
-    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
-        raise ModuleError(f"module 'uri': url {redact_url(url)!r} is not an http:// or https:// URL; write it in full")
+    if (
+        urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https")
+        or not urllib.parse.urlsplit(url).netloc
+    ):
+        raise ModuleError(
+            f"module 'uri': url {redact_url(url)!r} is not an http:// or https:// URL; write it in full"
+        )
     if not method.isalpha():
-        raise ModuleError(f"module 'uri': method {args['method']!r} is not an HTTP method (GET, POST, PUT, ...)")
+        raise ModuleError(
+            f"module 'uri': method {args['method']!r} is not an HTTP method (GET, POST, PUT, ...)"
+        )
     codes = parse_status_codes(args["status_code"])
     if args["body"] is not None and args["json"] is not None:
         raise ModuleError("module 'uri': give either 'body' (text) or 'json' (a mapping or list), not both")
@@ -160,7 +173,9 @@ def run(args: dict, ctx: Context) -> dict:
     data = None
     if args["json"] is not None:
         if not isinstance(args["json"], (dict, list)):
-            raise ModuleError(f"module 'uri': 'json' must be a mapping or a list, got {type(args['json']).__name__}; use 'body' for text")
+            raise ModuleError(
+                f"module 'uri': 'json' must be a mapping or a list, got {type(args['json']).__name__}; use 'body' for text"
+            )
         data = json.dumps(args["json"]).encode("utf-8")
         if not any(k.lower() == "content-type" for k in headers):
             headers["Content-Type"] = "application/json"
@@ -170,7 +185,12 @@ def run(args: dict, ctx: Context) -> dict:
     shown_url = redact_url(url)
     base = {"url": shown_url, "method": method, "request_headers": redact_headers(headers)}
     if ctx.check and mutating:
-        return {**base, "status": None, "changed": True, "msg": f"check mode: would send {method} {shown_url} (not sent: mutating)"}
+        return {
+            **base,
+            "status": None,
+            "changed": True,
+            "msg": f"check mode: would send {method} {shown_url} (not sent: mutating)",
+        }
 
     start = time.monotonic()
     status, resp_headers, raw = send(url, method, headers, data, args["timeout_s"], args["validate_certs"])
@@ -184,7 +204,9 @@ def run(args: dict, ctx: Context) -> dict:
         except ValueError:
             doc = _MISSING
     if args["return_content"]:
-        result["content"] = text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode("utf-8", errors="replace")
+        result["content"] = (
+            text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode("utf-8", errors="replace")
+        )
         if len(raw) > CONTENT_LIMIT:
             result["content_truncated_bytes"] = len(raw) - CONTENT_LIMIT
         result["json"] = None if doc is _MISSING else doc
@@ -197,11 +219,17 @@ def run(args: dict, ctx: Context) -> dict:
         )
     if args["expect_json"]:
         if doc is _MISSING:
-            raise ModuleError(f"{method} {shown_url} answered {status} but the body is not JSON, so expect_json cannot be "
-                              f"checked; body starts: {quote or '(empty)'}", **result)
+            raise ModuleError(
+                f"{method} {shown_url} answered {status} but the body is not JSON, so expect_json cannot be "
+                f"checked; body starts: {quote or '(empty)'}",
+                **result,
+            )
         problems = json_problems(doc, args["expect_json"])
         if problems:
-            raise ModuleError(f"{method} {shown_url}: the JSON answer does not match expect_json: {'; '.join(problems)}", **result)
+            raise ModuleError(
+                f"{method} {shown_url}: the JSON answer does not match expect_json: {'; '.join(problems)}",
+                **result,
+            )
     result.update(changed=mutating, msg=f"{method} {shown_url}: {status} in {elapsed} s")
     return result
 

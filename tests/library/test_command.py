@@ -36,7 +36,10 @@ def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(args))
     proc = subprocess.run(
-        [sys.executable, str(LIB / "command.py"), str(args_file), *flags], capture_output=True, text=True, timeout=30
+        [sys.executable, str(LIB / "command.py"), str(args_file), *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     return proc.returncode, json.loads(proc.stdout)
 
@@ -157,8 +160,12 @@ def test_check_safe_command_runs_in_check_mode(tmp_path):
 
 
 def test_env_is_added_to_the_inherited_environment(tmp_path):
-    res = call({"argv": [sys.executable, "-c", "import os; print(os.environ['DFP_X'], 'PATH' in os.environ)"],
-                "env": {"DFP_X": 42}})
+    res = call(
+        {
+            "argv": [sys.executable, "-c", "import os; print(os.environ['DFP_X'], 'PATH' in os.environ)"],
+            "env": {"DFP_X": 42},
+        }
+    )
     assert res["stdout"] == "42 True\n"
 
 
@@ -173,7 +180,11 @@ def test_chdir_sets_the_working_folder(tmp_path):
 
 
 def test_nonzero_rc_fails_quoting_the_last_stderr_lines(tmp_path):
-    prog = [sys.executable, "-c", "import sys\nfor i in range(30): print('line', i, file=sys.stderr)\nsys.exit(3)"]
+    prog = [
+        sys.executable,
+        "-c",
+        "import sys\nfor i in range(30): print('line', i, file=sys.stderr)\nsys.exit(3)",
+    ]
     with pytest.raises(ModuleError) as err:
         call({"argv": prog})
     assert "rc 3" in err.value.msg and "line 29" in err.value.msg and "line 5\n" not in err.value.msg

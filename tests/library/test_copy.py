@@ -34,7 +34,10 @@ def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(args))
     proc = subprocess.run(
-        [sys.executable, str(LIB / "copy.py"), str(args_file), *flags], capture_output=True, text=True, timeout=30
+        [sys.executable, str(LIB / "copy.py"), str(args_file), *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.stderr == ""
     return proc.returncode, json.loads(proc.stdout)
@@ -116,8 +119,11 @@ def test_bad_manifest_is_refused_naming_the_entry(manifest, words):
 
 def test_manifest_modes_accept_strings_and_ints():
     got = copy_mod.check_manifest(
-        [{"path": "a/./b", "sha256": "A" * 64, "mode": "0755"}, {"path": "c", "sha256": "b" * 64, "mode": 0o600},
-         {"path": "d", "sha256": "c" * 64}],
+        [
+            {"path": "a/./b", "sha256": "A" * 64, "mode": "0755"},
+            {"path": "c", "sha256": "b" * 64, "mode": 0o600},
+            {"path": "d", "sha256": "c" * 64},
+        ],
         0o640,
     )
     assert got == [
@@ -294,7 +300,9 @@ def test_install_through_the_cli_and_check_mode_changes_nothing(tmp_path):
     manifest = make_source(FILES)
     staged = stage(tmp_path, FILES, sorted(FILES))
     before = snapshot(tmp_path)
-    rc, res = cli(tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged}, "--check")
+    rc, res = cli(
+        tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged}, "--check"
+    )
     assert rc == 0 and res["changed"] is True and "would install" in res["msg"]
     after = snapshot(tmp_path)
     after.pop("args.json")
@@ -316,7 +324,13 @@ def test_staged_file_with_wrong_sha256_installs_nothing(tmp_path):
 
 def test_install_without_a_needed_upload_is_refused(tmp_path):
     with pytest.raises(ModuleError, match="were not staged: a.txt"):
-        call({"dest": str(tmp_path / "d"), "manifest": make_source({"a.txt": (b"x", "0644")}), "phase": "install"})
+        call(
+            {
+                "dest": str(tmp_path / "d"),
+                "manifest": make_source({"a.txt": (b"x", "0644")}),
+                "phase": "install",
+            }
+        )
 
 
 def test_mode_only_difference_is_fixed_without_an_upload(tmp_path):
@@ -347,7 +361,10 @@ def test_delete_extra_removes_unlisted_files_and_their_empty_folders(tmp_path):
     res = call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})
     assert sorted(res["deleted"]) == ["old/sub/stale.txt", "stray.txt"]
     assert sorted(p.name for p in dest.iterdir()) == ["a.txt"]
-    assert call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})["changed"] is False
+    assert (
+        call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})["changed"]
+        is False
+    )
 
 
 def test_manifest_refuses_a_symlinked_folder_leading_outside_dest(tmp_path):

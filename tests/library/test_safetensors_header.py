@@ -14,8 +14,11 @@ import pytest
 from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "library"))
-sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "drafter_configs"))
+
+# Appended, not prepended: library/ holds files named like stdlib modules (copy.py, stat.py).
+for _p in (ROOT / "library", ROOT / "tests" / "fixtures" / "drafter_configs"):
+    if str(_p) not in sys.path:
+        sys.path.append(str(_p))
 
 from _common import ModuleError  # noqa: E402
 from _safetensors import read_checkpoint, read_header  # noqa: E402

@@ -33,7 +33,10 @@ def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(args))
     proc = subprocess.run(
-        [sys.executable, str(LIB / "stat.py"), str(args_file), *flags], capture_output=True, text=True, timeout=30
+        [sys.executable, str(LIB / "stat.py"), str(args_file), *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.stderr == ""
     return proc.returncode, json.loads(proc.stdout)
@@ -55,7 +58,9 @@ def test_cli_runs_with_python_s_where_stat_is_not_preloaded(tmp_path):
     """python3 -S does not import the stdlib stat at start-up, so library/stat.py must hand it over."""
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"path": str(tmp_path)}))
-    proc = subprocess.run([sys.executable, "-S", str(LIB / "stat.py"), str(args_file)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-S", str(LIB / "stat.py"), str(args_file)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["isdir"] is True
 
@@ -95,7 +100,12 @@ def test_symlink_is_described_as_a_link_or_followed(tmp_path, follow, isdir, isl
     link = tmp_path / "current"
     link.symlink_to("envs/abc")
     res = call({"path": str(link), "follow": follow})
-    assert (res["exists"], res["isdir"], res["islink"], res["lnk_target"]) == (True, isdir, islink, "envs/abc")
+    assert (res["exists"], res["isdir"], res["islink"], res["lnk_target"]) == (
+        True,
+        isdir,
+        islink,
+        "envs/abc",
+    )
 
 
 def test_dangling_symlink_exists_as_a_link_but_not_when_followed(tmp_path):

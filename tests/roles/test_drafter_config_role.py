@@ -48,10 +48,22 @@ def make_models(base: Path) -> tuple[Path, Path]:
     drafter, target = base / "dflash", base / "target"
     drafter.mkdir()
     target.mkdir()
-    table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
-    save_file({n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors"))
+    table = drafter_tensors(
+        hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32"
+    )
+    save_file(
+        {n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors")
+    )
     (target / "config.json").write_text(json.dumps(TARGET))
     return drafter, target
+
+
+def give_to(user: str, *folders: Path) -> None:
+    """Hand the model folders to the ssh test user, as a host's own model folders would be."""
+    pw = pwd.getpwnam(user)
+    for folder in folders:
+        for path in [folder, *folder.iterdir()]:
+            os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
 def play(tmp_path: Path, inventory: Path, **kw):
@@ -129,10 +141,7 @@ def test_role_over_ssh_reads_the_header_on_the_host_and_a_second_run_changes_not
     tmp_path, shared_tmp, ssh_host, inventory_file
 ):
     drafter, target = make_models(shared_tmp)
-    # A 3.5 GB (sparse) 27B-shaped checkpoint would be as fast: only the header crosses no wire at all.
-    user = pwd.getpwnam(ssh_host.user)
-    for path in (drafter, target):
-        os.chown(path, user.pw_uid, user.pw_gid)
+    give_to(ssh_host.user, drafter, target)
     inv = inventory_file(
         hosts=[ssh_host],
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 3},
@@ -141,23 +150,26 @@ def test_role_over_ssh_reads_the_header_on_the_host_and_a_second_run_changes_not
     assert first.exit_code == 0, [t["msg"] for t in first.tasks]
     assert first.recap[ssh_host.name]["changed"] == 1
     config = drafter / "config.json"
-    assert config.stat().st_uid == user.pw_uid  # written on the host, by the host's user
+    assert config.stat().st_uid == pwd.getpwnam(ssh_host.user).pw_uid  # written on the host, by its user
     assert json.loads(config.read_text())["dflash_config"]["target_layer_ids"] == [1, 5]
     second = play(tmp_path, inv)
     assert second.exit_code == 0 and second.recap[ssh_host.name]["changed"] == 0
 
 
 @pytest.mark.ssh
-def test_role_over_ssh_reads_a_multi_gb_checkpoint_header_in_milliseconds(tmp_path, shared_tmp, ssh_host, inventory_file):
+def test_role_over_ssh_reads_a_multi_gb_checkpoint_header_in_milliseconds(
+    tmp_path, shared_tmp, ssh_host, inventory_file
+):
     drafter, target = shared_tmp / "d27", shared_tmp / "t27"
     drafter.mkdir()
     target.mkdir()
     published = json.loads((FIXTURES / "qwen3.5-27b-dflash.json").read_text())
-    table = drafter_tensors(hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5)
+    table = drafter_tensors(
+        hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5
+    )
     write_sparse_safetensors(str(drafter / "model.safetensors"), table, {"format": "pt"})
     (target / "config.json").write_text((FIXTURES / "targets" / "qwen3.5-27b.json").read_text())
-    user = pwd.getpwnam(ssh_host.user)
-    os.chown(drafter, user.pw_uid, user.pw_gid)
+    give_to(ssh_host.user, drafter, target)
     inv = inventory_file(
         hosts=[ssh_host],
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 248070},
