@@ -58,8 +58,7 @@ def check_argv(argv: object) -> list[str]:
         )
     if not isinstance(argv, (list, tuple)) or not argv:
         raise ModuleError(
-            f"module 'command': argument 'argv' must be a non-empty list of strings, got {argv!r}; "
-            f'e.g. argv: ["ls", "-l"]'
+            f"module 'command': argument 'argv' must be a non-empty list of strings, got {argv!r}; e.g. argv: [\"ls\", \"-l\"]"
         )
     out = []
     for i, item in enumerate(argv):
@@ -80,9 +79,7 @@ def check_expect_rc(values: list) -> list[int]:
                 raise ValueError
             out.append(int(v))
         except (TypeError, ValueError):
-            raise ModuleError(
-                f"module 'command': expect_rc must be a list of integers, got {values!r}; e.g. expect_rc: [0, 1]"
-            )
+            raise ModuleError(f"module 'command': expect_rc must be a list of integers, got {values!r}; e.g. expect_rc: [0, 1]")
     return out
 
 
@@ -90,9 +87,7 @@ def check_env(env: dict | None) -> dict[str, str]:
     out = {}
     for key, value in (env or {}).items():
         if value is None or isinstance(value, (dict, list)):
-            raise ModuleError(
-                f"module 'command': env[{key!r}] is {value!r}; environment values must be strings or numbers"
-            )
+            raise ModuleError(f"module 'command': env[{key!r}] is {value!r}; environment values must be strings or numbers")
         if isinstance(value, bool):
             value = "1" if value else "0"
         out[str(key)] = str(value)
@@ -149,9 +144,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def execute_argv(
-    argv: list[str], cwd: str | None, env: dict, stdin: str | None, timeout_s: float | None
-) -> dict:
+def execute_argv(argv: list[str], cwd: str | None, env: dict, stdin: str | None, timeout_s: float | None) -> dict:
     """Run argv in its own session; return rc (None on timeout), stdout, stderr, duration_s, timed_out."""
     start = time.monotonic()
     try:
@@ -166,9 +159,7 @@ def execute_argv(
         )
     except FileNotFoundError:
         where = "" if os.sep in argv[0] else " on PATH"
-        raise ModuleError(
-            f"module 'command': program {argv[0]!r} not found{where}; install it or give its full path in argv[0]"
-        )
+        raise ModuleError(f"module 'command': program {argv[0]!r} not found{where}; install it or give its full path in argv[0]")
     except PermissionError as exc:
         raise ModuleError(f"module 'command': cannot execute {argv[0]!r}: {exc}; check its mode (chmod +x)")
     except OSError as exc:
@@ -217,9 +208,7 @@ def run(args: dict, ctx: Context) -> dict:
     env = check_env(args["env"])
     chdir = args["chdir"]
     if chdir is not None and not os.path.isdir(chdir):
-        raise ModuleError(
-            f"module 'command': chdir {chdir!r} is not a directory on this host; create it or fix 'chdir'"
-        )
+        raise ModuleError(f"module 'command': chdir {chdir!r} is not a directory on this host; create it or fix 'chdir'")
 
     def anchored(p: str | None) -> str | None:
         return os.path.join(chdir, p) if p is not None and chdir is not None else p
@@ -251,15 +240,12 @@ def run(args: dict, ctx: Context) -> dict:
     if err_cut:
         result["stderr_truncated_chars"] = err_cut
     if res["pipes_held_open"]:
-        ctx.warn(
-            f"{argv[0]}: a background process still holds its output open; output after exit is not captured"
-        )
+        ctx.warn(f"{argv[0]}: a background process still holds its output open; output after exit is not captured")
     quoted = last_lines(res["stderr"]) or last_lines(res["stdout"])
     quote = f"; last output lines:\n{quoted}" if quoted else " and printed nothing"
     if res["timed_out"]:
         raise ModuleError(
-            f"command {argv[0]} timed out after {args['timeout_s']} s (timeout_s) and its process group was stopped"
-            f"{quote}",
+            f"command {argv[0]} timed out after {args['timeout_s']} s (timeout_s) and its process group was stopped{quote}",
             **result,
         )
     if res["rc"] not in expect_rc:

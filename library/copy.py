@@ -27,40 +27,37 @@ Parent folders missing on the host are created (mode 0755).
 
 from __future__ import annotations
 
-
-def _stdlib_instead(name: str) -> None:
-    """Put the standard library's module of this name in sys.modules, in place of this file.
-
-    This file's name is also a stdlib module's. When a task module runs by hand, library/ is
-    sys.path[0], so a stdlib `import copy` (dataclasses, urllib, ...) finds this file first; the
-    importer then gets the real module instead. The engine loads task modules under other names.
-    """
-    import importlib.machinery
-    import importlib.util
-    import os
-    import sys
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.machinery.PathFinder.find_spec(
-        name, [p for p in sys.path if os.path.abspath(p or ".") != here]
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-
-
-if __name__ == "copy":
-    _stdlib_instead("copy")
-
 import base64
 import binascii
 import errno
 import hashlib
 import os
 import posixpath
+import sys
 
 
-if __name__ != "copy":  # see _stdlib_instead
+def _stdlib_instead(name: str) -> None:
+    """Put the standard library's module of this name in sys.modules, in place of this file.
+
+    This file's name is also a stdlib module's. When a task module runs by hand, library/ is
+    sys.path[0], so a stdlib `import copy` (dataclasses, urllib, ...) finds this file first; the
+    importer then gets the real module instead. Only the import system's own (always loaded)
+    modules are used: `os` may be half-imported at this point. The engine's worker must load
+    task modules under other names than their file's (else it would get the stdlib module).
+    """
+    import _frozen_importlib as bootstrap
+    import _frozen_importlib_external as external
+
+    here = __file__.rpartition("/")[0].rstrip("/") or "."
+    spec = external.PathFinder.find_spec(name, [p for p in sys.path if (p or ".").rstrip("/") != here])
+    module = bootstrap.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "copy":
+    _stdlib_instead("copy")
+else:
     from _common import Context, ModuleError, atomic_write, main, read_bytes
     from file import ensure_attributes, parse_mode, resolve_gid, resolve_uid
 
@@ -130,7 +127,7 @@ def _describe(path: str, data: bytes | None) -> dict:
     st = os.stat(path)
     return {
         "state": "file",
-        "mode": "%04o" % (st.st_mode & 0o7777),
+        "mode": f"{st.st_mode & 0o7777:04o}",
         "uid": st.st_uid,
         "gid": st.st_gid,
         "content": content_for_diff(data),
@@ -140,9 +137,7 @@ def _describe(path: str, data: bytes | None) -> dict:
 def run_file(args: dict, ctx: Context) -> dict:
     for name in ("staged",):
         if args[name]:
-            raise ModuleError(
-                f"module 'copy': argument '{name}' belongs to folder mode; give 'manifest' too or drop it"
-            )
+            raise ModuleError(f"module 'copy': argument '{name}' belongs to folder mode; give 'manifest' too or drop it")
     if args["delete_extra"]:
         raise ModuleError("module 'copy': delete_extra only works with 'manifest' (folder mode); drop it")
     if (args["content"] is None) == (args["content_b64"] is None):
@@ -156,22 +151,16 @@ def run_file(args: dict, ctx: Context) -> dict:
         try:
             data = base64.b64decode(args["content_b64"], validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise ModuleError(
-                f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64"
-            )
+            raise ModuleError(f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64")
     mode = parse_mode(args["mode"])
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = os.path.realpath(args["dest"])
     if os.path.isdir(dest):
-        raise ModuleError(
-            f"module 'copy': dest {args['dest']} is a directory; give the file's full path (folder/NAME)"
-        )
+        raise ModuleError(f"module 'copy': dest {args['dest']} is a directory; give the file's full path (folder/NAME)")
     try:
         current = read_bytes(dest)
     except OSError as exc:
-        raise ModuleError(
-            f"module 'copy': cannot read {dest}: {exc.strerror}; fix its permissions or the path"
-        )
+        raise ModuleError(f"module 'copy': cannot read {dest}: {exc.strerror}; fix its permissions or the path")
     cur_mode, cur_ids = None, ()
     if current is not None:
         st = os.stat(dest)
@@ -188,7 +177,7 @@ def run_file(args: dict, ctx: Context) -> dict:
         if ctx.diff:
             after = {"state": "file", "content": content_for_diff(data)}
             if mode is not None or cur_mode is not None:
-                after["mode"] = "%04o" % (mode if mode is not None else cur_mode)
+                after["mode"] = f"{mode if mode is not None else cur_mode:04o}"
             result["diff"] = {"before": before, "after": after}
         return result
     backup_file = None
@@ -203,9 +192,7 @@ def run_file(args: dict, ctx: Context) -> dict:
                 os.chown(dest, cur_ids[0] if uid is None else -1, cur_ids[1] if gid is None else -1)
         ensure_attributes(dest, mode, uid, gid, False)
     except OSError as exc:
-        raise ModuleError(
-            f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder"
-        )
+        raise ModuleError(f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder")
     done = "created" if current is None else "updated " + "/".join(what) + " of"
     result = {**base, "changed": True, "msg": f"{done} {dest}"}
     if backup_file:
@@ -224,9 +211,7 @@ def check_manifest(manifest: list, default_mode: int | None) -> list[dict]:
     for i, entry in enumerate(manifest):
         where = f"module 'copy': manifest[{i}]"
         if not isinstance(entry, dict) or "path" not in entry or "sha256" not in entry:
-            raise ModuleError(
-                f"{where} must be a mapping with 'path' and 'sha256' (and optional 'mode'), got {entry!r}"
-            )
+            raise ModuleError(f"{where} must be a mapping with 'path' and 'sha256' (and optional 'mode'), got {entry!r}")
         extra = sorted(set(entry) - {"path", "sha256", "mode"})
         if extra:
             raise ModuleError(f"{where} has unknown key(s) {', '.join(extra)}; allowed: path, sha256, mode")
@@ -240,11 +225,7 @@ def check_manifest(manifest: list, default_mode: int | None) -> list[dict]:
             raise ModuleError(f"{where}: path {path!r} is listed twice; list each file once")
         seen.add(path)
         sha = entry["sha256"]
-        if (
-            not isinstance(sha, str)
-            or len(sha) != 64
-            or any(c not in "0123456789abcdef" for c in sha.lower())
-        ):
+        if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha.lower()):
             raise ModuleError(f"{where}: sha256 {sha!r} is not 64 hex digits")
         mode = entry.get("mode")
         if isinstance(mode, int) and not isinstance(mode, bool):
@@ -295,13 +276,9 @@ def _scan_entry(dest_real: str, rel: str) -> dict | None:
     except FileNotFoundError:
         return None
     except NotADirectoryError:
-        raise ModuleError(
-            f"module 'copy': a file sits where a folder on the way to {target} should be; move it away"
-        )
+        raise ModuleError(f"module 'copy': a file sits where a folder on the way to {target} should be; move it away")
     if os.path.isdir(target) and not os.path.islink(target):
-        raise ModuleError(
-            f"module 'copy': {target} is a directory but the manifest lists it as a file; move it away"
-        )
+        raise ModuleError(f"module 'copy': {target} is a directory but the manifest lists it as a file; move it away")
     if not os.path.isfile(target) or os.path.islink(target):
         return {"sha256": "", "mode": None, "uid": None, "gid": None}  # a symlink or special file: replace it
     return {"sha256": sha256_file(target), "mode": st.st_mode & 0o7777, "uid": st.st_uid, "gid": st.st_gid}
@@ -318,7 +295,7 @@ def _existing_files(dest_real: str, skip: set) -> list[str]:
 
 
 def _prune_empty_dirs(dest_real: str, keep: set) -> None:
-    for root, dirs, _files in os.walk(dest_real, topdown=False):
+    for root, _dirs, _files in os.walk(dest_real, topdown=False):
         rel = os.path.relpath(root, dest_real).replace(os.sep, "/")
         if root != dest_real and rel not in keep and not os.listdir(root):
             os.rmdir(root)
@@ -347,25 +324,17 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = args["dest"]
     if os.path.lexists(dest) and not os.path.isdir(dest):
-        raise ModuleError(
-            f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder"
-        )
+        raise ModuleError(f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder")
     dest_real = os.path.realpath(dest)
     staged = {posixpath.normpath(k): v for k, v in (args["staged"] or {}).items()}
     wanted = {e["path"]: e for e in entries}
     unknown = sorted(set(staged) - set(wanted))
     if unknown:
-        raise ModuleError(
-            f"module 'copy': staged path(s) {', '.join(unknown)} are not in the manifest; stage only listed files"
-        )
+        raise ModuleError(f"module 'copy': staged path(s) {', '.join(unknown)} are not in the manifest; stage only listed files")
     if staged and args["phase"] == "plan":
-        raise ModuleError(
-            "module 'copy': 'staged' is for phase install; phase plan only reports what is needed"
-        )
+        raise ModuleError("module 'copy': 'staged' is for phase install; phase plan only reports what is needed")
 
-    found = (
-        {e["path"]: _scan_entry(dest_real, e["path"]) for e in entries} if os.path.isdir(dest_real) else {}
-    )
+    found = {e["path"]: _scan_entry(dest_real, e["path"]) for e in entries} if os.path.isdir(dest_real) else {}
     needed, mode_changes = plan_entries(entries, found)
     owner_changes = [
         p
@@ -395,7 +364,7 @@ def run_manifest(args: dict, ctx: Context) -> dict:
             "before": {p: (found.get(p) or {}).get("sha256") or "absent" for p in needed + mode_changes}
             | {p: "present" for p in extra},
             "after": {p: wanted[p]["sha256"] for p in needed}
-            | {p: "mode %04o" % wanted[p]["mode"] for p in mode_changes}
+            | {p: f"mode {wanted[p]['mode']:04o}" for p in mode_changes}
             | {p: "absent" for p in extra},
         }
 
@@ -407,9 +376,7 @@ def run_manifest(args: dict, ctx: Context) -> dict:
         result = {
             **base,
             "changed": would_change,
-            "msg": f"check mode: {dest_real}: would install {summary}"
-            if would_change
-            else f"{dest_real} is as wanted",
+            "msg": f"check mode: {dest_real}: would install {summary}" if would_change else f"{dest_real} is as wanted",
         }
         if diff and would_change:
             result["diff"] = diff

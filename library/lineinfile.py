@@ -44,18 +44,14 @@ def _compile(name: str, pattern: str | None) -> re.Pattern | None:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ModuleError(
-            f"module 'lineinfile': {name} {pattern!r} is not a valid regex: {exc}; fix the pattern"
-        )
+        raise ModuleError(f"module 'lineinfile': {name} {pattern!r} is not a valid regex: {exc}; fix the pattern")
 
 
 def _bare(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def edit(
-    text: str, line: str | None, regexp: str | None, state: str, insertafter: str = "EOF"
-) -> tuple[str, str | None]:
+def edit(text: str, line: str | None, regexp: str | None, state: str, insertafter: str = "EOF") -> tuple[str, str | None]:
     """The file's new text and what was done (None when nothing changes). Pure: no I/O."""
     rx = _compile("regexp", regexp)
     lines = text.splitlines(keepends=True)
@@ -93,13 +89,9 @@ def run(args: dict, ctx: Context) -> dict:
     if state == "present" and line is None:
         raise ModuleError("module 'lineinfile': state present needs 'line' (the whole line wanted)")
     if state == "absent" and line is None and regexp is None:
-        raise ModuleError(
-            "module 'lineinfile': state absent needs 'line' or 'regexp' to know which lines to remove"
-        )
+        raise ModuleError("module 'lineinfile': state absent needs 'line' or 'regexp' to know which lines to remove")
     if line is not None and ("\n" in line or "\r" in line):
-        raise ModuleError(
-            "module 'lineinfile': 'line' contains a newline; it manages one line (use copy or template for more)"
-        )
+        raise ModuleError("module 'lineinfile': 'line' contains a newline; it manages one line (use copy or template for more)")
     _compile("regexp", regexp)
     if args["insertafter"] != "EOF":
         _compile("insertafter", args["insertafter"])
@@ -115,9 +107,7 @@ def run(args: dict, ctx: Context) -> dict:
         if state == "absent":
             return {"changed": False, "msg": f"{path} does not exist: nothing to remove", "path": path}
         if not args["create"]:
-            raise ModuleError(
-                f"module 'lineinfile': {path} does not exist; set create: true to create it, or fix 'path'"
-            )
+            raise ModuleError(f"module 'lineinfile': {path} does not exist; set create: true to create it, or fix 'path'")
         if not os.path.isdir(os.path.dirname(path)):
             raise ModuleError(
                 f"module 'lineinfile': the folder of {path} does not exist; create it first (file: state=directory)"

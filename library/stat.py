@@ -16,39 +16,36 @@ sha256 (with checksum, for a file), lnk_target (the link's text), path. Never ch
 
 from __future__ import annotations
 
+import grp
+import hashlib
+import os
+import pwd
+import stat as st_mod
+import sys
+
 
 def _stdlib_instead(name: str) -> None:
     """Put the standard library's module of this name in sys.modules, in place of this file.
 
     This file's name is also a stdlib module's. When a task module runs by hand, library/ is
     sys.path[0], so a stdlib `import stat` (dataclasses, urllib, ...) finds this file first; the
-    importer then gets the real module instead. The engine loads task modules under other names.
+    importer then gets the real module instead. Only the import system's own (always loaded)
+    modules are used: `os` may be half-imported at this point. The engine's worker must load
+    task modules under other names than their file's (else it would get the stdlib module).
     """
-    import importlib.machinery
-    import importlib.util
-    import os
-    import sys
+    import _frozen_importlib as bootstrap
+    import _frozen_importlib_external as external
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.machinery.PathFinder.find_spec(
-        name, [p for p in sys.path if os.path.abspath(p or ".") != here]
-    )
-    module = importlib.util.module_from_spec(spec)
+    here = __file__.rpartition("/")[0].rstrip("/") or "."
+    spec = external.PathFinder.find_spec(name, [p for p in sys.path if (p or ".").rstrip("/") != here])
+    module = bootstrap.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
 
 
 if __name__ == "stat":
     _stdlib_instead("stat")
-
-import grp
-import hashlib
-import os
-import pwd
-import stat as st_mod
-
-
-if __name__ != "stat":  # see _stdlib_instead
+else:
     from _common import Context, ModuleError, main
 
 ARGS = {
@@ -88,7 +85,7 @@ def describe(st: os.stat_result) -> dict:
         "isdir": st_mod.S_ISDIR(st.st_mode),
         "isfile": st_mod.S_ISREG(st.st_mode),
         "size": st.st_size,
-        "mode": "%04o" % st_mod.S_IMODE(st.st_mode),
+        "mode": f"{st_mod.S_IMODE(st.st_mode):04o}",
         "uid": st.st_uid,
         "gid": st.st_gid,
         "owner": owner,
@@ -136,15 +133,7 @@ def run(args: dict, ctx: Context) -> dict:
                 f"module 'stat': cannot read {path} for its checksum: {exc.strerror}; drop checksum or fix permissions"
             )
         result["sha256"] = h.hexdigest()
-    kind = (
-        "directory"
-        if result["isdir"]
-        else "file"
-        if result["isfile"]
-        else "symlink"
-        if islink
-        else "special file"
-    )
+    kind = "directory" if result["isdir"] else "file" if result["isfile"] else "symlink" if islink else "special file"
     result["msg"] = f"{path} is a {kind}" + (f" -> {result['lnk_target']}" if islink else "")
     return result
 

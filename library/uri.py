@@ -120,9 +120,7 @@ def json_problems(doc: object, expected: dict) -> list[str]:
     return problems
 
 
-def send(
-    url: str, method: str, headers: dict, data: bytes | None, timeout: float, verify: bool
-) -> tuple[int, dict, bytes]:
+def send(url: str, method: str, headers: dict, data: bytes | None, timeout: float, verify: bool) -> tuple[int, dict, bytes]:
     """(status, headers, body); an HTTP error status is an answer, not an exception."""
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     context = None
@@ -155,17 +153,10 @@ def send(
 
 def run(args: dict, ctx: Context) -> dict:
     url, method = args["url"], args["method"].upper()
-    if (
-        urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https")
-        or not urllib.parse.urlsplit(url).netloc
-    ):
-        raise ModuleError(
-            f"module 'uri': url {redact_url(url)!r} is not an http:// or https:// URL; write it in full"
-        )
+    if urllib.parse.urlsplit(url).scheme.lower() not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
+        raise ModuleError(f"module 'uri': url {redact_url(url)!r} is not an http:// or https:// URL; write it in full")
     if not method.isalpha():
-        raise ModuleError(
-            f"module 'uri': method {args['method']!r} is not an HTTP method (GET, POST, PUT, ...)"
-        )
+        raise ModuleError(f"module 'uri': method {args['method']!r} is not an HTTP method (GET, POST, PUT, ...)")
     codes = parse_status_codes(args["status_code"])
     if args["body"] is not None and args["json"] is not None:
         raise ModuleError("module 'uri': give either 'body' (text) or 'json' (a mapping or list), not both")
@@ -204,9 +195,7 @@ def run(args: dict, ctx: Context) -> dict:
         except ValueError:
             doc = _MISSING
     if args["return_content"]:
-        result["content"] = (
-            text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode("utf-8", errors="replace")
-        )
+        result["content"] = text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode("utf-8", errors="replace")
         if len(raw) > CONTENT_LIMIT:
             result["content_truncated_bytes"] = len(raw) - CONTENT_LIMIT
         result["json"] = None if doc is _MISSING else doc

@@ -50,16 +50,12 @@ def plan(args: dict) -> tuple[str, str]:
     """Validate the combination of arguments; return (kind, state) with kind port, path or regex."""
     port, path, regex, state = args["port"], args["path"], args["search_regex"], args["state"]
     if (port is None) == (path is None):
-        raise ModuleError(
-            "module 'wait_for': give exactly one of 'port' (with host) or 'path' (optionally with search_regex)"
-        )
+        raise ModuleError("module 'wait_for': give exactly one of 'port' (with host) or 'path' (optionally with search_regex)")
     for name in ("timeout_s", "delay_s", "sleep_s"):
         if args[name] is not None and args[name] < 0:
             raise ModuleError(f"module 'wait_for': {name} is {args[name]}; it must be 0 or more seconds")
     if args["from_offset"] < 0:
-        raise ModuleError(
-            f"module 'wait_for': from_offset is {args['from_offset']}; it must be 0 or more bytes"
-        )
+        raise ModuleError(f"module 'wait_for': from_offset is {args['from_offset']}; it must be 0 or more bytes")
     if port is not None:
         if regex is not None:
             raise ModuleError("module 'wait_for': search_regex needs 'path' (a file to read), not 'port'")
@@ -67,16 +63,12 @@ def plan(args: dict) -> tuple[str, str]:
             raise ModuleError(f"module 'wait_for': port {port} is out of range 1-65535")
         state = state or "started"
         if state not in ("started", "stopped"):
-            raise ModuleError(
-                f"module 'wait_for': with port, state must be started or stopped, not {state!r}"
-            )
+            raise ModuleError(f"module 'wait_for': with port, state must be started or stopped, not {state!r}")
         return "port", state
     state = state or "present"
     if regex is not None:
         if state != "present":
-            raise ModuleError(
-                f"module 'wait_for': with search_regex, state must be present (or left out), not {state!r}"
-            )
+            raise ModuleError(f"module 'wait_for': with search_regex, state must be present (or left out), not {state!r}")
         try:
             re.compile(regex)
         except re.error as exc:
@@ -136,9 +128,7 @@ class FileSearch:
         except IsADirectoryError:
             raise ModuleError(f"module 'wait_for': {self.path} is a directory; search_regex needs a file")
         except PermissionError:
-            raise ModuleError(
-                f"module 'wait_for': cannot read {self.path} (permission denied); fix its mode or the path"
-            )
+            raise ModuleError(f"module 'wait_for': cannot read {self.path} (permission denied); fix its mode or the path")
         self.why = f"no match in {max(0, (self.size or 0) - self.start)} bytes read"
         if not new and self.buf:
             return None
@@ -188,9 +178,7 @@ def run(args: dict, ctx: Context) -> dict:
             if kind == "regex":
                 result.update(
                     match=m.group(0).decode("utf-8", errors="replace"),
-                    groups=[
-                        g.decode("utf-8", errors="replace") if g is not None else None for g in m.groups()
-                    ],
+                    groups=[g.decode("utf-8", errors="replace") if g is not None else None for g in m.groups()],
                     match_end_offset=search.buf_start + m.end(),
                 )
             return result

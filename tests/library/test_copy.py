@@ -300,9 +300,7 @@ def test_install_through_the_cli_and_check_mode_changes_nothing(tmp_path):
     manifest = make_source(FILES)
     staged = stage(tmp_path, FILES, sorted(FILES))
     before = snapshot(tmp_path)
-    rc, res = cli(
-        tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged}, "--check"
-    )
+    rc, res = cli(tmp_path, {"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged}, "--check")
     assert rc == 0 and res["changed"] is True and "would install" in res["msg"]
     after = snapshot(tmp_path)
     after.pop("args.json")
@@ -361,10 +359,7 @@ def test_delete_extra_removes_unlisted_files_and_their_empty_folders(tmp_path):
     res = call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})
     assert sorted(res["deleted"]) == ["old/sub/stale.txt", "stray.txt"]
     assert sorted(p.name for p in dest.iterdir()) == ["a.txt"]
-    assert (
-        call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})["changed"]
-        is False
-    )
+    assert call({"dest": str(dest), "manifest": manifest, "phase": "install", "delete_extra": True})["changed"] is False
 
 
 def test_manifest_refuses_a_symlinked_folder_leading_outside_dest(tmp_path):

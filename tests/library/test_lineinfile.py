@@ -42,11 +42,7 @@ def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
 
 
 def snapshot(root: Path) -> dict:
-    return {
-        str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes())
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # ---------------------------------------------------------------- the edit, as a table

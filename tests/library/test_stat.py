@@ -58,9 +58,7 @@ def test_cli_runs_with_python_s_where_stat_is_not_preloaded(tmp_path):
     """python3 -S does not import the stdlib stat at start-up, so library/stat.py must hand it over."""
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"path": str(tmp_path)}))
-    proc = subprocess.run(
-        [sys.executable, "-S", str(LIB / "stat.py"), str(args_file)], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-S", str(LIB / "stat.py"), str(args_file)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["isdir"] is True
 

@@ -161,10 +161,7 @@ def test_expect_json_passes_on_the_served_model(server):
 def test_expect_json_mismatch_fails_naming_key_and_values(server):
     with pytest.raises(ModuleError) as err:
         call({"url": f"{server}/v1/models", "expect_json": {"data.0.id": "other", "missing.key": 1}})
-    assert (
-        'data.0.id is "target", expected "other"' in err.value.msg
-        and "missing.key is missing" in err.value.msg
-    )
+    assert 'data.0.id is "target", expected "other"' in err.value.msg and "missing.key is missing" in err.value.msg
 
 
 def test_expect_json_on_a_text_answer_fails_clearly(server):
@@ -258,9 +255,7 @@ def test_connection_refused_is_a_clear_failure():
 def test_cli_prints_the_result(server, tmp_path):
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"url": f"{server}/v1/models", "expect_json": {"data.0.id": "target"}}))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "uri.py"), str(args), "--check"], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, str(LIB / "uri.py"), str(args), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["status"] == 200
 

@@ -120,9 +120,7 @@ def test_delay_is_waited_before_the_first_look(tmp_path):
 
 
 def test_path_timeout_is_a_clear_failure(tmp_path):
-    with pytest.raises(
-        ModuleError, match=r"timed out after 0.2 s .* waiting for .*never to be present: it does not exist"
-    ):
+    with pytest.raises(ModuleError, match=r"timed out after 0.2 s .* waiting for .*never to be present: it does not exist"):
         call({"path": str(tmp_path / "never"), "timeout_s": 0.2})
 
 
@@ -191,9 +189,7 @@ def test_cli_waits_and_prints_json(tmp_path):
     log.write_text("hello world\n")
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"path": str(log), "search_regex": "w(or)ld", "timeout_s": 2}))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "wait_for.py"), str(args)], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, str(LIB / "wait_for.py"), str(args)], capture_output=True, text=True)
     res = json.loads(proc.stdout)
     assert proc.returncode == 0 and res["groups"] == ["or"] and res["changed"] is False
 
