@@ -641,17 +641,20 @@ class Runner:
             manifest.append({"path": rel, "sha256": digest, "mode": "%04o" % (path.stat().st_mode & 0o777)})
         extra = {k: v for k, v in args.items() if k in ("delete_extra",)}
         plan = self._module(state, "copy", {"dest": dest_dir, "manifest": manifest, "phase": "plan", **extra}, check, task)
-        if plan.get("failed") or check or not plan.get("needed"):
+        if plan.get("failed") or check or not plan.get("would_change"):
             return plan
         staged = {}
         stage_root = f"{dest_dir.rstrip('/')}/.dfp-staging"
-        self._module(state, "file", {"path": stage_root, "state": "directory", "mode": "0700"}, False, task)
-        by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(entries, manifest)}
-        for rel in plan["needed"]:
-            path, digest = by_rel[rel]
-            remote = f"{stage_root}/{digest}"
-            state.transport.put(str(path), remote)
-            staged[rel] = remote
-        result = self._module(state, "copy", {"dest": dest_dir, "manifest": manifest, "phase": "install", "staged": staged, **extra}, check, task)
-        self._module(state, "file", {"path": stage_root, "state": "absent", "recurse": True}, False, task)
+        if plan.get("needed"):
+            self._module(state, "file", {"path": stage_root, "state": "directory", "mode": "0700"}, False, task)
+            by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(entries, manifest)}
+            for rel in plan["needed"]:
+                path, digest = by_rel[rel]
+                remote = f"{stage_root}/{digest}"
+                state.transport.put(str(path), remote)
+                staged[rel] = remote
+        install = {"dest": dest_dir, "manifest": manifest, "phase": "install", "staged": staged, **extra}
+        result = self._module(state, "copy", install, check, task)
+        if staged:
+            self._module(state, "file", {"path": stage_root, "state": "absent", "recurse": True}, False, task)
         return result

@@ -64,22 +64,17 @@ def read_header(path: str) -> dict:
         with open(path, "rb", buffering=0) as fh:
             length, raw = _read_length_and_header(path, fh, size)
     except FileNotFoundError:
-        raise ModuleError(
-            f"{path}: no such file; point 'drafter' at the drafter's folder or .safetensors file"
-        )
+        raise ModuleError(f"{path}: no such file; point 'drafter' at the drafter's folder or .safetensors file")
     except OSError as exc:
         raise ModuleError(f"{path}: cannot read the safetensors file ({exc.strerror}); check its permissions")
     bytes_read = 8 + len(raw)
     if len(raw) != length:
-        raise ModuleError(
-            f"{path}: truncated header: declared {length} bytes, read {len(raw)}; download it again"
-        )
+        raise ModuleError(f"{path}: truncated header: declared {length} bytes, read {len(raw)}; download it again")
     try:
         header = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ModuleError(
-            f"{path}: not a safetensors file: its {length}-byte header is not UTF-8 text ({exc.reason} at "
-            f"byte {exc.start})"
+            f"{path}: not a safetensors file: its {length}-byte header is not UTF-8 text ({exc.reason} at byte {exc.start})"
         )
     except ValueError as exc:
         raise ModuleError(f"{path}: the safetensors header is not valid JSON ({exc}); the file is damaged")
@@ -177,9 +172,7 @@ def checkpoint_files(location: str) -> tuple[str, list[str], str | None, dict | 
     """
     location = os.path.abspath(location)
     if not os.path.exists(location):
-        raise ModuleError(
-            f"{location}: no such file or folder; set 'drafter' to the drafter checkpoint's folder"
-        )
+        raise ModuleError(f"{location}: no such file or folder; set 'drafter' to the drafter checkpoint's folder")
     if os.path.isdir(location):
         folder = location
         index = os.path.join(folder, INDEX_NAME)
@@ -211,9 +204,7 @@ def _from_index(index: str) -> tuple[str, list[str], str, dict]:
         raise ModuleError(f"{index}: cannot read the shard index ({exc.strerror})")
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ModuleError(
-            f"{index}: no 'weight_map' object (tensor name -> shard file); the index is damaged"
-        )
+        raise ModuleError(f"{index}: no 'weight_map' object (tensor name -> shard file); the index is damaged")
     bad = sorted({repr(s) for s in weight_map.values() if not isinstance(s, str) or os.path.basename(s) != s})
     if bad:
         raise ModuleError(f"{index}: weight_map names shard files that are not plain file names: {bad[:3]}")
@@ -244,8 +235,7 @@ def read_checkpoint(location: str) -> dict:
         for name, entry in head["tensors"].items():
             if name in tensors:
                 raise ModuleError(
-                    f"{path}: tensor {name!r} also appears in {tensors[name]['file']}; the folder mixes two "
-                    f"checkpoints; keep one"
+                    f"{path}: tensor {name!r} also appears in {tensors[name]['file']}; the folder mixes two checkpoints; keep one"
                 )
             tensors[name] = dict(entry, file=path)
     if weight_map is not None:

@@ -56,8 +56,10 @@ def split_prefix(line: str) -> tuple:
     return proc, line[m.end() :] if m else line
 
 
-def marker_line(pid: int, launch_id: str) -> str:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+def marker_line(pid: int, launch_id: str, stamp: str | None = None) -> str:
+    """The first line of a new log. Only f-string formatting: it runs in the child between fork and exec."""
+    if stamp is None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return f"{MARKER_PREFIX} pid={pid} launch={launch_id} at {stamp} ==="
 
 

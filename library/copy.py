@@ -19,10 +19,13 @@ files, and phase `install` checks each upload's sha256 and renames it into place
 | staged | dict | {} | folder mode, install: {relative path: host path of the uploaded temp file} |
 | delete_extra | bool | false | folder mode: remove files under dest that the manifest does not list |
 
-Folder mode results: `needed` (paths whose content differs or is missing), `mode_changes`, `extra` (with
-delete_extra), `would_change`; install adds `installed`, `deleted`. Staged files are consumed (moved
-into place, or removed when not needed). Put them on dest's filesystem so the rename is atomic.
-Parent folders missing on the host are created (mode 0755).
+Folder mode results: `needed` (paths whose content differs or is missing), `mode_changes`,
+`owner_changes`, `extra` (with delete_extra), `would_change`; install adds `installed`, `deleted`.
+Plan is changed=false, except in check mode where it reports `would_change` (the plan is then the
+answer). Install in check mode needs no uploads. The engine should run install whenever the plan
+says `would_change` (a mode fix or an extra file needs no upload). Staged files are consumed (moved
+into place, or removed when not needed); paths with equal content may share one upload. Put them on
+dest's filesystem so the rename is atomic. Parent folders missing on the host are created (0755).
 """
 
 from __future__ import annotations
@@ -301,9 +304,15 @@ def _prune_empty_dirs(dest_real: str, keep: set) -> None:
             os.rmdir(root)
 
 
-def _place(staged: str, target: str, mode: int) -> None:
-    """Move a verified upload into place atomically (copy through atomic_write across filesystems)."""
+def _place(staged: str, target: str, mode: int, keep: bool = False) -> None:
+    """Move a verified upload into place atomically (copy through atomic_write across filesystems).
+
+    keep: copy instead of moving, because another manifest path uses the same upload (same content).
+    """
     os.makedirs(os.path.dirname(target), mode=NEW_DIR_MODE, exist_ok=True)
+    if keep:
+        atomic_write(target, read_bytes(staged), mode)
+        return
     with open(staged, "rb") as fh:
         os.fsync(fh.fileno())
     os.chmod(staged, mode)
@@ -369,7 +378,9 @@ def run_manifest(args: dict, ctx: Context) -> dict:
         }
 
     if args["phase"] == "plan":
-        return {**base, "changed": False, "msg": f"plan for {dest_real}: {summary}"}
+        # it changes nothing; in check mode the plan is the answer, so changed says what would change
+        changed = would_change if ctx.check else False
+        return {**base, "changed": changed, "msg": f"plan for {dest_real}: {summary}"}
 
     # phase install
     if ctx.check:
@@ -410,7 +421,9 @@ def run_manifest(args: dict, ctx: Context) -> dict:
             mode = wanted[rel]["mode"]
             if mode is None:
                 mode = NEW_FILE_MODE
-            _place(staged.pop(rel), target, mode)
+            upload = staged.pop(rel)
+            shared = upload in staged.values()  # files with equal content may share one upload
+            _place(upload, target, mode, keep=shared)
             installed.append(rel)
         for rel in mode_changes:
             os.chmod(os.path.join(dest_real, *rel.split("/")), wanted[rel]["mode"])

@@ -90,9 +90,7 @@ def reference_layer_ids(n_target_layers: int, k: int) -> list:
     N=64, k=5 gives [1, 16, 31, 46, 61]; k=1 gives [N // 2]. Needs N >= k + 3 for k > 1.
     """
     if k < 1:
-        raise ModuleError(
-            f"cannot space {k} target layer ids; the drafter's fc.weight must fuse at least one layer"
-        )
+        raise ModuleError(f"cannot space {k} target layer ids; the drafter's fc.weight must fuse at least one layer")
     if k == 1:
         return [n_target_layers // 2]
     if n_target_layers < k + 3:
@@ -118,9 +116,7 @@ def parse_layer_ids(value) -> list | None:
             try:
                 value = json.loads(text)
             except ValueError:
-                raise ModuleError(
-                    f"target_layer_ids {text!r} is not a JSON list of integers; write e.g. [1, 16, 31]"
-                )
+                raise ModuleError(f"target_layer_ids {text!r} is not a JSON list of integers; write e.g. [1, 16, 31]")
         else:
             value = [p for p in text.split(",") if p.strip()]
     ids = []
@@ -137,9 +133,7 @@ def parse_layer_ids(value) -> list | None:
             ids = None
             break
     if not ids:
-        raise ModuleError(
-            f"target_layer_ids {value!r} is not a non-empty list of integers; write e.g. [1, 16, 31]"
-        )
+        raise ModuleError(f"target_layer_ids {value!r} is not a non-empty list of integers; write e.g. [1, 16, 31]")
     return ids
 
 
@@ -178,9 +172,7 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
         if m:
             layers.setdefault(int(m.group(1)), {})[m.group(2)] = entry["shape"]
     if not layers:
-        raise ModuleError(
-            f"{where}: no decoder layer tensors (layers.N.*) next to fc.weight; the checkpoint is incomplete"
-        )
+        raise ModuleError(f"{where}: no decoder layer tensors (layers.N.*) next to fc.weight; the checkpoint is incomplete")
     count = max(layers) + 1
     absent = [i for i in range(count) if i not in layers]
     if absent:
@@ -192,9 +184,7 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
     for i in range(count):
         for t in LAYER_TENSORS:
             if t not in layers[i]:
-                raise ModuleError(
-                    f"{where}: layers.{i}.{t} is missing; the checkpoint is incomplete or not Qwen3-style"
-                )
+                raise ModuleError(f"{where}: layers.{i}.{t} is missing; the checkpoint is incomplete or not Qwen3-style")
             if layers[i][t] != first[t]:
                 raise ModuleError(
                     f"{where}: layers.{i}.{t} has shape {layers[i][t]} but layers.0.{t} has {first[t]}; "
@@ -220,17 +210,12 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
                 f"the checkpoint is inconsistent"
             )
     if v_rows != k_rows:
-        raise ModuleError(
-            f"{where}: layers.0 v_proj has {v_rows} rows but k_proj has {k_rows}; they must match"
-        )
+        raise ModuleError(f"{where}: layers.0 v_proj has {v_rows} rows but k_proj has {k_rows}; they must match")
     if o_cols != q_rows:
-        raise ModuleError(
-            f"{where}: layers.0 o_proj has {o_cols} columns but q_proj has {q_rows} rows; they must match"
-        )
+        raise ModuleError(f"{where}: layers.0 o_proj has {o_cols} columns but q_proj has {q_rows} rows; they must match")
     if up_rows != gate_rows or down_cols != gate_rows:
         raise ModuleError(
-            f"{where}: layers.0 MLP sizes disagree: gate_proj {gate_rows}, up_proj {up_rows}, down_proj columns "
-            f"{down_cols}"
+            f"{where}: layers.0 MLP sizes disagree: gate_proj {gate_rows}, up_proj {up_rows}, down_proj columns {down_cols}"
         )
     head_dim = None
     q_norm, k_norm = (
@@ -240,9 +225,7 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
     if q_norm is not None or k_norm is not None:
         sizes = {tuple(s) for s in (q_norm, k_norm) if s is not None}
         if len(sizes) != 1 or len(next(iter(sizes))) != 1:
-            raise ModuleError(
-                f"{where}: layers.0 q_norm {q_norm} and k_norm {k_norm} must both be [head_dim]"
-            )
+            raise ModuleError(f"{where}: layers.0 q_norm {q_norm} and k_norm {k_norm} must both be [head_dim]")
         head_dim = next(iter(sizes))[0]
 
     embed, lm_head = names.get("embed_tokens.weight"), names.get("lm_head.weight")
@@ -418,9 +401,7 @@ def fused_layer_count(shape: dict, target: dict, where: str, target_where: str) 
     return width // hidden
 
 
-def validate_layer_ids(
-    shape: dict, ids: list, rule: str, n_target: int, where: str, target_where: str
-) -> None:
+def validate_layer_ids(shape: dict, ids: list, rule: str, n_target: int, where: str, target_where: str) -> None:
     """The ids must match fc.weight's width (H*len(ids)) and lie inside the target (0..N-1)."""
     hidden, width = shape["fc_shape"]
     k = width // hidden
@@ -468,11 +449,11 @@ def build_config(existing: dict, shape: dict, target: dict, choices: dict, warn)
     the weights and the target decide set to its true value. `warn(msg)` reports each correction."""
     cfg = json.loads(json.dumps(existing))  # a deep copy that stays JSON
 
-    def put(key, value, holder=None, label=None):
+    def put(key, value, holder=None, label=None, verb="corrected"):
         holder = cfg if holder is None else holder
         old = holder.get(key, None)
         if key in holder and old != value:
-            warn(f"corrected {label or key}: the existing config said {old!r}, now {value!r}")
+            warn(f"{verb} {label or key}: the existing config said {old!r}, now {value!r}")
         holder[key] = value
 
     put("architectures", [ARCHITECTURE])
@@ -498,7 +479,7 @@ def build_config(existing: dict, shape: dict, target: dict, choices: dict, warn)
     )
     if target["max_position_embeddings"] is not None:
         cfg.setdefault("max_position_embeddings", target["max_position_embeddings"])
-    if not any(k in cfg for k in ("rope_theta", "rope_scaling", "rope_parameters")):
+    if not any(cfg.get(k) for k in ("rope_theta", "rope_scaling", "rope_parameters")):
         cfg.update(json.loads(json.dumps(target["rope"])))
     if shape["dtype"]:
         present = [k for k in ("torch_dtype", "dtype") if k in cfg]
@@ -511,29 +492,19 @@ def build_config(existing: dict, shape: dict, target: dict, choices: dict, warn)
     if not isinstance(dflash, dict):
         dflash = {}
     cfg["dflash_config"] = dflash
-    put(
-        "target_layer_ids",
-        choices["target_layer_ids"],
-        dflash,
-        "dflash_config.target_layer_ids",
-    )
-    put("mask_token_id", choices["mask_token_id"], dflash, "dflash_config.mask_token_id")
+    put("target_layer_ids", choices["target_layer_ids"], dflash, "dflash_config.target_layer_ids", "replaced")
+    put("mask_token_id", choices["mask_token_id"], dflash, "dflash_config.mask_token_id", "replaced")
     if "mask_token_id" in cfg:  # the older top-level spelling, kept in step
-        put("mask_token_id", choices["mask_token_id"])
+        put("mask_token_id", choices["mask_token_id"], verb="replaced")
     if "target_layer_ids" in cfg:
-        put("target_layer_ids", choices["target_layer_ids"])
+        put("target_layer_ids", choices["target_layer_ids"], verb="replaced")
     for place in choices["block_size_layout"]:
-        holder = cfg if place == "top" else dflash
-        put(
-            "block_size",
-            choices["block_size"],
-            holder,
-            "block_size" if place == "top" else "dflash_config.block_size",
-        )
+        label = "block_size" if place == "top" else "dflash_config.block_size"
+        put("block_size", choices["block_size"], cfg if place == "top" else dflash, label, "replaced")
     return cfg
 
 
-def _config_warnings(cfg: dict, shape: dict, target: dict, ids: list, where: str) -> list:
+def config_warnings(cfg: dict, shape: dict, target: dict, ids: list, where: str) -> list:
     out = []
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) != shape["num_hidden_layers"]:
@@ -553,8 +524,10 @@ def _config_warnings(cfg: dict, shape: dict, target: dict, ids: list, where: str
             f"the drafter's rope_theta {ours} differs from the target's {theirs}; a rope mismatch lowers acceptance "
             f"silently; check the drafter's model card"
         )
-    if rope_theta_of(cfg) is None and "rope_scaling" not in cfg:
+    if rope_theta_of(cfg) is None and not cfg.get("rope_scaling"):
         out.append("neither the drafter's config nor the target's gives rope_theta; vLLM will assume 1000000")
+    if "max_position_embeddings" not in cfg:
+        out.append("neither the drafter's config nor the target's gives max_position_embeddings; left unset")
     return out
 
 
@@ -577,15 +550,70 @@ def read_json(path: str, what: str, fix: str) -> dict:
     return data
 
 
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache_snapshot(repo_id: str, environ: dict | None = None) -> str | None:
+    """The local snapshot folder of a Hugging Face Hub id in the host's cache, or None.
+
+    Follows refs/main when present, else the most recently modified snapshot. Nothing is downloaded.
+    """
+    env = os.environ if environ is None else environ
+    if not HUB_ID_RE.match(repo_id):
+        return None
+    hf_home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(hf_home, "hub")
+    repo = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
+    snapshots = os.path.join(repo, "snapshots")
+    try:
+        with open(os.path.join(repo, "refs", "main"), encoding="ascii") as fh:
+            candidate = os.path.join(snapshots, fh.read().strip())
+        if os.path.isdir(candidate):
+            return candidate
+    except OSError:
+        pass
+    try:
+        found = [os.path.join(snapshots, d) for d in os.listdir(snapshots)]
+    except OSError:
+        return None
+    found = [d for d in found if os.path.isdir(d)]
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def resolve_location(value: str, what: str, variable: str) -> str:
+    """A path as given, or a Hub id resolved to its snapshot in the host's Hugging Face cache."""
+    if os.path.exists(value):
+        return value
+    snapshot = hub_cache_snapshot(value)
+    if snapshot:
+        return snapshot
+    hint = (
+        " (it looks like a Hub id, but it is not in this host's Hugging Face cache; download it first)"
+        if HUB_ID_RE.match(value)
+        else ""
+    )
+    raise ModuleError(f"{value}: no such file or folder{hint}; set {variable} to the {what}")
+
+
 def target_config_path(target: str) -> str:
+    target = resolve_location(target, "target model's local folder (or its config.json)", "target_model")
     if os.path.isdir(target):
         return os.path.join(target, "config.json")
-    if os.path.exists(target):
-        return target
-    raise ModuleError(
-        f"{target}: no such file or folder; set target_model to the target model's local folder (or its "
-        f"config.json); a Hub id is not resolved here"
-    )
+    return target
+
+
+def resolve_vocab(shape: dict, target: dict, target_path: str) -> int:
+    """The target's vocab_size; a target config without one falls back to the drafter's own embed_tokens."""
+    if target["vocab_size"] is not None:
+        return target["vocab_size"]
+    own = shape["embed_vocab_size"] or (shape["lm_head_vocab_size"] if not shape["has_d2t"] else None)
+    if own is None:
+        raise ModuleError(
+            f"{target_path}: the target config has no vocab_size (looked at the top level and under "
+            f"text_config) and the drafter has no own embed_tokens to read it from; use the target's own "
+            f"config.json"
+        )
+    return own
 
 
 def render(cfg: dict) -> bytes:
@@ -594,11 +622,14 @@ def render(cfg: dict) -> bytes:
 
 def run(args: dict, ctx: Context) -> dict:
     started = time.perf_counter()
-    checkpoint = read_checkpoint(args["drafter"])
+    drafter = resolve_location(args["drafter"], "drafter checkpoint's folder", "drafter_model")
+    checkpoint = read_checkpoint(drafter)
     header_s = time.perf_counter() - started
     folder = checkpoint["folder"]
     where = checkpoint["files"][0] if len(checkpoint["files"]) == 1 else folder
     dest = os.path.abspath(args["dest"] or os.path.join(folder, "config.json"))
+    if os.path.isdir(dest):
+        dest = os.path.join(dest, "config.json")
     if not os.path.isdir(os.path.dirname(dest)):
         raise ModuleError(f"{dest}: its folder does not exist; create it or choose another 'dest'")
 
@@ -628,19 +659,8 @@ def run(args: dict, ctx: Context) -> dict:
     shape = infer_drafter_shape(checkpoint["tensors"], where)
     head_dim, heads, kv_heads = resolve_heads(shape, existing, where, existing_where)
     shape.update(head_dim=head_dim, num_attention_heads=heads, num_key_value_heads=kv_heads)
-    if target["vocab_size"] is None:
-        own = shape["embed_vocab_size"] or (shape["lm_head_vocab_size"] if not shape["has_d2t"] else None)
-        if own is None:
-            raise ModuleError(
-                f"{target_path}: the target config has no vocab_size (looked at the top level and under "
-                f"text_config) and the drafter has no own embed_tokens to read it from; use the target's own config.json"
-            )
-        target["vocab_size"] = own
-    shape["vocab_size"] = target["vocab_size"]
-    if shape["has_d2t"] and shape["lm_head_vocab_size"] not in (
-        None,
-        target["vocab_size"],
-    ):
+    shape["vocab_size"] = target["vocab_size"] = resolve_vocab(shape, target, target_path)
+    if shape["has_d2t"] and shape["lm_head_vocab_size"] not in (None, shape["vocab_size"]):
         shape["draft_vocab_size"] = shape["lm_head_vocab_size"]
 
     k = fused_layer_count(shape, target, where, target_path)
@@ -658,20 +678,16 @@ def run(args: dict, ctx: Context) -> dict:
         )
     if not 0 <= mask < target["vocab_size"]:
         raise ModuleError(
-            f"mask_token_id {mask} ({RULE_TEXT[mask_rule]}) is outside the target's vocabulary 0..{target['vocab_size'] - 1} "
-            f"({target_path}); use the mask id from the drafter's model card"
+            f"mask_token_id {mask} ({RULE_TEXT[mask_rule]}) is outside the target's vocabulary "
+            f"0..{target['vocab_size'] - 1} ({target_path}); use the mask id from the drafter's model card"
         )
     block_size, block_rule, layout = choose_block_size(args["block_size"], existing)
     if block_size < 2:
-        raise ModuleError(
-            f"block_size {block_size} ({RULE_TEXT[block_rule]}) must be at least 2 (the bonus token and one mask)"
-        )
+        raise ModuleError(f"block_size {block_size} ({RULE_TEXT[block_rule]}) must be at least 2 (the bonus token and one mask)")
     if not shape["dtype"]:
         ctx.warn(f"{where}: fc.weight dtype {shape['safetensors_dtype']} has no torch_dtype name; left unset")
-    if len(set(ids)) != len(ids) or ids != sorted(ids):
-        ctx.warn(
-            f"target_layer_ids {ids} are not strictly increasing; check them against the drafter's training setup"
-        )
+    if any(a >= b for a, b in zip(ids, ids[1:])):
+        ctx.warn(f"target_layer_ids {ids} are not strictly increasing; check them against the drafter's training setup")
     if rule == "reference":
         ctx.warn(
             f"target_layer_ids {ids} were guessed by the reference spacing (k={k} ids from 1 to N-3, N="
@@ -688,14 +704,10 @@ def run(args: dict, ctx: Context) -> dict:
         "block_size_layout": layout,
     }
     cfg = build_config(existing, shape, target, choices, ctx.warn)
-    for msg in _config_warnings(cfg, shape, target, ids, existing_where if existing_path else dest):
+    for msg in config_warnings(cfg, shape, target, ids, existing_where if existing_path else dest):
         ctx.warn(msg)
 
-    before = None
-    if os.path.isfile(dest):
-        before = (
-            existing if existing_path == dest else read_json(dest, "the drafter config", "fix or move it")
-        )
+    before = existing if existing_path == dest else None
     changed = before != cfg
     inferred = {
         key: shape[key]
@@ -756,9 +768,7 @@ def run(args: dict, ctx: Context) -> dict:
         result["msg"] = f"would write {dest}: {summary}"
         return result
     result["backup"] = atomic_write(dest, render(cfg), backup=before is not None)
-    result["msg"] = f"wrote {dest}: {summary}" + (
-        f" (previous kept as {result['backup']})" if result["backup"] else ""
-    )
+    result["msg"] = f"wrote {dest}: {summary}" + (f" (previous kept as {result['backup']})" if result["backup"] else "")
     return result
 
 

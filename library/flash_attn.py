@@ -409,6 +409,9 @@ def run_installer(argv: list, args: dict, ctx: Context, what: str, fix_where: st
 
 def run(args: dict, ctx: Context) -> dict:
     python = os.path.expanduser(args["python"])
+    if ctx.check and not os.path.exists(python):
+        return {"changed": False, "msg": f"{python} does not exist yet (the venv role builds it; check mode): "
+                                         f"nothing to inspect"}
     env = read_env(python)
     torch_version = args["torch_version"] or env["torch_version"]
     cuda_version = args["cuda_version"] or env["cuda_version"]
@@ -481,7 +484,7 @@ def run(args: dict, ctx: Context) -> dict:
         if args["allow_build"]:
             extra += ["--no-build-isolation"]  # flash-attn's setup.py imports the env's torch
         else:
-            extra += ["--only-binary", "flash-attn,flash-attn-4"]
+            extra += ["--only-binary", FA2, "--only-binary", FA4]
         if plan["reinstall"]:
             extra += ["--force-reinstall", "--no-deps"]  # restore files a removed line shared with it
         verb = "reinstalling" if plan["reinstall"] else "installing"
@@ -498,7 +501,7 @@ def run(args: dict, ctx: Context) -> dict:
                     f"CUDA {env['cuda_version']}, {env['python_tag']}) or set flash_attn_allow_build true",
                     **exc.data) from None
             raise
-        installed = desc
+        installed = f"{desc} (reinstalled)" if plan["reinstall"] else desc
         changed = True
 
     after_env = read_env(python) if changed else env

@@ -9,7 +9,7 @@ file is kept byte for byte; the new file is written atomically, with a backup if
 | line | str | none | the whole line wanted (without newline); required with state present |
 | regexp | str | none | Python regex: present replaces the last matching line; absent removes every match |
 | state | str | present | present or absent |
-| create | bool | false | create the file when it does not exist (state present) |
+| create | bool | false | create the file (and its missing folders, 0755) when it does not exist |
 | insertafter | str | EOF | where a new line goes: EOF, or after the last line matching this regex (EOF if none) |
 | mode | str | none | octal string such as "0644" for the file |
 | backup | bool | false | keep a timestamped copy of the file before changing it |
@@ -106,12 +106,12 @@ def run(args: dict, ctx: Context) -> dict:
     if raw is None:
         if state == "absent":
             return {"changed": False, "msg": f"{path} does not exist: nothing to remove", "path": path}
+        if not args["create"] and ctx.check:
+            # an earlier task of the play (not run in check mode) may be the one that creates it
+            ctx.warn(f"{path} does not exist; a real run fails here unless an earlier task creates it")
+            return {"changed": True, "path": path, "msg": f"check mode: {path} does not exist yet; would add the line"}
         if not args["create"]:
             raise ModuleError(f"module 'lineinfile': {path} does not exist; set create: true to create it, or fix 'path'")
-        if not os.path.isdir(os.path.dirname(path)):
-            raise ModuleError(
-                f"module 'lineinfile': the folder of {path} does not exist; create it first (file: state=directory)"
-            )
     before = "" if raw is None else raw.decode("utf-8", errors="surrogateescape")
     after, what = edit(before, line, regexp, state, args["insertafter"])
     if raw is None:
@@ -139,6 +139,8 @@ def run(args: dict, ctx: Context) -> dict:
     if ctx.check:
         return result
     try:
+        if raw is None:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         if after != before or raw is None:
             backup_file = atomic_write(
                 path,

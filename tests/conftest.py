@@ -36,7 +36,7 @@ def sshd_pool():
 
 @pytest.fixture(scope="session")
 def ssh_hosts(sshd_pool):
-    """Nine real sshd hosts (h1..h9 on 127.0.0.2-10:2222), one non-root user with an empty home."""
+    """Nine real sshd hosts (h1..h9 on 127.0.0.2-10, a free port per session), one non-root user with an empty home."""
     return sshd_pool.hosts
 
 

@@ -1,6 +1,6 @@
 """Real OpenSSH servers on 127.0.0.x for tests and benchmarks.
 
-Each host is its own `sshd -D` on 127.0.0.N:2222 with a generated host key; a dedicated non-root user
+Each host is its own `sshd -D` on 127.0.0.N (one free port per pool) with a generated host key; a dedicated non-root user
 with an empty home logs in with a generated key. known_hosts is written from the real host keys, so
 host key checking stays on, as in production. Facts and pitfalls: shared/reference/test-environment.md.
 """
@@ -22,7 +22,26 @@ import yaml
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 TEST_USER = os.environ.get("DFP_TEST_USER", "dfptest")
-PORT = 2222
+PORT = 2222  # the default; each pool picks a free port so parallel test sessions don't collide
+
+
+def free_port(addresses: list[str]) -> int:
+    """A port free on every given loopback address (sessions running at once get different ones)."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 40000)
+        ok = True
+        for addr in addresses:
+            with socket.socket() as s:
+                try:
+                    s.bind((addr, port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return port
+    return PORT
 
 
 @dataclass
@@ -87,6 +106,7 @@ class SshdPool:
     first_octet: int = 2
     hosts: list[SshHost] = field(default_factory=list)
     root: Path | None = None
+    port: int = 0
     _procs: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self) -> SshdPool:
@@ -111,15 +131,16 @@ class SshdPool:
         pub = (Path(str(host_key) + ".pub")).read_text().split()
         known = self.root / "known_hosts"
         lines = []
-        for i in range(self.count):
-            addr = f"127.0.0.{self.first_octet + i}"
+        addresses = [f"127.0.0.{self.first_octet + i}" for i in range(self.count)]
+        self.port = self.port or free_port(addresses)
+        for i, addr in enumerate(addresses):
             proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(config), "-p", str(PORT), "-o", f"ListenAddress={addr}"],
+                [SSHD, "-D", "-e", "-f", str(config), "-p", str(self.port), "-o", f"ListenAddress={addr}"],
                 stdout=subprocess.DEVNULL, stderr=open(self.root / f"sshd-{addr}.log", "wb"),
             )
             self._procs.append(proc)
-            lines.append(f"[{addr}]:{PORT} {pub[0]} {pub[1]}")
-            self.hosts.append(SshHost(f"h{i + 1}", addr, PORT, user.pw_name, str(client_key), str(known), proc.pid))
+            lines.append(f"[{addr}]:{self.port} {pub[0]} {pub[1]}")
+            self.hosts.append(SshHost(f"h{i + 1}", addr, self.port, user.pw_name, str(client_key), str(known), proc.pid))
         known.write_text("\n".join(lines) + "\n")
         for h in self.hosts:
             _wait_port(h.address, h.port)
@@ -145,9 +166,9 @@ class SshdPool:
         config = self.root / f"sshd_config_{address}"
         text = (self.root / "sshd_config").read_text().replace(str(self.root / "host_ed25519_key"), str(key))
         config.write_text(text)
-        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config), "-p", str(PORT), "-o", f"ListenAddress={address}"],
+        proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config), "-p", str(self.port), "-o", f"ListenAddress={address}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_port(address, PORT)
+        _wait_port(address, self.port)
         return proc, key
 
 

@@ -93,7 +93,7 @@ def test_unreachable_host_is_clear(tmp_path, ssh_hosts):
     inv = {"all": {"hosts": {"dead": dict(h.inventory_vars(), ansible_host="127.0.0.251", dfp_connect_retries=1)}}}
     pb, invp, marker = _setup(tmp_path, [], inv=inv)
     code, out = invoke("play", str(pb), "-i", str(invp))
-    assert_clean_error(code, out, marker, "unreachable: [dead]", "127.0.0.251:2222", "Connection refused", exit_code=3)
+    assert_clean_error(code, out, marker, "unreachable: [dead]", f"127.0.0.251:{h.port}", "Connection refused", exit_code=3)
 
 
 @pytest.mark.ssh
@@ -105,7 +105,7 @@ def test_changed_host_key_is_refused(tmp_path, sshd_pool):
         h = sshd_pool.hosts[0]
         known = tmp_path / "known_hosts"
         good = Path(h.known_hosts).read_text().splitlines()[0].split(" ", 1)[1]
-        known.write_text(f"[{addr}]:2222 {good}\n")
+        known.write_text(f"[{addr}]:{h.port} {good}\n")
         inv = {"all": {"hosts": {"moved": dict(h.inventory_vars(), ansible_host=addr, ansible_ssh_known_hosts_file=str(known))}}}
         pb, invp, marker = _setup(tmp_path, [], inv=inv)
         code, out = invoke("play", str(pb), "-i", str(invp))

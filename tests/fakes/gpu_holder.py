@@ -10,6 +10,7 @@ NODE_JSON describes this process and, recursively, the processes it starts:
      "device": false,           keeps REG/dev/nvidia<gpu> open (for the /proc/*/fd scan)
      "ignore_term": false,      SIGTERM ignored (only SIGKILL stops it)
      "children": [NODE, ...],   started as children in this process group
+     "cuda_gib": 0,             allocates this much real GPU memory with torch (tests/gpu/ only)
      "detach": false}           (on a child) started by a double fork: the grandchild calls
                                 setsid(), leaving the group, and the intermediate process exits once
                                 DIR/release exists, orphaning it; the test records the pidfile tree
@@ -66,6 +67,19 @@ def detach(registry, ready, node):
     os._exit(0)
 
 
+def cuda_hold(node):
+    """Allocate and touch real GPU memory with torch (GPU verification runs only)."""
+    gib = float(node.get("cuda_gib") or 0)
+    if gib <= 0:
+        return None
+    import torch
+
+    block = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda:%d" % int(node.get("gpu", 0)))
+    block.fill_(7)
+    torch.cuda.synchronize()
+    return block
+
+
 def main(argv):
     registry = argv[argv.index("--registry") + 1]
     ready = argv[argv.index("--ready") + 1]
@@ -91,6 +105,7 @@ def main(argv):
             detach(registry, ready, child)
         else:
             spawn(registry, ready, child)
+    _held = cuda_hold(node)  # after forking: a forked child must not inherit a CUDA context
     write_json(os.path.join(ready, "%s.json" % node["name"]), {"pid": os.getpid(), "pgid": os.getpgrp()})
     while True:
         time.sleep(3600)

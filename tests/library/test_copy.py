@@ -379,3 +379,21 @@ def test_manifest_refuses_a_dest_that_is_a_file_and_unknown_staged_paths(tmp_pat
         call({"dest": str(f), "manifest": []})
     with pytest.raises(ModuleError, match="not in the manifest"):
         call({"dest": str(tmp_path / "d"), "manifest": [], "phase": "install", "staged": {"x": "/tmp/x"}})
+
+
+def test_files_with_equal_content_may_share_one_upload(tmp_path):
+    files = {"pkg/__init__.py": (b"", "0644"), "pkg/sub/__init__.py": (b"", "0644")}
+    manifest = make_source(files)
+    upload = tmp_path / "one-upload"
+    upload.write_bytes(b"")
+    staged = {rel: str(upload) for rel in files}
+    res = call({"dest": str(tmp_path / "d"), "manifest": manifest, "phase": "install", "staged": staged})
+    assert sorted(res["installed"]) == sorted(files) and not upload.exists()
+    assert (tmp_path / "d" / "pkg" / "sub" / "__init__.py").read_bytes() == b""
+
+
+def test_plan_in_check_mode_reports_what_would_change(tmp_path):
+    manifest = make_source({"a.txt": (b"x", "0644")})
+    assert call({"dest": str(tmp_path / "d"), "manifest": manifest}, check=True)["changed"] is True
+    assert call({"dest": str(tmp_path / "d"), "manifest": manifest})["changed"] is False
+    assert not (tmp_path / "d").exists()

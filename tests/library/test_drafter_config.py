@@ -262,9 +262,7 @@ def _published_case(tmp_path: Path, name: str) -> tuple[Path, dict, Path]:
     published = load(f"{name}.json")
     drafter = tmp_path / name
     drafter.mkdir()
-    write_sparse_safetensors(
-        str(drafter / "model.safetensors"), drafter_tensors_for(published), {"format": "pt"}
-    )
+    write_sparse_safetensors(str(drafter / "model.safetensors"), drafter_tensors_for(published), {"format": "pt"})
     return drafter, published, FIXTURES / PUBLISHED[name]
 
 
@@ -380,9 +378,7 @@ def test_a_replaced_config_is_corrected_with_a_timestamped_backup(tiny):
 def test_run_by_hand_prints_the_json_result_with_the_config(tiny, tmp_path):
     drafter, target = tiny
     args = tmp_path / "args.json"
-    args.write_text(
-        json.dumps({"drafter": str(drafter), "target": str(target / "config.json"), "mask_token_id": 3})
-    )
+    args.write_text(json.dumps({"drafter": str(drafter), "target": str(target / "config.json"), "mask_token_id": 3}))
     cmd = [sys.executable, str(ROOT / "library" / "drafter_config.py"), str(args)]
     checked = subprocess.run(cmd + ["--check"], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr
@@ -418,9 +414,7 @@ def test_a_sharded_drafter_is_read_through_its_index(tiny):
     for shard, members in shards.items():
         save_real(drafter / shard, {n: table[n] for n in members})
     weight_map = {n: shard for shard, members in shards.items() for n in members}
-    (drafter / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {}, "weight_map": weight_map})
-    )
+    (drafter / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     res = call({"drafter": str(drafter), "target": str(target), "mask_token_id": 3})
     assert not res["failed"], res["msg"]
     assert len(res["files"]) == 2 and res["inferred"]["fc_shape"] == [64, 128]
@@ -428,9 +422,7 @@ def test_a_sharded_drafter_is_read_through_its_index(tiny):
 
 def test_given_ids_win_and_are_written(tiny):
     drafter, target = tiny
-    (drafter / "config.json").write_text(
-        json.dumps({"dflash_config": {"target_layer_ids": [1, 5], "mask_token_id": 3}})
-    )
+    (drafter / "config.json").write_text(json.dumps({"dflash_config": {"target_layer_ids": [1, 5], "mask_token_id": 3}}))
     res = call({"drafter": str(drafter), "target": str(target), "target_layer_ids": [0, 7]})
     assert res["layer_ids_rule"] == "given" and res["config"]["dflash_config"]["target_layer_ids"] == [0, 7]
     assert not any("guessed" in w for w in res.get("warnings", []))
@@ -438,9 +430,7 @@ def test_given_ids_win_and_are_written(tiny):
 
 def test_a_block_size_argument_goes_where_the_existing_config_keeps_it(tiny):
     drafter, target = tiny
-    (drafter / "config.json").write_text(
-        json.dumps({"dflash_config": {"mask_token_id": 3, "block_size": 16}})
-    )
+    (drafter / "config.json").write_text(json.dumps({"dflash_config": {"mask_token_id": 3, "block_size": 16}}))
     res = call({"drafter": str(drafter), "target": str(target), "block_size": 8})
     assert res["config"]["dflash_config"]["block_size"] == 8 and "block_size" not in res["config"]
 
@@ -558,9 +548,7 @@ EXISTING = {
         "block",
     ],
 )
-def test_a_drafter_that_does_not_fit_the_target_is_refused_naming_both_numbers(
-    tmp_path, table, target_over, args, phrases
-):
+def test_a_drafter_that_does_not_fit_the_target_is_refused_naming_both_numbers(tmp_path, table, target_over, args, phrases):
     drafter, target = tmp_path / "d", tmp_path / "t"
     drafter.mkdir()
     target.mkdir()
@@ -692,9 +680,7 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("spoil,where,phrase", BAD_INPUTS, ids=[b[0].__name__[5:] for b in BAD_INPUTS])
-def test_bad_input_is_a_clear_error_naming_the_file_and_the_config_stays_untouched(
-    tmp_path, spoil, where, phrase
-):
+def test_bad_input_is_a_clear_error_naming_the_file_and_the_config_stays_untouched(tmp_path, spoil, where, phrase):
     drafter, target = tmp_path / "d", tmp_path / "t"
     drafter.mkdir()
     target.mkdir()
@@ -718,3 +704,111 @@ def test_reading_a_published_size_checkpoint_reads_only_its_header(tmp_path):
     assert size > 3_000_000_000
     assert res["header_bytes_read"] < 10_000
     assert res["header_read_ms"] < 50
+
+
+# ----------------------------------------------------------------------------------------------
+# Locations: Hub ids through the host's Hugging Face cache, dest as a folder
+
+
+def _hub_cache(root: Path, repo_id: str, revision: str = "abc123", refs: bool = True) -> Path:
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    if refs:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(revision + "\n")
+    return snapshot
+
+
+def test_hub_cache_snapshot_follows_refs_main_else_the_newest_snapshot(tmp_path):
+    env = {"HF_HUB_CACHE": str(tmp_path)}
+    pinned = _hub_cache(tmp_path, "z-lab/Qwen3-4B-DFlash-b16", "rev1")
+    _hub_cache(tmp_path, "Qwen/Qwen3-4B", "old", refs=False)
+    newest = tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "new"
+    newest.mkdir()
+    os.utime(newest.parent / "old", (1, 1))
+    assert dc.hub_cache_snapshot("z-lab/Qwen3-4B-DFlash-b16", env) == str(pinned)
+    assert dc.hub_cache_snapshot("Qwen/Qwen3-4B", env) == str(newest)
+    assert dc.hub_cache_snapshot("Qwen/Absent", env) is None
+    assert dc.hub_cache_snapshot("not a hub id", env) is None
+    assert dc.hub_cache_snapshot("Qwen/Qwen3-4B", {"HF_HOME": str(tmp_path / "nothing")}) is None
+
+
+def test_hub_ids_are_resolved_in_the_hosts_hugging_face_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    drafter = _hub_cache(tmp_path / "hub", "z-lab/tiny-DFlash")
+    target = _hub_cache(tmp_path / "hub", "Qwen/tiny")
+    save_real(drafter / "model.safetensors", tiny_table())
+    (target / "config.json").write_text(json.dumps(TINY_TARGET))
+    res = call({"drafter": "z-lab/tiny-DFlash", "target": "Qwen/tiny", "mask_token_id": 3})
+    assert not res["failed"], res["msg"]
+    assert res["path"] == str(drafter / "config.json") and res["target"]["config"] == str(target / "config.json")
+
+
+def test_a_hub_id_missing_from_the_cache_says_to_download_it(tmp_path, monkeypatch, tiny):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    drafter, _ = tiny
+    res = call({"drafter": str(drafter), "target": "Qwen/Qwen3-8B", "mask_token_id": 3})
+    assert res["failed"] and "looks like a Hub id, but it is not in this host's Hugging Face cache" in res["msg"]
+    assert "target_model" in res["msg"]
+
+
+def test_dest_may_name_a_folder(tiny, tmp_path):
+    drafter, target = tiny
+    out = tmp_path / "out"
+    out.mkdir()
+    res = call({"drafter": str(drafter), "target": str(target), "dest": str(out), "mask_token_id": 3})
+    assert res["path"] == str(out / "config.json") and (out / "config.json").is_file()
+
+
+def test_a_missing_dest_folder_is_refused(tiny, tmp_path):
+    drafter, target = tiny
+    res = call(
+        {
+            "drafter": str(drafter),
+            "target": str(target),
+            "dest": str(tmp_path / "no" / "c.json"),
+            "mask_token_id": 3,
+        }
+    )
+    assert res["failed"] and "its folder does not exist" in res["msg"]
+
+
+def test_given_values_that_replace_existing_ones_are_reported(tiny):
+    drafter, target = tiny
+    (drafter / "config.json").write_text(json.dumps({"dflash_config": {"target_layer_ids": [1, 5], "mask_token_id": 3}}))
+    res = call({"drafter": str(drafter), "target": str(target), "target_layer_ids": [2, 6], "mask_token_id": 4})
+    assert "replaced dflash_config.target_layer_ids: the existing config said [1, 5], now [2, 6]" in res["warnings"]
+    assert "replaced dflash_config.mask_token_id: the existing config said 3, now 4" in res["warnings"]
+
+
+def test_an_existing_config_with_null_rope_fields_gets_the_targets_rope(tiny):
+    drafter, target = tiny
+    (drafter / "config.json").write_text(json.dumps(dict(EXISTING, rope_scaling=None, rope_theta=None)))
+    res = call({"drafter": str(drafter), "target": str(target)})
+    assert res["config"]["rope_theta"] == 1000000 and res["config"]["rope_scaling"] is None
+    assert not any("rope_theta" in w for w in res.get("warnings", []))
+
+
+def test_a_target_without_vocab_size_takes_it_from_the_drafters_own_embeddings(tmp_path):
+    drafter, target = tmp_path / "d", tmp_path / "t"
+    drafter.mkdir()
+    target.mkdir()
+    save_real(drafter / "model.safetensors", tiny_table(embed_vocab=300))
+    (target / "config.json").write_text(json.dumps({k: v for k, v in TINY_TARGET.items() if k != "vocab_size"}))
+    res = call({"drafter": str(drafter), "target": str(target), "mask_token_id": 3})
+    assert res["config"]["vocab_size"] == 300
+
+
+def test_a_target_without_vocab_size_and_a_drafter_without_embeddings_is_refused(tiny):
+    drafter, target = tiny
+    (target / "config.json").write_text(json.dumps({k: v for k, v in TINY_TARGET.items() if k != "vocab_size"}))
+    res = call({"drafter": str(drafter), "target": str(target), "mask_token_id": 3})
+    assert res["failed"] and "the target config has no vocab_size" in res["msg"]
+    assert str(target / "config.json") in res["msg"] and not (drafter / "config.json").exists()
+
+
+def test_ids_that_do_not_increase_are_written_with_a_warning(tiny):
+    drafter, target = tiny
+    res = call({"drafter": str(drafter), "target": str(target), "mask_token_id": 3, "target_layer_ids": [5, 1]})
+    assert not res["failed"] and any("not strictly increasing" in w for w in res["warnings"])

@@ -187,8 +187,22 @@ def test_bad_input_gives_a_clear_error_and_changes_nothing(tmp_path, args, words
     assert snapshot(tmp_path) == before
 
 
-def test_directory_path_and_missing_folder_are_refused(tmp_path):
+def test_directory_path_is_refused(tmp_path):
     with pytest.raises(ModuleError, match="is a directory"):
         call({"path": str(tmp_path), "line": "x"})
-    with pytest.raises(ModuleError, match="folder of .* does not exist"):
-        call({"path": str(tmp_path / "no" / "f"), "line": "x", "create": True})
+
+
+def test_create_makes_missing_folders_too(tmp_path):
+    f = tmp_path / "no" / "such" / "f"
+    assert call({"path": str(f), "line": "x", "create": True}, check=True)["changed"] is True
+    assert not (tmp_path / "no").exists()
+    call({"path": str(f), "line": "x", "create": True})
+    assert f.read_text() == "x\n"
+
+
+def test_check_mode_on_a_missing_file_warns_instead_of_failing(tmp_path):
+    """An earlier task (skipped by check mode) may be the one that creates the file."""
+    ctx = Context(check=True)
+    res = lineinfile.run(check_args(lineinfile.ARGS, {"path": str(tmp_path / "later"), "line": "x"}, "lineinfile"), ctx)
+    assert res["changed"] is True and "does not exist yet" in res["msg"]
+    assert "a real run fails here" in ctx.warnings[0] and not (tmp_path / "later").exists()

@@ -60,12 +60,8 @@ def test_header_of_a_file_written_by_the_safetensors_library_gives_names_dtypes_
 
 
 def test_sharded_checkpoint_is_read_through_its_index(tmp_path):
-    save_file(
-        {"fc.weight": np.zeros((8, 16), dtype=np.float32)}, str(tmp_path / "model-00001-of-00002.safetensors")
-    )
-    save_file(
-        {"norm.weight": np.zeros(8, dtype=np.float32)}, str(tmp_path / "model-00002-of-00002.safetensors")
-    )
+    save_file({"fc.weight": np.zeros((8, 16), dtype=np.float32)}, str(tmp_path / "model-00001-of-00002.safetensors"))
+    save_file({"norm.weight": np.zeros(8, dtype=np.float32)}, str(tmp_path / "model-00002-of-00002.safetensors"))
     index = {
         "metadata": {"total_size": 8 * 16 * 4 + 8 * 4},
         "weight_map": {
@@ -88,17 +84,13 @@ def test_sharded_checkpoint_is_read_through_its_index(tmp_path):
 def test_a_single_safetensors_file_or_its_folder_are_both_accepted(tmp_path):
     save_file({"fc.weight": np.zeros((4, 8), dtype=np.float32)}, str(tmp_path / "model.safetensors"))
     assert read_checkpoint(str(tmp_path))["files"] == [str(tmp_path / "model.safetensors")]
-    assert read_checkpoint(str(tmp_path / "model.safetensors"))["files"] == [
-        str(tmp_path / "model.safetensors")
-    ]
+    assert read_checkpoint(str(tmp_path / "model.safetensors"))["files"] == [str(tmp_path / "model.safetensors")]
 
 
 def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_header(tmp_path):
     # The shape of a 27B DFlash drafter: hidden 5120, 5 layers, fc.weight [5120, 25600] in bf16.
     path = tmp_path / "model.safetensors"
-    tensors = drafter_tensors(
-        hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5
-    )
+    tensors = drafter_tensors(hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5)
     length = write_sparse_safetensors(str(path), tensors, metadata={"format": "pt"})
     assert path.stat().st_size > 3_000_000_000  # the declared size is real
     assert path.stat().st_blocks * 512 < 1_000_000  # but the file is sparse
@@ -118,9 +110,7 @@ def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_hea
     assert head["bytes_read"] == 8 + length
     assert elapsed < 0.05, f"reading the header took {elapsed * 1000:.1f} ms"
     if before is not None:
-        assert after - before <= head["bytes_read"] + 4096, (
-            f"read {after - before} bytes for a {length}-byte header"
-        )
+        assert after - before <= head["bytes_read"] + 4096, f"read {after - before} bytes for a {length}-byte header"
 
 
 def _write(path: Path, data: bytes) -> str:
@@ -170,16 +160,12 @@ BAD_FILES = [
     ),
     (
         "data_shorter_than_the_header_declares",
-        lambda p: _header_file(
-            p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, 10
-        ),
+        lambda p: _header_file(p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}, 10),
         "truncated file: tensor 'fc.weight' ends at data byte 64 but the file holds only 10 data bytes",
     ),
     (
         "offsets_that_disagree_with_the_shape",
-        lambda p: _header_file(
-            p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}}, 32
-        ),
+        lambda p: _header_file(p, {"fc.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 32]}}, 32),
         "declares shape [4, 4] of F32 (64 bytes) but spans 32 bytes",
     ),
 ]
@@ -206,9 +192,7 @@ def _sharded(tmp_path: Path, weight_map: dict, write: dict) -> None:
 
 
 def test_shards_missing_from_the_folder_are_named(tmp_path):
-    _sharded(
-        tmp_path, {"a": "model-1.safetensors", "b": "model-2.safetensors"}, {"model-1.safetensors": ["a"]}
-    )
+    _sharded(tmp_path, {"a": "model-1.safetensors", "b": "model-2.safetensors"}, {"model-1.safetensors": ["a"]})
     with pytest.raises(ModuleError) as err:
         read_checkpoint(str(tmp_path))
     assert "1 of 2 shard file(s) named in the index are missing" in err.value.msg
@@ -217,9 +201,7 @@ def test_shards_missing_from_the_folder_are_named(tmp_path):
 
 
 def test_an_index_naming_a_tensor_its_shard_lacks_is_refused(tmp_path):
-    _sharded(
-        tmp_path, {"a": "model-1.safetensors", "b": "model-1.safetensors"}, {"model-1.safetensors": ["a"]}
-    )
+    _sharded(tmp_path, {"a": "model-1.safetensors", "b": "model-1.safetensors"}, {"model-1.safetensors": ["a"]})
     with pytest.raises(ModuleError, match="tensor 'b' is listed in shard model-1.safetensors but that shard"):
         read_checkpoint(str(tmp_path))
 
@@ -240,9 +222,7 @@ def test_a_bad_index_is_a_clear_error(tmp_path, index_text, expected):
 
 def test_a_folder_without_safetensors_says_what_is_missing(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"x")
-    with pytest.raises(
-        ModuleError, match=r"no model.safetensors, no model.safetensors.index.json and no \*.safetensors"
-    ):
+    with pytest.raises(ModuleError, match=r"no model.safetensors, no model.safetensors.index.json and no \*.safetensors"):
         read_checkpoint(str(tmp_path))
 
 

@@ -48,12 +48,8 @@ def make_models(base: Path) -> tuple[Path, Path]:
     drafter, target = base / "dflash", base / "target"
     drafter.mkdir()
     target.mkdir()
-    table = drafter_tensors(
-        hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32"
-    )
-    save_file(
-        {n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors")
-    )
+    table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
+    save_file({n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors"))
     (target / "config.json").write_text(json.dumps(TARGET))
     return drafter, target
 
@@ -157,16 +153,12 @@ def test_role_over_ssh_reads_the_header_on_the_host_and_a_second_run_changes_not
 
 
 @pytest.mark.ssh
-def test_role_over_ssh_reads_a_multi_gb_checkpoint_header_in_milliseconds(
-    tmp_path, shared_tmp, ssh_host, inventory_file
-):
+def test_role_over_ssh_reads_a_multi_gb_checkpoint_header_in_milliseconds(tmp_path, shared_tmp, ssh_host, inventory_file):
     drafter, target = shared_tmp / "d27", shared_tmp / "t27"
     drafter.mkdir()
     target.mkdir()
     published = json.loads((FIXTURES / "qwen3.5-27b-dflash.json").read_text())
-    table = drafter_tensors(
-        hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5
-    )
+    table = drafter_tensors(hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5)
     write_sparse_safetensors(str(drafter / "model.safetensors"), table, {"format": "pt"})
     (target / "config.json").write_text((FIXTURES / "targets" / "qwen3.5-27b.json").read_text())
     give_to(ssh_host.user, drafter, target)

@@ -1,0 +1,1 @@
+"""Benchmarks: `invoke bench [--quick]` (bench/run.py) writes bench/results.json and docs/BENCHMARKS.md."""

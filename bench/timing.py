@@ -1,0 +1,43 @@
+"""Small timing helpers: a timed subprocess, min/median of repetitions, rounding for reports."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+
+
+class RunFailed(Exception):
+    """A timed command exited non-zero; the message holds its last output lines."""
+
+
+def run_timed(argv: list[str], env: dict | None = None, cwd: str | None = None, timeout: float = 300) -> tuple:
+    """(wall seconds, output) of one process run from spawn to exit; RunFailed on a non-zero exit."""
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=timeout)
+    wall = time.perf_counter() - started
+    out = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        tail = "\n".join(out.strip().splitlines()[-12:])
+        raise RunFailed(f"{' '.join(argv[:3])} ... exited {proc.returncode}:\n{tail}")
+    return wall, out
+
+
+def stats(samples: list[float]) -> dict:
+    """{"min", "median", "n", "samples"} in seconds, rounded to the millisecond."""
+    if not samples:
+        return {"min": None, "median": None, "n": 0, "samples": []}
+    return {
+        "min": round(min(samples), 4),
+        "median": round(statistics.median(samples), 4),
+        "n": len(samples),
+        "samples": [round(s, 4) for s in samples],
+    }
+
+
+def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
+    """a / b, or None when either is missing (a part that could not run)."""
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, digits)

@@ -1,0 +1,216 @@
+"""A tiny random Qwen3 target and a tiny DFlash drafter (weights only, no config.json), made locally.
+
+For the `local` host and the end-to-end tests: no download, no GPU. The serving environment's python
+(torch, transformers, tokenizers come with vLLM) trains a byte-level BPE tokenizer on a few
+sentences and writes a random float32 Qwen3 target (deep enough for the reference spacing of
+target_layer_ids: 8 layers with k=2 fused layers gives [1, 5]) and a one-layer DFlash drafter in the
+z-lab layout (fc.weight [H, H*k], hidden_norm, norm, layers.0.*). The drafter gets no config.json:
+the drafter-config role derives it from the weights and the target. Idempotent: a marker file
+beside the models records the recipe; same recipe = `ok`, no python started.
+
+| argument | type | default | meaning |
+|---|---|---|---|
+| python | path | required | the serving environment's python (needs torch, transformers, tokenizers, safetensors) |
+| target_dir | path | required | where the target goes |
+| drafter_dir | path | required | where the drafter weights go |
+| hidden_size | int | 64 | hidden size of both |
+| num_layers | int | 8 | target layers |
+| num_heads / num_kv_heads | int | 4 / 2 | attention heads |
+| head_dim | int | 32 | head size (CPU attention supports 32, 64, 80, 96, 112, 128, ...; not 16) |
+| intermediate_size | int | 128 | MLP width |
+| fused_layers | int | 2 | target layers the drafter fuses (k: fc.weight is [H, H*k]) |
+| draft_layers | int | 1 | drafter layers |
+| max_positions | int | 512 | max_position_embeddings |
+| seed | int | 0 | random seed |
+| timeout_s | float | 600 | limit for the generator |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+from _common import Context, ModuleError, atomic_write, main, read_bytes
+
+ARGS = {
+    "python": {"type": "path", "required": True},
+    "target_dir": {"type": "path", "required": True},
+    "drafter_dir": {"type": "path", "required": True},
+    "hidden_size": {"type": "int", "default": 64},
+    "num_layers": {"type": "int", "default": 8},
+    "num_heads": {"type": "int", "default": 4},
+    "num_kv_heads": {"type": "int", "default": 2},
+    "head_dim": {"type": "int", "default": 32},
+    "intermediate_size": {"type": "int", "default": 128},
+    "fused_layers": {"type": "int", "default": 2},
+    "draft_layers": {"type": "int", "default": 1},
+    "max_positions": {"type": "int", "default": 512},
+    "seed": {"type": "int", "default": 0},
+    "timeout_s": {"type": "float", "default": 600},
+}
+
+MARKER = ".dflash-tiny-models.json"
+RECIPE_VERSION = 1
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+# Runs in the serving environment's python; its one argument is the recipe as JSON.
+GENERATOR = r"""
+import json, os, sys
+r = json.loads(sys.argv[1])
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+tdir, ddir = r["target_dir"], r["drafter_dir"]
+os.makedirs(tdir, exist_ok=True)
+os.makedirs(ddir, exist_ok=True)
+torch.manual_seed(r["seed"])
+specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"]
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+corpus = ["The quick brown fox jumps over the lazy dog. " * 4,
+          "Speculative decoding drafts several tokens and the target verifies them.",
+          "Hello world! 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"] * 20
+tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=512, special_tokens=specials, show_progress=False,
+                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+hf.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+hf.save_pretrained(tdir)
+H, L, NH, NKV, HD, I = (r["hidden_size"], r["num_layers"], r["num_heads"], r["num_kv_heads"], r["head_dim"],
+                        r["intermediate_size"])
+cfg = Qwen3Config(vocab_size=len(hf), hidden_size=H, intermediate_size=I, num_hidden_layers=L,
+                  num_attention_heads=NH, num_key_value_heads=NKV, head_dim=HD,
+                  max_position_embeddings=r["max_positions"], rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  bos_token_id=hf.eos_token_id, eos_token_id=hf.eos_token_id, pad_token_id=hf.pad_token_id)
+Qwen3ForCausalLM(cfg).to(torch.float32).save_pretrained(tdir, safe_serialization=True)
+k = r["fused_layers"]
+g = lambda *shape: torch.randn(*shape) * 0.02
+one = lambda n: torch.ones(n)
+sd = {"fc.weight": g(H, H * k), "hidden_norm.weight": one(H), "norm.weight": one(H)}
+for i in range(r["draft_layers"]):
+    p = "layers.%d." % i
+    sd.update({p + "self_attn.q_proj.weight": g(NH * HD, H), p + "self_attn.k_proj.weight": g(NKV * HD, H),
+               p + "self_attn.v_proj.weight": g(NKV * HD, H), p + "self_attn.o_proj.weight": g(H, NH * HD),
+               p + "self_attn.q_norm.weight": one(HD), p + "self_attn.k_norm.weight": one(HD),
+               p + "mlp.gate_proj.weight": g(I, H), p + "mlp.up_proj.weight": g(I, H),
+               p + "mlp.down_proj.weight": g(H, I), p + "input_layernorm.weight": one(H),
+               p + "post_attention_layernorm.weight": one(H)})
+save_file({n: t.contiguous() for n, t in sd.items()}, os.path.join(ddir, "model.safetensors"), metadata={"format": "pt"})
+print(json.dumps({"vocab_size": len(hf), "mask_token_id": hf.convert_tokens_to_ids("<|mask|>"),
+                  "eos_token_id": hf.eos_token_id}))
+"""
+
+
+def recipe(args: dict) -> dict:
+    """What the models are made from; validated (the names are the role's variables)."""
+    r = {k: args[k] for k in ARGS if k not in ("python", "timeout_s")}
+    r["target_dir"] = os.path.abspath(r["target_dir"])
+    r["drafter_dir"] = os.path.abspath(r["drafter_dir"])
+    if r["target_dir"] == r["drafter_dir"]:
+        raise ModuleError("tiny_models: target_dir and drafter_dir are the same folder; give each its own")
+    for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
+                 "fused_layers", "draft_layers", "max_positions"):
+        if r[name] < 1:
+            raise ModuleError(f"tiny_models: {name} is {r[name]}; it must be at least 1")
+    if r["head_dim"] not in CPU_HEAD_DIMS:
+        raise ModuleError(
+            f"tiny_models: head_dim {r['head_dim']} is not supported by vLLM's CPU attention (the server would "
+            f"answer /health and die on the first request); use one of {', '.join(map(str, CPU_HEAD_DIMS))}"
+        )
+    if r["num_heads"] % r["num_kv_heads"]:
+        raise ModuleError(f"tiny_models: num_heads {r['num_heads']} is not a multiple of num_kv_heads {r['num_kv_heads']}")
+    if r["fused_layers"] > 1 and r["num_layers"] < r["fused_layers"] + 3:
+        raise ModuleError(
+            f"tiny_models: a {r['num_layers']}-layer target is too shallow for the reference spacing of "
+            f"{r['fused_layers']} target_layer_ids (needs at least {r['fused_layers'] + 3} layers)"
+        )
+    r["version"] = RECIPE_VERSION
+    return r
+
+
+def marker_path(target_dir: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(target_dir)), MARKER)
+
+
+def models_present(r: dict) -> bool:
+    return os.path.isfile(os.path.join(r["target_dir"], "config.json")) and os.path.isfile(
+        os.path.join(r["drafter_dir"], "model.safetensors")
+    )
+
+
+def run(args: dict, ctx: Context) -> dict:
+    r = recipe(args)
+    marker = marker_path(r["target_dir"])
+    digest = hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
+    old = read_bytes(marker)
+    recorded = {}
+    if old:
+        try:
+            recorded = json.loads(old.decode())
+        except (UnicodeDecodeError, ValueError):
+            recorded = {}
+    if recorded.get("digest") == digest and models_present(r):
+        return {
+            "changed": False,
+            "msg": f"tiny models are in place ({r['target_dir']}, {r['drafter_dir']})",
+            "target_dir": r["target_dir"],
+            "drafter_dir": r["drafter_dir"],
+            **recorded.get("made", {}),
+        }
+    if ctx.check:
+        return {"changed": True, "msg": f"would generate a tiny target in {r['target_dir']} and drafter in {r['drafter_dir']}"}
+    python = args["python"]
+    if not os.path.exists(python):
+        raise ModuleError(
+            f"tiny_models: python {python} does not exist; the venv role builds the serving environment first"
+        )
+    # Regenerate from scratch: a drafter config.json left from another recipe would no longer fit.
+    for folder in (r["target_dir"], r["drafter_dir"]):
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+    ctx.say("generating a tiny Qwen3 target and DFlash drafter")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        res = subprocess.run(
+            [python, "-c", GENERATOR, json.dumps(r)],
+            capture_output=True,
+            text=True,
+            timeout=args["timeout_s"],
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        raise ModuleError(f"tiny_models: the generator ran longer than {args['timeout_s']:g} s; raise timeout_s")
+    if res.returncode != 0:
+        tail = " | ".join(res.stderr.strip().splitlines()[-4:])
+        raise ModuleError(
+            f"tiny_models: generating with {python} failed (exit {res.returncode}): {tail}; "
+            "the serving environment needs torch, transformers, tokenizers and safetensors"
+        )
+    made = {}
+    for line in reversed(res.stdout.strip().splitlines()):
+        try:
+            made = json.loads(line)
+            break
+        except ValueError:
+            continue
+    atomic_write(marker, (json.dumps({"digest": digest, "recipe": r, "made": made}, indent=1) + "\n").encode())
+    return {
+        "changed": True,
+        "msg": f"generated a tiny target ({r['num_layers']} layers, hidden {r['hidden_size']}) and a DFlash "
+        f"drafter (k={r['fused_layers']}) without config.json; mask_token_id {made.get('mask_token_id')}",
+        "target_dir": r["target_dir"],
+        "drafter_dir": r["drafter_dir"],
+        **made,
+        "diff": {"before": {"recipe": recorded.get("recipe")}, "after": {"recipe": r}},
+    }
+
+
+if __name__ == "__main__":
+    main(ARGS, run)

