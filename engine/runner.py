@@ -633,6 +633,9 @@ class Runner:
             entries = [(p, str(p.relative_to(src))) for p in files]
             dest_dir = dest
         else:
+            if args.get("delete_extra"):
+                raise TaskError(f"{task.source} ('{task.name}'): delete_extra needs a folder as src; with a single file "
+                                "it would delete the other files beside dest")
             entries = [(src, os.path.basename(dest.rstrip("/")) if not dest.endswith("/") else src.name)]
             dest_dir = os.path.dirname(dest.rstrip("/")) if not dest.endswith("/") else dest
         manifest = []

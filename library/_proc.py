@@ -315,7 +315,9 @@ def _info(proc: psutil.Process) -> dict:
         return {"pid": proc.pid, "user": None, "cmdline": []}
 
 
-def _signal(procs: list[psutil.Process], groups: list[int], sig: int, errors: list) -> None:
+def _signal(procs: list[psutil.Process], groups: list[int], sig: int, errors: list) -> set:
+    """Send `sig`; return the PIDs that refused it (permission denied)."""
+    denied = set()
     for pgid in groups:
         try:
             os.killpg(pgid, sig)
@@ -328,8 +330,10 @@ def _signal(procs: list[psutil.Process], groups: list[int], sig: int, errors: li
             proc.send_signal(sig)  # psutil refuses if the PID was reused meanwhile
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             pass
-        except psutil.AccessDenied as exc:
-            errors.append(f"signal {sig} to pid {proc.pid}: permission denied ({exc})")
+        except psutil.AccessDenied:
+            denied.add(proc.pid)
+            errors.append(f"signal {sig} to pid {proc.pid}: permission denied (it belongs to another user)")
+    return denied
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
@@ -378,9 +382,10 @@ def stop_processes(procs: list, grace_s: float, ctx: Any = None, groups: bool = 
     result["groups"] = pgids
     if ctx is not None:
         ctx.say(f"SIGTERM to {len(targets)} process(es)" + (f", group(s) {pgids}" if pgids else ""))
-    _signal(targets, pgids, signal.SIGTERM, result["errors"])
-    left = _wait_gone(targets, grace_s)
-    result["terminated"] = [p.pid for p in targets if p not in left]
+    denied = _signal(targets, pgids, signal.SIGTERM, result["errors"])
+    left = _wait_gone([p for p in targets if p.pid not in denied], grace_s)
+    result["terminated"] = [p.pid for p in targets if p not in left and p.pid not in denied]
+    result["survivors"] = sorted(denied)
     if left:
         # Children forked during shutdown are ours too (they descend from our processes).
         late = [c for c in _descendants(left) if c.pid not in unique and c.pid not in protect]
@@ -388,8 +393,9 @@ def stop_processes(procs: list, grace_s: float, ctx: Any = None, groups: bool = 
         if ctx is not None:
             ctx.say(f"SIGKILL to {len(left)} process(es) still alive after {grace_s:g} s")
         kill_groups = [g for g in pgids if g in whole_groups(left, own_pgid)] if groups else []
-        _signal(left, kill_groups, signal.SIGKILL, result["errors"])
-        result["killed"] = [p.pid for p in left]
-        result["survivors"] = [p.pid for p in _wait_gone(left, KILL_WAIT_S)]
+        denied = _signal(left, kill_groups, signal.SIGKILL, result["errors"])
+        result["killed"] = [p.pid for p in left if p.pid not in denied]
+        still = _wait_gone([p for p in left if p.pid not in denied], KILL_WAIT_S)
+        result["survivors"] = sorted(set(result["survivors"]) | denied | {p.pid for p in still})
     result["seconds"] = round(time.monotonic() - t0, 3)
     return result

@@ -383,11 +383,13 @@ def run(args: dict, ctx: Context) -> dict:
         result["stopped_foreign"] = _compact(stopped_foreign)
     survivors = stopped["survivors"] + stopped_foreign["survivors"]
     if survivors:
-        raise ModuleError(
-            f"process(es) {survivors} survived SIGKILL (uninterruptible I/O or another PID namespace); "
-            "the GPU may stay busy; look at them with `ps -o pid,stat,wchan,args -p PID`",
-            **result,
+        errors = stopped["errors"] + stopped_foreign["errors"]
+        why = (
+            f"could not be signalled ({'; '.join(errors)}): run the play as the server's user or as root"
+            if errors
+            else "survived SIGKILL (uninterruptible I/O?): look at them with `ps -o pid,stat,wchan,args -p PID`"
         )
+        raise ModuleError(f"process(es) {survivors} {why}; the GPU may stay busy", **result)
     if pidfile_stale and os.path.exists(args["pidfile"]):
         os.unlink(args["pidfile"])
         result["pidfile_removed"] = args["pidfile"]

@@ -27,6 +27,13 @@ beside the models records the recipe; same recipe = `ok`, no python started.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
+    import os as _os
+    import sys as _sys
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
+
 import hashlib
 import json
 import os
@@ -170,6 +177,12 @@ def run(args: dict, ctx: Context) -> dict:
         raise ModuleError(
             f"tiny_models: python {python} does not exist; the venv role builds the serving environment first"
         )
+    for folder in (r["target_dir"], r["drafter_dir"]):
+        if not recorded and os.path.isdir(folder) and os.listdir(folder):
+            raise ModuleError(
+                f"tiny_models: {folder} holds files that tiny_models did not make (no {marker}); refusing to "
+                "overwrite them. Point target_model/drafter_model elsewhere or turn tiny_models off"
+            )
     # Regenerate from scratch: a drafter config.json left from another recipe would no longer fit.
     for folder in (r["target_dir"], r["drafter_dir"]):
         if os.path.isdir(folder):

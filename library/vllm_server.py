@@ -54,6 +54,13 @@ running server is not the rendered launch: the role's handler uses that, so a ch
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
+    import os as _os
+    import sys as _sys
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
+
 import json
 import os
 import subprocess

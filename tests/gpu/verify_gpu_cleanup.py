@@ -36,6 +36,8 @@ FACTS = ROOT / "library" / "facts.py"
 OTHER_USER = "dfp-gpu-other"
 THRESHOLD = 1024
 LOG: list = []
+MADE_USER = False
+SIMULATE = False  # --simulate: rehearse on a machine without GPU (stand-in nvidia-smi, no torch)
 
 
 def log(msg: str) -> None:
@@ -46,7 +48,7 @@ def log(msg: str) -> None:
 
 def missing_dependencies() -> list:
     out = []
-    for name in ("psutil", "tenacity", "torch"):
+    for name in ("psutil", "tenacity") + (() if SIMULATE else ("torch",)):
         try:
             __import__(name)
         except ImportError as exc:
@@ -168,9 +170,22 @@ def base_args(pidfile: Path, **extra) -> dict:
     return args
 
 
+def simulated(node: dict) -> dict:
+    """The same tree for the stand-in: registered MiB (allocation + ~500 MiB context) instead of torch."""
+    out = {k: v for k, v in node.items() if k != "cuda_gib"}
+    if node.get("cuda_gib"):
+        out["mib"] = int(float(node["cuda_gib"]) * 1024) + 500
+    out["children"] = [simulated(c) for c in node.get("children", [])]
+    return out
+
+
 def start(gpu, node: dict, **kw):
     t0 = time.monotonic()
-    tree = gpu.start(node, python=kw.pop("python", sys.executable), timeout=240, **kw)
+    if SIMULATE:
+        node = simulated(node)
+    # The torch python must be usable by the other user too (on the GPU machine it is, under /opt).
+    python = "/usr/bin/python3" if SIMULATE and kw.get("user") else sys.executable
+    tree = gpu.start(node, python=python, timeout=240, **kw)
     time.sleep(1.0)  # let every allocation show in nvidia-smi
     log(f"  started {sorted(tree.pids)} in {time.monotonic() - t0:.1f} s: {tree.pids}")
     return tree
@@ -269,6 +284,8 @@ def phase_other_user(gpu, work: Path, gib: float) -> dict:
         if made.returncode != 0:
             ph["skipped"] = f"useradd failed: {made.stdout.decode().strip()}"
             return ph
+        global MADE_USER
+        MADE_USER = True
     try:
         foreign = start(gpu, {"name": "theirs", "cuda_gib": gib / 2}, user=OTHER_USER)
     except Exception as exc:
@@ -292,7 +309,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0, help="GiB the main holders allocate (default 2)")
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-verify-out")
+    parser.add_argument("--simulate", action="store_true", help="rehearse without a GPU (stand-in nvidia-smi)")
     opts = parser.parse_args()
+    global SIMULATE
+    SIMULATE = opts.simulate
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threshold_mib": THRESHOLD, "gib": opts.gib}
@@ -310,6 +330,10 @@ def main() -> int:
         return 3
     from tests.fakes.gpu_holder import FakeGpu
 
+    gpu = FakeGpu()  # its process-tree helpers; nvidia-smi is the real one unless --simulate
+    if SIMULATE:
+        os.environ["PATH"] = gpu.bin + os.pathsep + os.environ.get("PATH", "")
+        summary["simulated"] = True
     summary["nvidia_smi_L"] = smi("-L").strip()
     summary["nvidia_smi_table_before"] = smi()
     facts_args = out / "facts-args.json"
@@ -327,9 +351,9 @@ def main() -> int:
         summary["error"] = f"GPU 0 is already busy ({used_mib()} MiB) before the test; nothing was started"
         log(summary["error"])
         write()
+        gpu.cleanup()
         return 3
 
-    gpu = FakeGpu()  # only its process-tree helpers are used; nvidia-smi here is the real one
     work = Path(gpu.root) / "work"
     (work / "run").mkdir(parents=True)
     phases = []
@@ -344,9 +368,11 @@ def main() -> int:
                 gpu.stop_all()
             summary["phases"] = phases
             write()
+        summary["nvidia_smi_table_after"] = smi()
     finally:
         gpu.cleanup()
-    summary["nvidia_smi_table_after"] = smi()
+        if MADE_USER:
+            subprocess.run(["userdel", OTHER_USER], check=False)
     checks = [e for p in phases for e in p.get("expectations", [])]
     summary["all_ok"] = bool(checks) and all(e["ok"] for e in checks) and not any("error" in p for p in phases)
     summary["short"] = {

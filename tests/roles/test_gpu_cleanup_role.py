@@ -172,3 +172,29 @@ def test_role_over_ssh_never_stops_another_users_holder_even_when_named(
     assert "belongs to another user" in r.result["foreign"][0]["reason"]
     assert foreign.procs["root-job"].is_running()
     assert all(gone(p) for p in tree.procs.values())
+
+
+def test_role_rejects_a_threshold_that_is_not_a_number_and_kills_nothing(tmp_path, inventory_file, gpu):
+    pidfile = tmp_path / "run" / "vllm.pid"
+    tree = start_server(gpu, pidfile)
+    inv = inventory_file(local=True, vars=role_vars(gpu, pidfile, gpu_free_threshold_mib="1 GiB"))
+    res = play(tmp_path, inv)
+    assert res.exit_code == 2
+    r = stop_result(res, "local")
+    assert r.status == "failed" and "threshold_mib" in r.msg and "1 GiB" in r.msg
+    assert all(p.is_running() for p in tree.procs.values()) and pidfile.exists()
+
+
+@pytest.mark.ssh
+def test_role_over_ssh_says_so_when_the_server_belongs_to_another_user(
+    tmp_path, inventory_file, gpu, ssh_host, shared_tmp
+):
+    pidfile = shared_tmp / "run" / "vllm.pid"
+    tree = gpu.start({"name": "root-server", "children": [{"name": "engine", "mib": 2048}]})  # started by root
+    pidfile.parent.mkdir()
+    write_pidfile(str(pidfile), tree.procs["root-server"])
+    res = play(tmp_path, inventory_file(hosts=[ssh_host], vars=role_vars(gpu, pidfile)))
+    assert res.exit_code == 2
+    r = stop_result(res, ssh_host.name)
+    assert "could not be signalled" in r.msg and "run the play as the server's user or as root" in r.msg
+    assert all(p.is_running() for p in tree.procs.values())

@@ -1,5 +1,6 @@
 # Fake vllm: stands in for the import path that breaks when a flash_attn without flash_attn.ops is
-# present (vLLM's rotary embedding takes flash_attn's triton kernel when flash_attn is importable).
+# present on Ampere/Hopper (vLLM's rotary embedding takes flash_attn's triton kernel when flash_attn is
+# importable). It models that failure only: leave it out of tests that model a Blackwell host.
 import importlib.util
 
 __version__ = "0.26.0"
