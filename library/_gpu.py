@@ -65,7 +65,12 @@ def parse_gpu_csv(text: str, fields: tuple = GPU_FIELDS) -> list[dict]:
         extra = len(parts) - len(fields)
         row = dict(zip(fields, [parts[0], ", ".join(parts[1 : 2 + extra]), *parts[2 + extra :]]))
         index, name, uuid, total, used, driver = (
-            row["index"], row["name"], row["uuid"], row["memory.total"], row["memory.used"], row["driver_version"]
+            row["index"],
+            row["name"],
+            row["uuid"],
+            row["memory.total"],
+            row["memory.used"],
+            row["driver_version"],
         )
         cc = row.get("compute_cap", "")
         idx = _num(index)

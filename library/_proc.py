@@ -22,7 +22,6 @@ import time
 from typing import Any
 
 import psutil
-
 from _common import ModuleError, atomic_write
 
 # psutil's create_time is boot time + start ticks; boot time moves when the wall clock is stepped.
@@ -133,10 +132,7 @@ def mismatch(entry: dict, live: dict | None) -> str | None:
             f"the recorded process at {entry['start_time']:.2f}"
         )
     if list(live["cmdline"]) != list(entry["cmdline"]):
-        return (
-            f"PID {entry['pid']} runs {' '.join(live['cmdline'])!r}, "
-            f"the recorded process ran {' '.join(entry['cmdline'])!r}"
-        )
+        return f"PID {entry['pid']} runs {' '.join(live['cmdline'])!r}, the recorded process ran {' '.join(entry['cmdline'])!r}"
     return None
 
 

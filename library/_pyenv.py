@@ -17,8 +17,9 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from _common import ModuleError
 
@@ -26,7 +27,9 @@ DEFAULT_TOOL_DIR = "~/.cache/dflash-provision/tools"
 ENV_MARKER = ".dfp-env.json"  # written last into a complete environment built by python_env
 
 _NAME_RE = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
-_WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_WHEEL_RE = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$"
+)
 
 
 def normalize(name: str) -> str:
@@ -280,7 +283,9 @@ def source_args(
     return args
 
 
-def install_argv(kind: str, uv: str | None, python: str, specs: list, source: list, compile_bytecode: bool = True, extra: Iterable[str] = ()) -> list:
+def install_argv(
+    kind: str, uv: str | None, python: str, specs: list, source: list, compile_bytecode: bool = True, extra: Iterable[str] = ()
+) -> list:
     if kind == "uv":
         argv = [uv, "pip", "install", "--python", python, *source]
         if compile_bytecode:

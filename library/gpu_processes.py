@@ -27,9 +27,8 @@ import os
 import subprocess
 import time
 
-import psutil
-
 import _gpu
+import psutil
 from _common import Context, ModuleError, main
 from _proc import alive, examine, read_pidfile, stop_processes
 
@@ -121,11 +120,7 @@ def select_gpus(gpus: list, requested: list | None) -> list[int]:
 
 def busy(gpus: list, indices: list, threshold_mib: int) -> list[dict]:
     """The selected GPUs whose used memory is at or above the threshold (unknown counts as busy)."""
-    return [
-        g
-        for g in gpus
-        if g["index"] in indices and (g["memory_used_mib"] is None or g["memory_used_mib"] >= threshold_mib)
-    ]
+    return [g for g in gpus if g["index"] in indices and (g["memory_used_mib"] is None or g["memory_used_mib"] >= threshold_mib)]
 
 
 def blocked_by_foreign(foreign_left: list, indices: list, threshold_mib: int) -> dict:
@@ -319,8 +314,7 @@ def run(args: dict, ctx: Context) -> dict:
     for h in holders:
         if h["pid"] in ours:
             continue
-        ok, reason = foreign_decision(h["pid"], h["cmdline"], h["uid"], my_uid, kill_pids, kill_cmds,
-                                      args["allow_other_users"])
+        ok, reason = foreign_decision(h["pid"], h["cmdline"], h["uid"], my_uid, kill_pids, kill_cmds, args["allow_other_users"])
         if h["pid"] in unproven:
             reason += f"; {unproven[h['pid']]}"
         if h["pid"] in refused:
@@ -407,10 +401,12 @@ def run(args: dict, ctx: Context) -> dict:
     still = busy(after, indices, threshold)
     if still and not left_running:
         what = "; ".join(f"GPU {g['index']} has {g['memory_used_mib']} MiB used" for g in still)
-        if left:
+        busy_idx = {g["index"] for g in still}
+        blockers = [h for h in left if h.get("gpu") is None or h["gpu"] in busy_idx]
+        if blockers:
             msg = (
                 f"{what} (threshold {threshold} MiB), held by process(es) this tool does not manage, left "
-                f"alone: {describe_holders(left)}. Stop them yourself, or name them in gpu_cleanup_kill_foreign "
+                f"alone: {describe_holders(blockers)}. Stop them yourself, or name them in gpu_cleanup_kill_foreign "
                 "(exact PID or command line); another user's process also needs "
                 "gpu_cleanup_allow_other_users: true"
             )

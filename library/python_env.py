@@ -59,7 +59,6 @@ import time  # noqa: E402
 
 from _common import Context, ModuleError, atomic_write, main  # noqa: E402
 from _pyenv import (  # noqa: E402
-    DEFAULT_TOOL_DIR,
     ENV_MARKER,
     bootstrap_uv,
     explain_failure,
@@ -85,7 +84,7 @@ ARGS = {
     "python": {"type": "str", "default": "python3"},
     "keep": {"type": "int", "default": 1},
     "installer": {"type": "str", "default": "auto", "choices": ["auto", "uv", "pip"]},
-    "tool_dir": {"type": "path", "default": DEFAULT_TOOL_DIR},
+    "tool_dir": {"type": "path", "default": "~/.cache/dflash-provision/tools"},
     "compile_bytecode": {"type": "bool", "default": True},
     "cpu_fixups": {"type": "bool", "default": None},
     "cpu_remove_triton": {"type": "bool", "default": False},
@@ -456,8 +455,13 @@ def build(root: str, h: str, specs: list, py: dict, args: dict, ctx: Context, lo
                 raise
         src = source_args(args["index_url"], args["extra_index_urls"], args["find_links"], args["wheelhouse"])
         ctx.say(f"installing {', '.join(specs)} with {kind}")
-        run_step(install_argv(kind, uv, env_python, specs, src, args["compile_bytecode"]), args, ctx, lock,
-                 "building the serving environment")
+        run_step(
+            install_argv(kind, uv, env_python, specs, src, args["compile_bytecode"]),
+            args,
+            ctx,
+            lock,
+            "building the serving environment",
+        )
         fixes = apply_cpu_fixups(env_python, kind, uv, args, ctx, lock) if fixups else []
         ctx.say("verifying the new environment by import")
         verify = verify_env(env_python, specs, args)
@@ -488,8 +492,9 @@ def verify_env(env_python: str, specs: list, args: dict) -> dict:
         mods.insert(0, "vllm")
     want_torch = has_vllm or "torch" in names
     env = dict(os.environ, VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    res = run_python(env_python, VERIFY, [json.dumps(mods), args["flavor"], "1" if want_torch else "0"],
-                     timeout=args["timeout_s"], env=env)
+    res = run_python(
+        env_python, VERIFY, [json.dumps(mods), args["flavor"], "1" if want_torch else "0"], timeout=args["timeout_s"], env=env
+    )
     res.pop("_rc", None)
     if has_vllm and res.get("imports", {}).get("vllm", {}).get("ok"):
         res["vllm_version"] = res["imports"]["vllm"].get("version") or res.get("vllm_dist_version")
@@ -512,7 +517,9 @@ def check_inputs(args: dict, ctx: Context) -> None:
             f"keep={args['keep']}: at least 1 previous environment is kept for rollback; set venv_keep to 1 or more"
         )
     wh = args["wheelhouse"]
-    if wh and not os.path.isdir(wh):
+    if wh and not os.path.isdir(wh) and ctx.check:
+        ctx.warn(f"wheelhouse {wh} is not on the host yet (check mode: the role has not pushed it)")
+    elif wh and not os.path.isdir(wh):
         raise ModuleError(
             f"wheelhouse {wh} is not a folder on this host; the venv role pushes the control node's `wheelhouse` "
             f"there first; check the variable, or leave it empty to install from the index"
@@ -557,8 +564,7 @@ def rollback(args: dict, ctx: Context) -> dict:
     candidates = [h for h in reversed(history) if h != cur and complete_marker(root, h)]
     if not candidates:
         raise ModuleError(
-            f"no previous complete environment under {root}/envs to roll back to (current: {cur}); "
-            f"build one with state present"
+            f"no previous complete environment under {root}/envs to roll back to (current: {cur}); build one with state present"
         )
     prev = candidates[0]
     marker = complete_marker(root, prev)
@@ -570,8 +576,9 @@ def rollback(args: dict, ctx: Context) -> dict:
         history = [h for h in history if h != cur]
         history = [h for h in history if h != prev] + [prev]
         write_history(root, history)
-    return result_of(root, marker, True, f"rolled back {root}/current from {cur} to {prev}", diff=diff,
-                     previous=cur, rolled_back_from=cur)
+    return result_of(
+        root, marker, True, f"rolled back {root}/current from {cur} to {prev}", diff=diff, previous=cur, rolled_back_from=cur
+    )
 
 
 def run(args: dict, ctx: Context) -> dict:
@@ -590,14 +597,27 @@ def run(args: dict, ctx: Context) -> dict:
 
     marker = complete_marker(root, h) if exists else None
     if marker and cur == h:
-        return result_of(root, marker, False, f"environment {h} ({', '.join(specs)}) is current; nothing to do",
-                         built=False, previous=None, pruned=[])
+        return result_of(
+            root,
+            marker,
+            False,
+            f"environment {h} ({', '.join(specs)}) is current; nothing to do",
+            built=False,
+            previous=None,
+            pruned=[],
+        )
     if ctx.check:
         verb = "switch to the existing" if marker else "build"
-        return {"changed": True, "msg": f"would {verb} environment {h} ({', '.join(specs)}) under {root}",
-                "root": root, "hash": h, "specs": specs, "diff": {"before": before, "after": after},
-                "python": os.path.join(root, "current", "bin", "python"),
-                "env_python": os.path.join(root, "envs", h, "bin", "python")}
+        return {
+            "changed": True,
+            "msg": f"would {verb} environment {h} ({', '.join(specs)}) under {root}",
+            "root": root,
+            "hash": h,
+            "specs": specs,
+            "diff": {"before": before, "after": after},
+            "python": os.path.join(root, "current", "bin", "python"),
+            "env_python": os.path.join(root, "envs", h, "bin", "python"),
+        }
 
     os.makedirs(os.path.join(root, "envs"), exist_ok=True)
     with RootLock(root, args["lock_timeout_s"], ctx) as lock:
@@ -605,8 +625,15 @@ def run(args: dict, ctx: Context) -> dict:
         marker = complete_marker(root, h)
         built = False
         if marker and cur == h:
-            return result_of(root, marker, False, f"environment {h} is current (built by a concurrent run)",
-                             built=False, previous=None, pruned=[])
+            return result_of(
+                root,
+                marker,
+                False,
+                f"environment {h} is current (built by a concurrent run)",
+                built=False,
+                previous=None,
+                pruned=[],
+            )
         if not marker:
             marker = build(root, h, specs, py, args, ctx, lock, args["cpu_fixups"])
             built = True
@@ -623,8 +650,16 @@ def run(args: dict, ctx: Context) -> dict:
         history = [x for x in history if x not in doomed]
         write_history(root, history)
     verb = f"built in {marker.get('build_s')} s with {marker.get('installer')}" if built else "reused"
-    return result_of(root, marker, True, f"environment {h} {verb}; {root}/current switched from {cur} to {h}",
-                     diff={"before": before, "after": after}, built=built, previous=cur, pruned=doomed)
+    return result_of(
+        root,
+        marker,
+        True,
+        f"environment {h} {verb}; {root}/current switched from {cur} to {h}",
+        diff={"before": before, "after": after},
+        built=built,
+        previous=cur,
+        pruned=doomed,
+    )
 
 
 if __name__ == "__main__":

@@ -122,6 +122,7 @@ ARGS = {
 }
 
 POLL_S = 0.1  # process and log are polled this often while waiting
+TREE_EVERY_S = 1.0  # how often the pidfile's process tree is refreshed while waiting
 FATAL_SETTLE_S = 0.5  # after a fatal line, wait this long for the traceback to complete or the exit
 # Inherited from the worker's environment; everything else comes from the environment file, so that
 # the runtime's PYTHONPATH (psutil/tenacity for the modules) never leaks into vLLM.
@@ -347,19 +348,38 @@ class ProcessServer:
         top = any(x.pid == record["pid"] for x in procs)
         return {"alive": top, "pid": record["pid"] if top else None, "procs": procs, "refused": found["refused"]}
 
+    def session_members(self) -> list:
+        """Processes of the session this invocation started (setsid: sid = the spawned PID).
+
+        Proof of ownership without the pidfile: until this process reaps its child the PID cannot be
+        reused, and Linux never hands out a PID still in use as a session id, so while any member of
+        session `self.pid` lives, it is the one we created.
+        """
+        if self.pid is None:
+            return []
+        out = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == self.pid and _proc.alive(proc):
+                    out.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        return out
+
     def stop(self, ctx: Context, grace_s: float) -> dict | None:
         record = _proc.read_pidfile(self.p["pidfile"])
         out = None
-        if record is not None:
-            procs = _proc.managed_processes(record)
-            if procs:
-                out = _proc.stop_processes(procs, grace_s, ctx)
-                if out["survivors"]:
-                    raise ModuleError(
-                        f"processes {out['survivors']} of the vLLM server survived SIGKILL; "
-                        "check them (uninterruptible I/O?) before starting again",
-                        stop=out,
-                    )
+        procs = _proc.managed_processes(record) if record is not None else []
+        known = {x.pid for x in procs}
+        procs += [x for x in self.session_members() if x.pid not in known]
+        if procs:
+            out = _proc.stop_processes(procs, grace_s, ctx)
+            if out["survivors"]:
+                raise ModuleError(
+                    f"processes {out['survivors']} of the vLLM server survived SIGKILL; "
+                    "check them (uninterruptible I/O?) before starting again",
+                    stop=out,
+                )
         if self.popen is not None:
             try:
                 self.popen.wait(timeout=5)
@@ -521,8 +541,12 @@ class Watch:
         self.fatal_line: str | None = None
         self.steps: dict = {}
         self.t0 = time.monotonic()
+        self.tree_at = self.t0
 
     def check(self) -> None:
+        if time.monotonic() - self.tree_at >= TREE_EVERY_S:
+            self.tree_at = time.monotonic()
+            self.server.ready()  # record EngineCore and workers in the pidfile as they appear
         new = self.follower.poll()
         if self.fatal_at is None:
             idx = VL.find_fatal(new)
@@ -608,9 +632,13 @@ def _smoke_and_acceptance(
         if tokens <= 0:
             if watch is not None:  # the engine may have died on this request: quote why
                 end = time.monotonic() + 1.5
-                while time.monotonic() < end:
-                    watch.check()
-                    time.sleep(POLL_S)
+                try:
+                    while time.monotonic() < end:
+                        watch.check()
+                        time.sleep(POLL_S)
+                except ServerFailed as exc:
+                    exc.what = f"the smoke completion to /v1/completions returned no tokens ({text}); {exc.what}"
+                    raise
             raise ServerFailed(
                 f"the smoke completion to /v1/completions returned no tokens ({text})",
                 VL.root_cause(watch.follower.lines, tail=5) if watch else [],
@@ -697,7 +725,7 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
             return True
 
         watch.step("/health to answer 200", health)
-        ready_at = time.monotonic()
+        ready_at, ready_wall = time.monotonic(), time.time()
 
         def models():
             res = P.request(url + "/v1/models", timeout=5, api_key=api_key)
@@ -721,6 +749,7 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
     figures.update(
         pid=pid,
         ready_s=round(ready_at - t_launch, 2),
+        ready_at=ready_wall,
         total_s=round(time.monotonic() - t_launch, 2),
         steps=watch.steps,
         rotated_log=rotation["rotated_to"],

@@ -31,21 +31,22 @@ import time
 
 
 def start_ticks(pid="self"):
-    with open("/proc/%s/stat" % pid) as fh:
+    with open(f"/proc/{pid}/stat") as fh:
         data = fh.read()
     return int(data[data.rfind(")") + 2 :].split()[19])
 
 
 def write_json(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
 
 
 def spawn(registry, ready, node):
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--registry", registry, "--ready", ready,
-                             json.dumps(node)], close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--registry", registry, "--ready", ready, json.dumps(node)], close_fds=True
+    )
 
 
 def detach(registry, ready, node):
@@ -74,7 +75,7 @@ def cuda_hold(node):
         return None
     import torch
 
-    block = torch.empty(int(gib * 2**30), dtype=torch.uint8, device="cuda:%d" % int(node.get("gpu", 0)))
+    block = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=f"cuda:{int(node.get('gpu', 0))}")
     block.fill_(7)
     torch.cuda.synchronize()
     return block
@@ -90,7 +91,7 @@ def main(argv):
     if node.get("device"):
         folder = os.path.join(registry, "dev")
         os.makedirs(folder, exist_ok=True)
-        fds.append(os.open(os.path.join(folder, "nvidia%d" % node.get("gpu", 0)), os.O_RDONLY | os.O_CREAT, 0o666))
+        fds.append(os.open(os.path.join(folder, f"nvidia{node.get('gpu', 0)}"), os.O_RDONLY | os.O_CREAT, 0o666))
     if node.get("mib", 0) > 0:
         entry = {
             "pid": os.getpid(),
@@ -99,14 +100,14 @@ def main(argv):
             "gpu": int(node.get("gpu", 0)),
             "hidden": bool(node.get("hidden")),
         }
-        write_json(os.path.join(registry, "holders", "%d.json" % os.getpid()), entry)
+        write_json(os.path.join(registry, "holders", f"{os.getpid()}.json"), entry)
     for child in node.get("children", []):
         if child.get("detach"):
             detach(registry, ready, child)
         else:
             spawn(registry, ready, child)
     _held = cuda_hold(node)  # after forking: a forked child must not inherit a CUDA context
-    write_json(os.path.join(ready, "%s.json" % node["name"]), {"pid": os.getpid(), "pgid": os.getpgrp()})
+    write_json(os.path.join(ready, f"{node['name']}.json"), {"pid": os.getpid(), "pgid": os.getpgrp()})
     while True:
         time.sleep(3600)
 
@@ -144,8 +145,13 @@ class FakeGpu:
         self.bin = os.path.join(self.root, "bin")
         self.registry = os.path.join(self.bin, "nvidia-smi.d")
         self.ready = os.path.join(self.root, "ready")
-        for d in (self.bin, self.registry, os.path.join(self.registry, "holders"), os.path.join(self.registry, "dev"),
-                  self.ready):
+        for d in (
+            self.bin,
+            self.registry,
+            os.path.join(self.registry, "holders"),
+            os.path.join(self.registry, "dev"),
+            self.ready,
+        ):
             os.makedirs(d, exist_ok=True)
         for d in (os.path.join(self.registry, "holders"), os.path.join(self.registry, "dev"), self.ready):
             os.chmod(d, 0o1777)
@@ -178,14 +184,14 @@ class FakeGpu:
                 os.unlink(path)
         exe = python or (SYSTEM_PYTHON if user else sys.executable)
         argv = [exe, self.holder, "--registry", self.registry, "--ready", self.ready, json.dumps(node)]
-        popen = subprocess.Popen(argv, start_new_session=new_session, user=user, cwd="/",
-                                 stdin=subprocess.DEVNULL)
+        env = dict(os.environ, HOME="/tmp") if user else None  # another user cannot use root's HOME
+        popen = subprocess.Popen(argv, start_new_session=new_session, user=user, cwd="/", stdin=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + timeout
         procs = {}
         while len(procs) < len(names):
             if time.monotonic() > deadline:
                 self.trees.append(Tree(popen, procs))
-                raise RuntimeError("holder tree did not get ready: %s of %s" % (sorted(procs), names))
+                raise RuntimeError(f"holder tree did not get ready: {sorted(procs)} of {names}")
             for name in names:
                 path = os.path.join(self.ready, name + ".json")
                 if name not in procs and os.path.exists(path):
@@ -202,8 +208,9 @@ class FakeGpu:
             pass
 
     def smi(self, *args):
-        return subprocess.run([self.nvidia_smi, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              check=False).stdout.decode()
+        return subprocess.run(
+            [self.nvidia_smi, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False
+        ).stdout.decode()
 
     def used_mib(self, index=0):
         out = self.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", str(index))

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import _gpu
 import facts
+import pytest
 from _common import Context, check_args
+
 from tests.fakes.gpu_holder import FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +37,57 @@ def gather(**args) -> dict:
 @pytest.mark.parametrize(
     "text, expected",
     [
-        (H200, [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-5f3c", "compute_capability": "9.0",
-                 "memory_total_mib": 143771, "memory_used_mib": 0, "driver_version": "580.159.04"}]),
-        ("0, NVIDIA GeForce RTX 3090, GPU-a, 8.6, 24576, 1234, 550.1\n1, NVIDIA B200, GPU-b, 10.0, 183359, [N/A], 550.1",
-         [{"index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-a", "compute_capability": "8.6",
-           "memory_total_mib": 24576, "memory_used_mib": 1234, "driver_version": "550.1"},
-          {"index": 1, "name": "NVIDIA B200", "uuid": "GPU-b", "compute_capability": "10.0",
-           "memory_total_mib": 183359, "memory_used_mib": None, "driver_version": "550.1"}]),
-        ("0, Odd, Name, GPU-c, 9.0, 10, 1, 580\n", [{"index": 0, "name": "Odd, Name", "uuid": "GPU-c",
-                                                    "compute_capability": "9.0", "memory_total_mib": 10,
-                                                    "memory_used_mib": 1, "driver_version": "580"}]),
+        (
+            H200,
+            [
+                {
+                    "index": 0,
+                    "name": "NVIDIA H200",
+                    "uuid": "GPU-5f3c",
+                    "compute_capability": "9.0",
+                    "memory_total_mib": 143771,
+                    "memory_used_mib": 0,
+                    "driver_version": "580.159.04",
+                }
+            ],
+        ),
+        (
+            "0, NVIDIA GeForce RTX 3090, GPU-a, 8.6, 24576, 1234, 550.1\n1, NVIDIA B200, GPU-b, 10.0, 183359, [N/A], 550.1",
+            [
+                {
+                    "index": 0,
+                    "name": "NVIDIA GeForce RTX 3090",
+                    "uuid": "GPU-a",
+                    "compute_capability": "8.6",
+                    "memory_total_mib": 24576,
+                    "memory_used_mib": 1234,
+                    "driver_version": "550.1",
+                },
+                {
+                    "index": 1,
+                    "name": "NVIDIA B200",
+                    "uuid": "GPU-b",
+                    "compute_capability": "10.0",
+                    "memory_total_mib": 183359,
+                    "memory_used_mib": None,
+                    "driver_version": "550.1",
+                },
+            ],
+        ),
+        (
+            "0, Odd, Name, GPU-c, 9.0, 10, 1, 580\n",
+            [
+                {
+                    "index": 0,
+                    "name": "Odd, Name",
+                    "uuid": "GPU-c",
+                    "compute_capability": "9.0",
+                    "memory_total_mib": 10,
+                    "memory_used_mib": 1,
+                    "driver_version": "580",
+                }
+            ],
+        ),
         ("\n", []),
     ],
 )
@@ -82,8 +123,7 @@ def test_os_release_and_meminfo_parsing():
 
 def test_gpu_facts_without_driver_carry_the_reason():
     gpu, gpus = facts.gpu_facts(None, "no nvidia-smi", None)
-    assert gpu == {"driver": False, "reason": "no nvidia-smi", "driver_version": None, "cuda_version": None,
-                   "count": 0}
+    assert gpu == {"driver": False, "reason": "no nvidia-smi", "driver_version": None, "cuda_version": None, "count": 0}
     assert gpus == []
 
 
@@ -101,8 +141,7 @@ def test_facts_without_nvidia_smi_say_there_is_no_driver_and_why(tmp_path):
 
 def test_facts_shape_matches_the_contract(tmp_path):
     f = gather(nvidia_smi=str(tmp_path / "none"), disk_paths=["~", str(tmp_path / "not" / "made")])["facts"]
-    assert set(f) == {"hostname", "user", "home", "os", "python", "cpu_count", "memory_mib", "disk", "systemd",
-                      "gpu", "gpus"}
+    assert set(f) == {"hostname", "user", "home", "os", "python", "cpu_count", "memory_mib", "disk", "systemd", "gpu", "gpus"}
     assert {"system", "kernel", "distribution", "machine"} <= set(f["os"])
     assert f["python"]["executable"] == sys.executable
     assert f["cpu_count"] == os.cpu_count()
@@ -116,19 +155,24 @@ def test_facts_shape_matches_the_contract(tmp_path):
 
 def test_facts_report_gpus_from_nvidia_smi(gpu):
     f = gather(nvidia_smi=gpu.nvidia_smi)["facts"]
-    assert f["gpu"] == {"driver": True, "reason": "", "driver_version": "580.159.04", "cuda_version": "13.0",
-                        "count": 1}
-    assert f["gpus"] == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-5f3c2a8e-0000-4000-8000-000000000000",
-                          "compute_capability": "9.0", "memory_total_mib": 143771, "memory_used_mib": 0}]
+    assert f["gpu"] == {"driver": True, "reason": "", "driver_version": "580.159.04", "cuda_version": "13.0", "count": 1}
+    assert f["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "uuid": "GPU-5f3c2a8e-0000-4000-8000-000000000000",
+            "compute_capability": "9.0",
+            "memory_total_mib": 143771,
+            "memory_used_mib": 0,
+        }
+    ]
 
 
 def test_facts_memory_used_counts_live_holders(gpu):
-    gpu.configure(gpus=[{"name": "NVIDIA H200"}, {"name": "NVIDIA A100-SXM4-80GB", "compute_cap": "8.0",
-                                                  "total_mib": 81920}])
+    gpu.configure(gpus=[{"name": "NVIDIA H200"}, {"name": "NVIDIA A100-SXM4-80GB", "compute_cap": "8.0", "total_mib": 81920}])
     gpu.start({"name": "h", "mib": 1500, "gpu": 1})
     f = gather(nvidia_smi=gpu.nvidia_smi)["facts"]
-    assert [(g["index"], g["compute_capability"], g["memory_used_mib"]) for g in f["gpus"]] == [
-        (0, "9.0", 0), (1, "8.0", 1500)]
+    assert [(g["index"], g["compute_capability"], g["memory_used_mib"]) for g in f["gpus"]] == [(0, "9.0", 0), (1, "8.0", 1500)]
 
 
 def test_facts_when_the_driver_is_gone(gpu):
@@ -157,7 +201,6 @@ def test_facts_are_fast_without_a_gpu(tmp_path):
 def test_facts_run_by_hand_print_json(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"nvidia_smi": str(tmp_path / "none")}))
-    out = subprocess.run([sys.executable, str(ROOT / "library" / "facts.py"), str(path)], stdout=subprocess.PIPE,
-                         check=True)
+    out = subprocess.run([sys.executable, str(ROOT / "library" / "facts.py"), str(path)], stdout=subprocess.PIPE, check=True)
     res = json.loads(out.stdout)
     assert res["changed"] is False and res["failed"] is False and res["facts"]["gpu"]["driver"] is False

@@ -65,8 +65,9 @@ def make_env(tmp_path: Path, uv: dict, wheels: Path, *reqs: str, pip: bool = Fal
     subprocess.run([uv["path"], "venv", "-q", "--python", PY, *(["--seed"] if pip else []), str(env)], check=True)
     python = str(env / "bin" / "python")
     for req in reqs:
-        subprocess.run([uv["path"], "pip", "install", "-q", "--python", python, "--no-index", "--find-links",
-                        str(wheels), req], check=True)
+        subprocess.run(
+            [uv["path"], "pip", "install", "-q", "--python", python, "--no-index", "--find-links", str(wheels), req], check=True
+        )
     return python
 
 
@@ -77,8 +78,10 @@ def call(args: dict, check: bool = False) -> dict:
 
 
 def dists(python: str) -> dict:
-    code = ("import importlib.metadata as md, json; print(json.dumps({d.metadata['Name']: d.version for d in "
-            "md.distributions() if d.metadata['Name'].startswith(('flash', 'vllm'))}))")
+    code = (
+        "import importlib.metadata as md, json; print(json.dumps({d.metadata['Name']: d.version for d in "
+        "md.distributions() if d.metadata['Name'].startswith(('flash', 'vllm'))}))"
+    )
     return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
@@ -144,8 +147,17 @@ def test_need_without_a_cuda_torch_is_an_error(torch_v, cuda_v, words):
 @pytest.mark.parametrize(
     "value, expected",
     [
-        (None, None), ("", None), ("None", None), ([], None), ("9.0", (9, 0)), (8.6, (8, 6)), ("12.0", (12, 0)),
-        ("sm_90", (9, 0)), ("sm100", (10, 0)), (["9.0", "8.0"], (8, 0)), ([{"x": 1}] and ["10.0"], (10, 0)),
+        (None, None),
+        ("", None),
+        ("None", None),
+        ([], None),
+        ("9.0", (9, 0)),
+        (8.6, (8, 6)),
+        ("12.0", (12, 0)),
+        ("sm_90", (9, 0)),
+        ("sm100", (10, 0)),
+        (["9.0", "8.0"], (8, 0)),
+        ([{"x": 1}] and ["10.0"], (10, 0)),
     ],
 )
 def test_compute_capability_forms(value, expected):
@@ -162,8 +174,7 @@ def test_compute_capability_garbage_is_a_clear_error():
 # Wheel choice by file name
 
 
-ENV = {"torch_version": "2.6.0+cu124", "cuda_version": "12.4", "python_tag": "cp311", "machine": "x86_64",
-       "cxx11_abi": False}
+ENV = {"torch_version": "2.6.0+cu124", "cuda_version": "12.4", "python_tag": "cp311", "machine": "x86_64", "cxx11_abi": False}
 
 
 @pytest.mark.parametrize(
@@ -211,8 +222,13 @@ def test_choose_wheel_takes_the_newest_fitting_one_and_says_why_others_do_not_fi
         (None, {}, False, True, {"remove": [], "remove_orphan": True, "install": False, "reinstall": False}),
         ("fa2", {}, False, False, {"remove": [], "remove_orphan": False, "install": True, "reinstall": False}),
         ("fa2", {FA2: "2.8.3"}, True, False, {"remove": [], "remove_orphan": False, "install": False, "reinstall": False}),
-        ("fa2", {FA2: "2.8.3", FA4: "4.0"}, True, False,
-         {"remove": [FA4], "remove_orphan": False, "install": False, "reinstall": True}),
+        (
+            "fa2",
+            {FA2: "2.8.3", FA4: "4.0"},
+            True,
+            False,
+            {"remove": [FA4], "remove_orphan": False, "install": False, "reinstall": True},
+        ),
         ("fa2", {FA2: "2.8.3"}, False, False, {"remove": [], "remove_orphan": False, "install": False, "reinstall": True}),
         ("fa4", {FA4: "4.0"}, False, False, {"remove": [], "remove_orphan": False, "install": False, "reinstall": False}),
         ("fa4", {}, False, False, {"remove": [], "remove_orphan": False, "install": True, "reinstall": False}),
@@ -258,10 +274,20 @@ def test_co_installed_fa2_and_fa4_on_hopper_need_removes_fa4_and_repins_fa2(tmp_
     assert again["changed"] is False, again["msg"]
 
 
+@pytest.mark.slow
 def test_need_on_ampere_installs_the_wheel_that_fits_from_a_folder_with_pip(tmp_path, uv, wheels):
     python = make_env(tmp_path, uv, wheels, "vllm", pip=True)
-    args = dict(TORCH, python=python, compute_capability="8.6", need=True, wheel=str(wheels), installer="pip",
-                cxx11_abi=True, torch_version="2.7.1+cu126", cuda_version="12.6")
+    args = dict(
+        TORCH,
+        python=python,
+        compute_capability="8.6",
+        need=True,
+        wheel=str(wheels),
+        installer="pip",
+        cxx11_abi=True,
+        torch_version="2.7.1+cu126",
+        cuda_version="12.6",
+    )
     res = call(args)
     assert res["changed"] and not res["failed"], res["msg"]
     assert res["installed"] == f"flash_attn-2.8.3+cu12torch2.7cxx11abiTRUE-{PY_TAG}-{PY_TAG}-linux_x86_64.whl"
@@ -271,8 +297,18 @@ def test_need_on_ampere_installs_the_wheel_that_fits_from_a_folder_with_pip(tmp_
 
 def test_no_fitting_wheel_is_a_clear_error_and_changes_nothing(tmp_path, uv, wheels):
     python = make_env(tmp_path, uv, wheels, "vllm")
-    res = call(dict(TORCH, python=python, compute_capability="9.0", need=True, wheel=str(wheels),
-                    torch_version="2.5.1+cu121", cuda_version="12.1", tool_dir=uv["tool_dir"]))
+    res = call(
+        dict(
+            TORCH,
+            python=python,
+            compute_capability="9.0",
+            need=True,
+            wheel=str(wheels),
+            torch_version="2.5.1+cu121",
+            cuda_version="12.1",
+            tool_dir=uv["tool_dir"],
+        )
+    )
     assert res["failed"] and "no wheel in" in res["msg"] and "torch 2.5.1+cu121" in res["msg"]
     assert "built for torch 2.6" in res["msg"] and "flash_attn_allow_build" in res["msg"]
     assert dists(python) == {"vllm": "0.26.0"}
@@ -282,8 +318,7 @@ def test_a_source_package_is_refused_unless_building_is_allowed(tmp_path, uv, wh
     python = make_env(tmp_path, uv, wheels, "vllm")
     sdists = tmp_path / "sdists"
     fa2_sdist(sdists)
-    res = call(dict(TORCH, python=python, compute_capability="8.0", need=True, wheelhouse=str(sdists),
-                    tool_dir=uv["tool_dir"]))
+    res = call(dict(TORCH, python=python, compute_capability="8.0", need=True, wheelhouse=str(sdists), tool_dir=uv["tool_dir"]))
     assert res["failed"] and "source package" in res["msg"] and "flash_attn_wheel" in res["msg"], res["msg"]
     assert "flash_attn_allow_build true" in res["msg"]
     assert dists(python) == {"vllm": "0.26.0"}
@@ -299,8 +334,7 @@ def test_a_fa2_wheel_without_the_rotary_module_fails_verification(tmp_path, uv, 
 
 def test_blackwell_need_installs_flash_attn_4(tmp_path, uv, wheels):
     python = make_env(tmp_path, uv, wheels)  # no fake vllm: it models the Ampere failure only
-    res = call(dict(TORCH, python=python, compute_capability="10.0", need=True, wheelhouse=str(wheels),
-                    tool_dir=uv["tool_dir"]))
+    res = call(dict(TORCH, python=python, compute_capability="10.0", need=True, wheelhouse=str(wheels), tool_dir=uv["tool_dir"]))
     assert res["changed"] and not res["failed"], res["msg"]
     assert res["line"] == "fa4" and dists(python)[FA4] == "4.0.0b36" and res["imports"]["flash_attn.cute"]["ok"]
 

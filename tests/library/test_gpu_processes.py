@@ -14,10 +14,9 @@ import sys
 import time
 from pathlib import Path
 
+import _gpu
 import psutil
 import pytest
-
-import _gpu
 from _common import ModuleError
 from _proc import write_pidfile
 from gpu_processes import (
@@ -28,6 +27,7 @@ from gpu_processes import (
     parse_kill_foreign,
     select_gpus,
 )
+
 from tests.fakes.gpu_holder import FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,9 +100,7 @@ def test_busy_gpus_are_at_or_above_the_threshold_and_unknown_counts_as_busy(indi
     assert [g["index"] for g in busy(GPUS, indices, threshold)] == busy_ones
 
 
-@pytest.mark.parametrize(
-    "requested, expected", [(None, [0, 1, 2]), ([1], [1]), (["2", 0], [2, 0])]
-)
+@pytest.mark.parametrize("requested, expected", [(None, [0, 1, 2]), ([1], [1]), (["2", 0], [2, 0])])
 def test_select_gpus_defaults_to_all(requested, expected):
     assert select_gpus(GPUS, requested) == expected
 
@@ -139,10 +137,14 @@ def test_negative_numbers_are_rejected(t, timeout, grace):
     [
         ("", []),
         ("No running processes found\n", []),
-        ("4512, VLLM::EngineCore, 43628, GPU-1\n", [{"pid": 4512, "process_name": "VLLM::EngineCore",
-                                                    "used_mib": 43628, "gpu_uuid": "GPU-1"}]),
-        ("7, /usr/bin/python3, [N/A], GPU-2\n", [{"pid": 7, "process_name": "/usr/bin/python3", "used_mib": None,
-                                                  "gpu_uuid": "GPU-2"}]),
+        (
+            "4512, VLLM::EngineCore, 43628, GPU-1\n",
+            [{"pid": 4512, "process_name": "VLLM::EngineCore", "used_mib": 43628, "gpu_uuid": "GPU-1"}],
+        ),
+        (
+            "7, /usr/bin/python3, [N/A], GPU-2\n",
+            [{"pid": 7, "process_name": "/usr/bin/python3", "used_mib": None, "gpu_uuid": "GPU-2"}],
+        ),
         ("8, a, b, 10, GPU-3\n", [{"pid": 8, "process_name": "a, b", "used_mib": 10, "gpu_uuid": "GPU-3"}]),
     ],
 )
@@ -169,9 +171,9 @@ def other_user():
     try:
         pwd.getpwnam(OTHER_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
-                       check=True)
-        made = True
+        cmd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER]
+        made = subprocess.run(cmd, check=False).returncode == 0
+        pwd.getpwnam(OTHER_USER)  # made here, or by a parallel run meanwhile
     yield OTHER_USER
     if made:
         subprocess.run(["userdel", OTHER_USER], check=False)
@@ -181,7 +183,7 @@ def run_module(args: dict, tmp_path: Path, check: bool = False) -> dict:
     path = tmp_path / f"args-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(args))
     argv = [sys.executable, str(MODULE), str(path)] + (["--check"] if check else [])
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False)
+    proc = subprocess.run(argv, capture_output=True, timeout=120, check=False)
     assert proc.stderr == b"", proc.stderr.decode()
     result = json.loads(proc.stdout)
     assert proc.returncode == (1 if result["failed"] else 0)
@@ -189,8 +191,7 @@ def run_module(args: dict, tmp_path: Path, check: bool = False) -> dict:
 
 
 def base_args(gpu: FakeGpu, pidfile: str, **extra) -> dict:
-    args = {"pidfile": pidfile, "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5, "timeout_s": 5,
-            "device_prefix": gpu.device_prefix}
+    args = {"pidfile": pidfile, "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5, "timeout_s": 5, "device_prefix": gpu.device_prefix}
     args.update(extra)
     return args
 
@@ -215,8 +216,7 @@ def test_cleanup_stops_the_whole_managed_tree_and_waits_for_the_memory(gpu, tmp_
     assert gpu.used_mib() == 3584
     res = run_module(base_args(gpu, pidfile), tmp_path)
     assert not res["failed"] and res["changed"], res["msg"]
-    assert res["gpus"] == [{"index": 0, "name": "NVIDIA H200", "total_mib": 143771, "before_mib": 3584,
-                            "after_mib": 0}]
+    assert res["gpus"] == [{"index": 0, "name": "NVIDIA H200", "total_mib": 143771, "before_mib": 3584, "after_mib": 0}]
     assert all(gone(p) for p in tree.procs.values())
     assert tree.pids["top"] in res["stopped"]["killed"]  # ignores SIGTERM
     assert set(res["stopped"]["pids"]) == set(tree.pids.values())
@@ -305,8 +305,14 @@ def test_reused_pid_in_the_pidfile_is_refused_and_left_running(gpu, tmp_path):
     other = gpu.start({"name": "unrelated"})
     proc = other.procs["unrelated"]
     pidfile = tmp_path / "vllm.pid"
-    record = {"pid": proc.pid, "pgid": proc.pid, "sid": proc.pid, "start_time": proc.create_time() - 7200,
-              "cmdline": ["/opt/venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve"], "tree": []}
+    record = {
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "sid": proc.pid,
+        "start_time": proc.create_time() - 7200,
+        "cmdline": ["/opt/venv/bin/python3", "-m", "vllm.entrypoints.cli.main", "serve"],
+        "tree": [],
+    }
     pidfile.write_text(json.dumps(record))
     res = run_module(base_args(gpu, str(pidfile)), tmp_path)
     assert not res["failed"] and not res["changed"], res["msg"]
@@ -332,8 +338,7 @@ def test_host_without_driver_is_skipped_with_a_clear_message(gpu, tmp_path):
 
 
 def test_holders_hidden_from_nvidia_smi_are_found_by_the_fd_scan(gpu, tmp_path):
-    node = {"name": "top", "device": True, "children": [{"name": "engine", "mib": 4096, "hidden": True,
-                                                         "device": True}]}
+    node = {"name": "top", "device": True, "children": [{"name": "engine", "mib": 4096, "hidden": True, "device": True}]}
     tree, pidfile = start_server(gpu, tmp_path, node)
     foreign = gpu.start({"name": "container-job", "mib": 2048, "hidden": True, "device": True})
     assert gpu.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits") == ""

@@ -11,7 +11,6 @@ import time
 
 import psutil
 import pytest
-
 from _common import Context, ModuleError
 from _proc import (
     START_TIME_TOLERANCE_S,
@@ -24,6 +23,7 @@ from _proc import (
     validate_record,
     write_pidfile,
 )
+
 from tests.fakes.gpu_holder import FakeGpu
 
 TREE = {
@@ -94,8 +94,7 @@ def test_valid_record_is_normalised_with_defaults():
     [
         (None, "no such process"),
         ({"pid": 1234, "start_time": 1700000000.5, "cmdline": ["python3", "-m", "vllm"]}, None),
-        ({"pid": 1234, "start_time": 1700000000.5 + START_TIME_TOLERANCE_S / 2, "cmdline": ["python3", "-m", "vllm"]},
-         None),
+        ({"pid": 1234, "start_time": 1700000000.5 + START_TIME_TOLERANCE_S / 2, "cmdline": ["python3", "-m", "vllm"]}, None),
         ({"pid": 1234, "start_time": 1700000100.0, "cmdline": ["python3", "-m", "vllm"]}, "was reused"),
         ({"pid": 1234, "start_time": 1700000000.5, "cmdline": ["sleep", "100"]}, "runs 'sleep 100'"),
     ],

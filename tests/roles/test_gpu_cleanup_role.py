@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from _proc import write_pidfile
+
 from engine.api import run_playbook
 from tests.fakes.gpu_holder import FakeGpu
 
@@ -157,9 +157,7 @@ def test_role_over_ssh_kills_exactly_the_users_tree_and_a_second_run_changes_not
 
 
 @pytest.mark.ssh
-def test_role_over_ssh_never_stops_another_users_holder_even_when_named(
-    tmp_path, inventory_file, gpu, ssh_host, shared_tmp
-):
+def test_role_over_ssh_never_stops_another_users_holder_even_when_named(tmp_path, inventory_file, gpu, ssh_host, shared_tmp):
     pidfile = shared_tmp / "run" / "vllm.pid"
     tree = start_server(gpu, pidfile, user=ssh_host.user)
     foreign = gpu.start({"name": "root-job", "mib": 2048})  # root's: another user for the ssh user
@@ -186,9 +184,7 @@ def test_role_rejects_a_threshold_that_is_not_a_number_and_kills_nothing(tmp_pat
 
 
 @pytest.mark.ssh
-def test_role_over_ssh_says_so_when_the_server_belongs_to_another_user(
-    tmp_path, inventory_file, gpu, ssh_host, shared_tmp
-):
+def test_role_over_ssh_says_so_when_the_server_belongs_to_another_user(tmp_path, inventory_file, gpu, ssh_host, shared_tmp):
     pidfile = shared_tmp / "run" / "vllm.pid"
     tree = gpu.start({"name": "root-server", "children": [{"name": "engine", "mib": 2048}]})  # started by root
     pidfile.parent.mkdir()

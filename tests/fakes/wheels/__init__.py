@@ -44,14 +44,13 @@ def build_wheel(
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = name.replace("-", "_")
     dist_info = f"{stem}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: fake for tests"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: fake for tests"]
     meta += [f"Requires-Dist: {r}" for r in requires or []]
     purelib = tag.endswith("-none-any")
     entries = {path: (data.encode() if isinstance(data, str) else data) for path, data in files.items()}
     entries[f"{dist_info}/METADATA"] = ("\n".join(meta) + "\n").encode()
     entries[f"{dist_info}/WHEEL"] = (
-        f"Wheel-Version: 1.0\nGenerator: dflash-provision-tests\nRoot-Is-Purelib: {'true' if purelib else 'false'}\n"
-        f"Tag: {tag}\n"
+        f"Wheel-Version: 1.0\nGenerator: dflash-provision-tests\nRoot-Is-Purelib: {'true' if purelib else 'false'}\nTag: {tag}\n"
     ).encode()
     record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in entries.items()]
     record.append(f"{dist_info}/RECORD,,")
@@ -74,8 +73,14 @@ def tree(src: str, skip: tuple = ()) -> dict:
     return out
 
 
-def fa2_wheel(out_dir, version: str = "2.8.3", local: str = FA2_LOCAL, py_tag: str = PY_TAG,
-              platform: str = "linux_x86_64", with_rotary: bool = True) -> Path:
+def fa2_wheel(
+    out_dir,
+    version: str = "2.8.3",
+    local: str = FA2_LOCAL,
+    py_tag: str = PY_TAG,
+    platform: str = "linux_x86_64",
+    with_rotary: bool = True,
+) -> Path:
     """flash-attn 2.x: flash_attn/, flash_attn/ops/triton/rotary.py, the flash_attn_2_cuda 'extension'."""
     files = tree("flash_attn_2", skip=() if with_rotary else ("flash_attn/ops/triton/rotary.py",))
     full = f"{version}+{local}" if local else version
@@ -123,6 +128,12 @@ def fa2_sdist(out_dir, version: str = "2.8.3") -> Path:
 
 
 def standard_set(out_dir) -> list:
-    return [fa2_wheel(out_dir), fa4_wheel(out_dir), vllm_wheel(out_dir), vllm_cpu_wheel(out_dir),
-            simple_wheel(out_dir, "dfp-a", "1.0"), simple_wheel(out_dir, "dfp-a", "2.0"),
-            simple_wheel(out_dir, "dfp-b", "1.0", requires=["dfp-a>=1"])]
+    return [
+        fa2_wheel(out_dir),
+        fa4_wheel(out_dir),
+        vllm_wheel(out_dir),
+        vllm_cpu_wheel(out_dir),
+        simple_wheel(out_dir, "dfp-a", "1.0"),
+        simple_wheel(out_dir, "dfp-a", "2.0"),
+        simple_wheel(out_dir, "dfp-b", "1.0", requires=["dfp-a>=1"]),
+    ]

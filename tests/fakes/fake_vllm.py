@@ -1,0 +1,301 @@
+"""A stand-in for `vllm serve` for fast fault tests: same flags, same log lines, same endpoints.
+
+Started exactly like the real server (`PYTHON -m vllm.entrypoints.cli.main serve MODEL --flags`):
+tests put tests/fakes/vllm_pkg first on PYTHONPATH (through vllm_env), so `-m vllm...` lands here and
+the process's command line is the one vllm-service rendered. Like vLLM it prints the banner, the
+`non-default args`, `Resolved architecture: <target>` (and the drafter's), starts an EngineCore child
+in its process group, listens only once ready, logs uvicorn's lines and answers /health, /v1/models,
+/v1/completions (API key checked like vLLM's) and /metrics (spec-decode counters with their `_created`
+twins). Unknown flags fail like argparse does in vLLM ("main.py: error: unrecognized arguments").
+
+FAKE_VLLM_MODE (environment) picks the behaviour:
+  normal            ready after FAKE_VLLM_READY_S (default 0.3 s)
+  slow              the same, with FAKE_VLLM_READY_S meant to be long
+  crash_start       EngineCore fails during start-up: a worker traceback (the root cause), then the
+                    wrapping tracebacks, exit 1
+  crash_first_request  healthy, then the first completion kills the engine (like head_dim=16 on CPU):
+                    a worker traceback, HTTP 500, the process exits
+  hang              prints the start-up lines and never listens
+  fatal_alive       logs a CUDA out-of-memory traceback and stays alive without listening
+FAKE_VLLM_ACCEPT (0..1, default 0) is the fraction of draft tokens accepted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PID = os.getpid()
+START = time.time()
+
+
+def log(proc: str, level: str, where: str, msg: str) -> None:
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    sys.stdout.write(f"({proc} pid={PID}) {level} {stamp} [{where}] {msg}\n")
+    sys.stdout.flush()
+
+
+def raw(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def parse(argv: list) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="main.py")
+    sub = ap.add_subparsers(dest="cmd")
+    s = sub.add_parser("serve")
+    s.add_argument("model")
+    s.add_argument("--served-model-name")
+    s.add_argument("--host", default=None)
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--speculative-config")
+    s.add_argument("--dtype")
+    s.add_argument("--max-model-len", type=int)
+    s.add_argument("--max-num-batched-tokens", type=int)
+    s.add_argument("--max-num-seqs", type=int)
+    s.add_argument("--gpu-memory-utilization", type=float)
+    s.add_argument("--tensor-parallel-size", type=int)
+    s.add_argument("--enforce-eager", action="store_true")
+    s.add_argument("--language-model-only", action="store_true")
+    s.add_argument("--api-key")
+    s.add_argument("--disable-log-requests", action="store_true")
+    return ap.parse_args(argv)
+
+
+def architecture(path: str) -> str:
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as fh:
+            return json.load(fh).get("architectures", ["?"])[0]
+    except (OSError, ValueError):
+        return "Qwen3ForCausalLM"
+
+
+def engine_core() -> None:
+    """The EngineCore child: lives in the server's process group until it is signalled."""
+    while True:
+        time.sleep(3600)
+
+
+WORKER_TRACEBACK = [
+    "WorkerProc failed to start.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/executor/multiproc_executor.py", line 920, in worker_main',
+    "    worker = WorkerProc(*args, **kwargs)",
+    '  File "/venv/lib/python3.11/site-packages/vllm/model_executor/layers/linear.py", line 405, in weight_loader',
+    "    assert param.size() == loaded_weight.size(), (",
+    "AssertionError: Tried to load weights of size torch.Size([64, 128])to a parameter of size torch.Size([64, 192])",
+]
+CORE_TRACEBACK = [
+    "EngineCore failed to start.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 1482, in run_engine_core',
+    "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+    "Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace for root cause.",
+]
+API_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "<frozen runpy>", line 198, in _run_module_as_main',
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/engine/utils.py", line 1140, in wait_for_engine_startup',
+    "    raise RuntimeError(",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
+]
+REQUEST_TRACEBACK = [
+    "WorkerProc hit an exception.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/attention/backends/cpu_attn.py", line 253, in build',
+    "    scheduler_metadata = ops.cpu_attn_get_scheduler_metadata(",
+    "RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0",
+]
+OOM_TRACEBACK = [
+    "EngineCore failed to start.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/worker/gpu_model_runner.py", line 3000, in load_model',
+    "    self.model = model_loader.load_model(",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB",
+]
+
+
+class State:
+    def __init__(self, args, k: int, accept: float) -> None:
+        self.args, self.k, self.accept = args, k, accept
+        self.lock = threading.Lock()
+        self.drafts = 0
+        self.draft_tokens = 0
+        self.accepted = 0
+        self.per_pos = [0] * k
+        self.requests = 0
+        self.created = time.time()
+        self.name = args.served_model_name or args.model
+
+    def metrics(self) -> str:
+        labels = f'engine="0",model_name="{self.name}"'
+        out = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
+               "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+        if self.k:
+            for name, value in (("num_drafts", self.drafts), ("num_draft_tokens", self.draft_tokens),
+                                ("num_accepted_tokens", self.accepted)):
+                out += [f"# TYPE vllm:spec_decode_{name}_total counter",
+                        f"vllm:spec_decode_{name}_total{{{labels}}} {float(value)}",
+                        f"# TYPE vllm:spec_decode_{name}_created gauge",
+                        f"vllm:spec_decode_{name}_created{{{labels}}} {self.created}"]
+            out.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+            for i, v in enumerate(self.per_pos):
+                out.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {float(v)}')
+                out.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_created{{{labels},position="{i}"}} {self.created}')
+        return "\n".join(out) + "\n"
+
+    def generate(self, tokens: int) -> None:
+        with self.lock:
+            if not self.k:
+                return
+            made = 0
+            while made < tokens:
+                self.drafts += 1
+                self.draft_tokens += self.k
+                acc = int(round(self.accept * self.k))
+                self.accepted += acc
+                for i in range(acc):
+                    self.per_pos[i] += 1
+                made += 1 + acc
+
+
+def make_handler(state: State, mode: str, api_key: str | None):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # uvicorn's access-log shape
+            raw(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1]} OK')
+
+        def send(self, code: int, body, ctype="application/json"):
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def authorized(self) -> bool:
+            if api_key and self.headers.get("Authorization") != f"Bearer {api_key}":
+                self.send(401, {"error": "Unauthorized"})
+                return False
+            return True
+
+        def do_GET(self):
+            if self.path == "/health":
+                self.send(200, b"", "text/plain")
+            elif self.path == "/metrics":
+                self.send(200, state.metrics().encode(), "text/plain; version=0.0.4")
+            elif self.path == "/v1/models":
+                if self.authorized():
+                    self.send(200, {"object": "list", "data": [{"id": state.name, "object": "model", "root": state.args.model,
+                                                              "owned_by": "vllm", "max_model_len": state.args.max_model_len}]})
+            else:
+                self.send(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path != "/v1/completions":
+                self.send(404, {"detail": "Not Found"})
+                return
+            if not self.authorized():
+                return
+            if body.get("model") != state.name:
+                self.send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}})
+                return
+            state.requests += 1
+            if mode == "crash_first_request":
+                for line in REQUEST_TRACEBACK:
+                    log("Worker", "ERROR", "multiproc_executor.py:1063", line)
+                log("EngineCore", "ERROR", "core.py:1512", "EngineCore encountered a fatal error.")
+                self.send(500, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                                          "type": "InternalServerError", "code": 500}})
+                threading.Timer(0.2, lambda: os._exit(1)).start()
+                return
+            n = int(body.get("max_tokens") or 16)
+            state.generate(n)
+            self.send(200, {"id": f"cmpl-{state.requests}", "object": "text_completion", "model": state.name,
+                            "choices": [{"index": 0, "text": " fox" * n, "finish_reason": "length"}],
+                            "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}})
+
+    return Handler
+
+
+def serve(argv: list) -> int:
+    mode = os.environ.get("FAKE_VLLM_MODE", "normal")
+    ready_s = float(os.environ.get("FAKE_VLLM_READY_S", "0.3"))
+    raw("INFO 11-30 10:49:00 [__init__.py:216] Automatically detected platform cpu.")
+    try:
+        args = parse(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.cmd != "serve":
+        raw("usage: main.py [-h] {serve} ...")
+        return 2
+    log("APIServer", "INFO", "api_utils.py:347", "vLLM server  version 0.32.0 (fake)")
+    nondefault = {k: v for k, v in vars(args).items() if v not in (None, False) and k != "cmd"}
+    nondefault.pop("api_key", None)
+    log("APIServer", "INFO", "api_utils.py:286", f"non-default args: {nondefault}")
+    log("APIServer", "INFO", "model.py:733", f"Resolved architecture: {architecture(args.model)}")
+    k = 0
+    if args.speculative_config:
+        spec = json.loads(args.speculative_config)
+        k = int(spec.get("num_speculative_tokens") or 0)
+        log("APIServer", "INFO", "model.py:733", f"Resolved architecture: {architecture(spec['model'])}")
+    # The EngineCore child, in our process group (SIGTERM to the group stops it too).
+    import subprocess
+
+    core = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--engine-core"], stdin=subprocess.DEVNULL)
+    log("EngineCore", "INFO", "core.py:133", f"Initializing a V1 LLM engine (v0.32.0) with config: model='{args.model}'")
+    if mode == "crash_start":
+        time.sleep(0.2)
+        for line in WORKER_TRACEBACK:
+            log("Worker", "ERROR", "multiproc_executor.py:953", line)
+        time.sleep(0.3)
+        for line in CORE_TRACEBACK:
+            log("EngineCore", "ERROR", "core.py:1510", line)
+        for line in API_TRACEBACK:
+            raw(line)
+        core.terminate()
+        return 1
+    if mode == "fatal_alive":
+        time.sleep(0.2)
+        for line in OOM_TRACEBACK:
+            log("EngineCore", "ERROR", "core.py:1510", line)
+        while True:
+            time.sleep(3600)
+    if mode == "hang":
+        while True:
+            time.sleep(3600)
+    time.sleep(ready_s)
+    host = args.host or "0.0.0.0"
+    state = State(args, k, float(os.environ.get("FAKE_VLLM_ACCEPT", "0")))
+    httpd = ThreadingHTTPServer((host, args.port), make_handler(state, mode, os.environ.get("VLLM_API_KEY") or args.api_key))
+    log("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{host}:{args.port}")
+    log("APIServer", "DEBUG", "fake_vllm.py:1", f"listening since {time.time():.6f}")
+    raw(f"INFO:     Started server process [{PID}]")
+    raw("INFO:     Waiting for application startup.")
+    raw("INFO:     Application startup complete.")
+    signal.signal(signal.SIGTERM, lambda *_: (raw("INFO:     Shutting down"), os._exit(0)))
+    httpd.serve_forever()
+    return 0
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if argv[:1] == ["--engine-core"]:
+        engine_core()
+        return
+    if argv[:2] == ["-m", "vllm.entrypoints.cli.main"]:  # run as a script with the module's flags
+        argv = argv[2:]
+    sys.exit(serve(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Stand-in package: see tests/fakes/fake_vllm.py."""

@@ -1,0 +1,197 @@
+"""_vllm_launch: the rendered argv, environment file and systemd unit; bad input named by its variable."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from _common import ModuleError
+from _vllm_launch import (
+    check_extra_args,
+    choose_mode,
+    fingerprint,
+    masked_env,
+    parse_env_file,
+    render_env_file,
+    render_unit,
+    resolve,
+)
+
+
+@pytest.fixture
+def models(tmp_path):
+    target, drafter = tmp_path / "target", tmp_path / "dflash"
+    target.mkdir()
+    drafter.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 8}))
+    (drafter / "config.json").write_text(json.dumps({"architectures": ["DFlashDraftModel"]}))
+    return target, drafter
+
+
+def base(models, **over):
+    target, drafter = models
+    args = {
+        "venv_python": "/env/bin/python",
+        "target_model": str(target),
+        "drafter_model": str(drafter),
+        "served_model_name": "target",
+        "host": "127.0.0.1",
+        "port": 8011,
+        "flavor": "cuda",
+        "num_speculative_tokens": 3,
+        "speculative_method": "dflash",
+    }
+    args.update(over)
+    return args
+
+
+def test_argv_has_the_speculative_config_json_and_no_secret(models):
+    spec = resolve(base(models, api_key="sk-secret", hf_token="hf_abc"))
+    argv = spec["argv"]
+    assert argv[:5] == ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", str(models[0])]
+    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg == {"method": "dflash", "model": str(models[1]), "num_speculative_tokens": 3}
+    assert "sk-secret" not in " ".join(argv) and "hf_abc" not in " ".join(argv)
+    assert spec["env"]["VLLM_API_KEY"] == "sk-secret" and spec["env"]["HF_TOKEN"] == "hf_abc"
+    assert masked_env(spec["env"])["VLLM_API_KEY"] == "********"
+    assert spec["expected_architectures"] == ["Qwen3ForCausalLM", "DFlashDraftModel"]
+
+
+def test_cpu_flavor_implies_float32_eager_short_context_and_cpu_env(models):
+    spec = resolve(base(models, flavor="cpu"))
+    argv = spec["argv"]
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--max-model-len") + 1] == "512"
+    assert "--enforce-eager" in argv
+    assert spec["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1" and spec["env"]["VLLM_HOST_IP"] == "127.0.0.1"
+    assert spec["env"]["HF_HUB_OFFLINE"] == "1"  # every model is local
+
+
+def test_optional_flags_and_draft_attention_backend(models):
+    spec = resolve(base(models, draft_attention_backend="flash_attn", gpu_memory_utilization=0.85,
+                        tensor_parallel_size=2, max_num_batched_tokens=8192, env={"VLLM_USE_V2_MODEL_RUNNER": 1},
+                        extra_args=["--max-num-seqs", "8", "--enable-prefix-caching"]))
+    argv = spec["argv"]
+    assert json.loads(argv[argv.index("--speculative-config") + 1])["attention_backend"] == "flash_attn"
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.85"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert argv[-3:] == ["--max-num-seqs", "8", "--enable-prefix-caching"]
+    assert spec["env"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+
+
+def test_multimodal_target_gets_language_model_only(models):
+    target, _ = models
+    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"],
+                                                   "text_config": {"num_hidden_layers": 64}}))
+    from drafter_config import is_multimodal_target
+
+    assert "--language-model-only" in resolve(base(models), is_multimodal_target)["argv"]
+    assert "--language-model-only" not in resolve(base(models, language_model_only=False), is_multimodal_target)["argv"]
+
+
+def test_without_drafter_there_is_no_speculative_config(models):
+    spec = resolve(base(models, drafter_model=None, num_speculative_tokens=None))
+    assert "--speculative-config" not in spec["argv"] and spec["expected_architectures"] == ["Qwen3ForCausalLM"]
+
+
+def test_hub_id_target_is_not_checked_for_a_local_config(models):
+    spec = resolve(base(models, target_model="Qwen/Qwen3-8B", drafter_model=None))
+    assert spec["argv"][4] == "Qwen/Qwen3-8B" and "HF_HUB_OFFLINE" not in spec["env"]
+
+
+@pytest.mark.parametrize(
+    "over, variable",
+    [
+        ({"drafter_model": "/nonexistent/dflash"}, "drafter_model"),
+        ({"num_speculative_tokens": None}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+        ({"num_speculative_tokens": "three"}, "num_speculative_tokens"),
+        ({"port": 0}, "vllm_port"),
+        ({"port": 70000}, "vllm_port"),
+        ({"port": "http"}, "vllm_port"),
+        ({"target_model": "/nonexistent/target"}, "target_model"),
+        ({"extra_args": ["max-num-seqs", "8"]}, "vllm_extra_args[0]"),
+        ({"extra_args": ["-tp", "2"]}, "vllm_extra_args[0]"),
+        ({"extra_args": ["--port", "9"]}, "vllm_port"),
+        ({"extra_args": ["--api-key", "x"]}, "vllm_api_key"),
+        ({"extra_args": ["--max-num-seqs", "8", "9"]}, "vllm_extra_args[2]"),
+        ({"env": {"BAD-NAME": "1"}}, "vllm_env"),
+        ({"env": {"X": "a\nb"}}, "vllm_env.X"),
+        ({"dtype": "fp7"}, "dtype"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"flavor": "rocm"}, "vllm_flavor"),
+        ({"api_key": "a", "api_key_file": "/x"}, "vllm_api_key"),
+        ({"api_key_file": "/nonexistent/key"}, "vllm_api_key_file"),
+    ],
+)
+def test_bad_input_names_the_variable(models, over, variable):
+    with pytest.raises(ModuleError) as exc:
+        resolve(base(models, **over))
+    assert variable in exc.value.msg
+
+
+def test_model_folder_without_config_json_is_refused(models):
+    target, drafter = models
+    (drafter / "config.json").unlink()
+    with pytest.raises(ModuleError, match="drafter_model .* has no config.json.*drafter-config"):
+        resolve(base(models))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--max-num-seqs", "8"], ["--max-num-seqs=8"], ["--kv-cache-dtype", "fp8", "--enable-prefix-caching"],
+     ["--override-generation-config", '{"temperature": 0}'], ["--seed", "-1"]],
+)
+def test_extra_args_that_are_well_formed_pass(extra):
+    assert check_extra_args(extra) == extra
+
+
+def test_env_file_round_trips_quotes_dollars_and_backslashes():
+    env = {"A": 'he said "hi"', "B": "$HOME and `x`", "C": "back\\slash", "D": ""}
+    text = render_env_file(env)
+    assert parse_env_file(text) == env
+
+
+def test_unit_exec_start_quotes_every_word_and_escapes_systemd_specials():
+    argv = ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/m/target",
+            "--speculative-config", '{"method":"dflash","model":"/m/d 100%","num_speculative_tokens":3}']
+    unit = render_unit(argv, "/run/vllm.env", "/logs/vllm.log", "abc123", "vLLM", "/run", user="svc")
+    exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    # undo systemd's own escapes ($$ -> $, %% -> %), then split like systemd does (C-style quotes)
+    words = shlex.split(exec_line[len("ExecStart="):].replace("$$", "$").replace("%%", "%"))
+    assert words[0] == "/bin/bash" and words[3:5] == ["/logs/vllm.log", "abc123"] and words[5:] == argv
+    assert 'printf "%s\\n" "=== dflash-provision: vLLM server start pid=$$ launch=$1"' in words[2]
+    for line in ("Restart=on-failure", "KillMode=control-group", "EnvironmentFile=/run/vllm.env", "User=svc",
+                 "StandardOutput=journal"):
+        assert line in unit.splitlines()
+
+
+@pytest.mark.parametrize(
+    "use, present, root, mode",
+    [
+        ("auto", True, True, "systemd"),
+        ("auto", True, False, "process"),
+        ("auto", False, True, "process"),
+        (False, True, True, "process"),
+        ("false", True, True, "process"),
+        (True, True, False, "systemd"),
+        ("true", True, True, "systemd"),
+    ],
+)
+def test_choose_mode_table(use, present, root, mode):
+    assert choose_mode(use, present, root) == mode
+
+
+def test_systemd_forced_without_systemd_is_an_error():
+    with pytest.raises(ModuleError, match="vllm_use_systemd"):
+        choose_mode(True, False, True)
+
+
+def test_fingerprint_changes_with_argv_env_and_model_files_only():
+    models = {"target": {"files": {"config.json": [10, 1]}}}
+    fp = fingerprint(["a"], "X=1\n", models, "process", None)
+    assert fp == fingerprint(["a"], "X=1\n", models, "process", None)
+    assert fp != fingerprint(["b"], "X=1\n", models, "process", None)
+    assert fp != fingerprint(["a"], "X=2\n", models, "process", None)
+    assert fp != fingerprint(["a"], "X=1\n", {"target": {"files": {"config.json": [10, 2]}}}, "process", None)
