@@ -68,13 +68,8 @@ def runtime_dir(key):
 
 
 def missing_packages():
-    missing = []
-    for name in RUNTIME_PACKAGES:
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
-    return missing
+    """Which runtime packages cannot be found (found, not imported: importing tenacity costs ~50 ms)."""
+    return [name for name in RUNTIME_PACKAGES if importlib.util.find_spec(name) is None]
 
 
 def use_runtime(key):
