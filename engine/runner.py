@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import runtime
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host, Inventory
 from engine.playbook import LIBRARY, Play, Task, module_args_spec, modules
 from engine.templating import Templar, undefined_name
 from engine.transport import Transport, WorkerDied, connect
-from engine import runtime
 
 STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
 MAGIC_VARS = {

@@ -85,7 +85,7 @@ def install_runtime(key, blob):
     if not os.path.isdir(final):
         parent = os.path.dirname(final)
         os.makedirs(parent, exist_ok=True)
-        tmp = final + ".tmp-%d" % os.getpid()
+        tmp = f"{final}.tmp-{os.getpid()}"
         with zipfile.ZipFile(io.BytesIO(base64.b64decode(blob))) as zf:
             zf.extractall(tmp)
         try:
@@ -156,14 +156,14 @@ def main():
                 send({"id": rid, "bye": True})
                 return
             else:
-                send({"id": rid, "error": "unknown op %r" % op})
+                send({"id": rid, "error": f"unknown op {op!r}"})
         except Exception as exc:  # a module bug: report it with the traceback, keep serving
             send({
                 "id": rid,
                 "result": {
                     "failed": True,
                     "changed": False,
-                    "msg": "module %s crashed: %s: %s" % (req.get("module"), type(exc).__name__, exc),
+                    "msg": "module {} crashed: {}: {}".format(req.get("module"), type(exc).__name__, exc),
                     "exception": traceback.format_exc(),
                 },
             })
