@@ -1,4 +1,4 @@
-"""Shared helpers for task modules: the module contract, argument checking, atomic writes.
+"""Shared helpers for task modules: the module contract, argument checking, file attributes, atomic writes.
 
 Every module in library/ imports from here. The worker ships this file to the host with the
 module, and `python3 library/NAME.py ARGS.json` finds it beside the module, so both paths run the
@@ -7,8 +7,10 @@ same code. Only the standard library is imported here: a host needs nothing but 
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import shutil
 import sys
 import tempfile
@@ -99,10 +101,7 @@ def check_args(spec: dict, args: dict, module: str) -> dict:
     """Validate args against a module's ARGS spec; return them with defaults filled in."""
     unknown = sorted(set(args) - set(spec))
     if unknown:
-        raise ModuleError(
-            f"module '{module}': unknown argument(s) {', '.join(unknown)}; "
-            f"it accepts: {', '.join(sorted(spec))}"
-        )
+        raise ModuleError(f"module '{module}': unknown argument(s) {', '.join(unknown)}; it accepts: {', '.join(sorted(spec))}")
     out = {}
     for name, opts in spec.items():
         if name in args and args[name] is not None:
@@ -113,18 +112,68 @@ def check_args(spec: dict, args: dict, module: str) -> dict:
             value = opts.get("default")
         choices = opts.get("choices")
         if choices is not None and value is not None and value not in choices:
-            raise ModuleError(
-                f"module '{module}': argument '{name}' is {value!r}; "
-                f"choose one of: {', '.join(map(str, choices))}"
-            )
+            raise ModuleError(f"module '{module}': argument '{name}' is {value!r}; choose one of: {', '.join(map(str, choices))}")
         out[name] = value
     return out
+
+
+def parse_mode(mode: str | None) -> int | None:
+    if mode is None:
+        return None
+    try:
+        value = int(str(mode), 8)
+    except ValueError:
+        raise ModuleError(f'mode {mode!r} is not an octal number; write it quoted, e.g. mode: "0750"')
+    if not 0 <= value <= 0o7777:
+        raise ModuleError(f"mode {mode!r} is out of range 0000-7777")
+    return value
+
+
+def resolve_uid(owner: str | None) -> int | None:
+    if owner is None:
+        return None
+    if str(owner).isdigit():
+        return int(owner)
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise ModuleError(f"owner {owner!r} does not exist on this host; create the user or fix 'owner'")
+
+
+def resolve_gid(group: str | None) -> int | None:
+    if group is None:
+        return None
+    if str(group).isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ModuleError(f"group {group!r} does not exist on this host; create it or fix 'group'")
+
+
+def ensure_attributes(path: str, mode: int | None, uid: int | None, gid: int | None, check: bool) -> bool:
+    """Set ownership, then mode, where they differ; return whether anything differed.
+
+    Owner first: the kernel clears setuid/setgid bits on chown, so a chmod before it would not stick.
+    """
+    st = os.stat(path)
+    changed = False
+    if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
+        changed = True
+        if not check:
+            os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+    if mode is not None and (os.stat(path).st_mode & 0o7777 if not check else st.st_mode & 0o7777) != mode:
+        changed = True
+        if not check:
+            os.chmod(path, mode)
+    return changed
 
 
 def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool = False) -> str | None:
     """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
 
-    A reader never sees a half-written file, and a crash leaves the old one in place.
+    A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
+    file keeps its mode (unless `mode` is given) and, when root writes it, its owner and group.
     """
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
@@ -136,14 +185,19 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool =
             backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
             n += 1
         shutil.copy2(path, backup_path)
-    if mode is None and os.path.exists(path):
-        mode = os.stat(path).st_mode & 0o7777
+    before = os.stat(path) if os.path.exists(path) else None
+    if mode is None and before is not None:
+        mode = before.st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if before is not None and os.geteuid() == 0:
+            # the rename makes a new inode owned by us: give it the old owner (before chmod, which
+            # chown would undo for setuid/setgid bits)
+            os.chown(tmp, before.st_uid, before.st_gid)
         os.chmod(tmp, 0o644 if mode is None else mode)
         os.replace(tmp, path)
     except BaseException:

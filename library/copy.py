@@ -36,33 +36,23 @@ import errno
 import hashlib
 import os
 import posixpath
-import sys
 
+if __name__ == "copy":  # a stdlib `import copy` found this file: hand the real module over
+    import _stdlib_guard
 
-def _stdlib_instead(name: str) -> None:
-    """Put the standard library's module of this name in sys.modules, in place of this file.
-
-    This file's name is also a stdlib module's. When a task module runs by hand, library/ is
-    sys.path[0], so a stdlib `import copy` (dataclasses, urllib, ...) finds this file first; the
-    importer then gets the real module instead. Only the import system's own (always loaded)
-    modules are used: `os` may be half-imported at this point. The engine's worker must load
-    task modules under other names than their file's (else it would get the stdlib module).
-    """
-    import _frozen_importlib as bootstrap
-    import _frozen_importlib_external as external
-
-    here = __file__.rpartition("/")[0].rstrip("/") or "."
-    spec = external.PathFinder.find_spec(name, [p for p in sys.path if (p or ".").rstrip("/") != here])
-    module = bootstrap.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-
-
-if __name__ == "copy":
-    _stdlib_instead("copy")
+    _stdlib_guard.hand_over(__name__, __file__)
 else:
-    from _common import Context, ModuleError, atomic_write, main, read_bytes
-    from file import ensure_attributes, parse_mode, resolve_gid, resolve_uid
+    from _common import (
+        Context,
+        ModuleError,
+        atomic_write,
+        ensure_attributes,
+        main,
+        parse_mode,
+        read_bytes,
+        resolve_gid,
+        resolve_uid,
+    )
 
 ARGS = {
     "dest": {"type": "path", "required": True},
@@ -190,9 +180,6 @@ def run_file(args: dict, ctx: Context) -> dict:
             os.makedirs(parent, mode=NEW_DIR_MODE)
         if "content" in what:
             backup_file = atomic_write(dest, data, mode if mode is not None else cur_mode, args["backup"])
-            if cur_ids and os.geteuid() == 0 and (uid is None or gid is None):
-                # the rename made a new inode owned by us: give it back its old owner
-                os.chown(dest, cur_ids[0] if uid is None else -1, cur_ids[1] if gid is None else -1)
         ensure_attributes(dest, mode, uid, gid, False)
     except OSError as exc:
         raise ModuleError(f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder")

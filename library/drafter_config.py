@@ -18,20 +18,13 @@ writes the config atomically, keeping a timestamped backup of the one it replace
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
-    import os as _os
-    import sys as _sys
+import json
+import os
+import re
+import time
 
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
-
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import time  # noqa: E402
-
-from _common import Context, ModuleError, atomic_write, main  # noqa: E402
-from _safetensors import read_checkpoint  # noqa: E402
+from _common import Context, ModuleError, atomic_write, main
+from _safetensors import read_checkpoint
 
 ARGS = {
     "drafter": {"type": "path", "required": True},

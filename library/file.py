@@ -15,12 +15,10 @@ mode and owner the service needs. Only what differs is changed.
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import shutil
 
-from _common import Context, ModuleError, main
+from _common import Context, ModuleError, ensure_attributes, main, parse_mode, resolve_gid, resolve_uid
 
 ARGS = {
     "path": {"type": "path", "required": True},
@@ -32,40 +30,6 @@ ARGS = {
 }
 
 
-def parse_mode(mode: str | None) -> int | None:
-    if mode is None:
-        return None
-    try:
-        value = int(str(mode), 8)
-    except ValueError:
-        raise ModuleError(f"mode {mode!r} is not an octal number; write it quoted, e.g. mode: \"0750\"")
-    if not 0 <= value <= 0o7777:
-        raise ModuleError(f"mode {mode!r} is out of range 0000-7777")
-    return value
-
-
-def resolve_uid(owner: str | None) -> int | None:
-    if owner is None:
-        return None
-    if str(owner).isdigit():
-        return int(owner)
-    try:
-        return pwd.getpwnam(owner).pw_uid
-    except KeyError:
-        raise ModuleError(f"owner {owner!r} does not exist on this host; create the user or fix 'owner'")
-
-
-def resolve_gid(group: str | None) -> int | None:
-    if group is None:
-        return None
-    if str(group).isdigit():
-        return int(group)
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise ModuleError(f"group {group!r} does not exist on this host; create it or fix 'group'")
-
-
 def describe(path: str) -> dict:
     """The state of a path as the diff shows it."""
     if not os.path.lexists(path):
@@ -73,21 +37,6 @@ def describe(path: str) -> dict:
     st = os.lstat(path)
     kind = "directory" if os.path.isdir(path) else "file"
     return {"state": kind, "mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid}
-
-
-def ensure_attributes(path: str, mode: int | None, uid: int | None, gid: int | None, check: bool) -> bool:
-    """Set mode and ownership where they differ; return whether anything differed."""
-    st = os.stat(path)
-    changed = False
-    if mode is not None and (st.st_mode & 0o7777) != mode:
-        changed = True
-        if not check:
-            os.chmod(path, mode)
-    if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
-        changed = True
-        if not check:
-            os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
-    return changed
 
 
 def run(args: dict, ctx: Context) -> dict:
@@ -110,7 +59,9 @@ def run(args: dict, ctx: Context) -> dict:
 
     if state == "file":
         if before["state"] != "file":
-            raise ModuleError(f"{path} does not exist as a file; state=file only manages an existing file's mode/owner (use copy to create one)")
+            raise ModuleError(
+                f"{path} does not exist as a file; state=file only manages an existing file's mode/owner (use copy to create one)"
+            )
         changed = ensure_attributes(path, mode, uid, gid, ctx.check)
     else:
         if before["state"] == "file":
@@ -123,7 +74,7 @@ def run(args: dict, ctx: Context) -> dict:
         if not ctx.check or before["state"] != "absent":
             changed = ensure_attributes(path, mode, uid, gid, ctx.check) or changed
     after = describe(path) if not ctx.check else {"state": state}
-    msg = (f"{'would change' if ctx.check else 'changed'} {path}" if changed else f"{path} is as wanted")
+    msg = f"{'would change' if ctx.check else 'changed'} {path}" if changed else f"{path} is as wanted"
     result = {"changed": changed, "msg": msg, "path": path}
     if changed:
         result["diff"] = {"before": before, "after": after}

@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 import re
 
-from _common import Context, ModuleError, atomic_write, main, read_bytes
-from file import parse_mode
+from _common import Context, ModuleError, atomic_write, main, parse_mode, read_bytes
 
 ARGS = {
     "path": {"type": "path", "required": True},
@@ -116,10 +115,7 @@ def run(args: dict, ctx: Context) -> dict:
     after, what = edit(before, line, regexp, state, args["insertafter"])
     if raw is None:
         what = "created the file with the line"
-    cur_mode, owner_before = None, None
-    if raw is not None:
-        st = os.stat(path)
-        cur_mode, owner_before = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+    cur_mode = None if raw is None else os.stat(path).st_mode & 0o7777
     mode_differs = mode is not None and cur_mode is not None and cur_mode != mode
     if what is None and not mode_differs:
         return {"changed": False, "msg": f"{path}: the line is as wanted", "path": path}
@@ -150,10 +146,6 @@ def run(args: dict, ctx: Context) -> dict:
             )
             if backup_file:
                 result["backup_file"] = backup_file
-            if raw is not None and os.geteuid() == 0:
-                st = os.stat(path)  # the rename made a new inode owned by us: give it back its old owner
-                if (st.st_uid, st.st_gid) != owner_before:
-                    os.chown(path, *owner_before)
         elif mode_differs:
             os.chmod(path, mode)
     except OSError as exc:

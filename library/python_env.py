@@ -41,24 +41,17 @@ python_version, vllm_version, torch_version, torch_cuda, cuda_available, imports
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # library/ holds copy.py and stat.py: let the stdlib modules win
-    import os as _os
-    import sys as _sys
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
 
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
-
-import errno  # noqa: E402
-import fcntl  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import time  # noqa: E402
-
-from _common import Context, ModuleError, atomic_write, main  # noqa: E402
-from _pyenv import (  # noqa: E402
+from _common import Context, ModuleError, atomic_write, main
+from _pyenv import (
     ENV_MARKER,
     bootstrap_uv,
     explain_failure,

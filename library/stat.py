@@ -21,30 +21,11 @@ import hashlib
 import os
 import pwd
 import stat as st_mod
-import sys
 
+if __name__ == "stat":  # a stdlib `import stat` found this file: hand the real module over
+    import _stdlib_guard
 
-def _stdlib_instead(name: str) -> None:
-    """Put the standard library's module of this name in sys.modules, in place of this file.
-
-    This file's name is also a stdlib module's. When a task module runs by hand, library/ is
-    sys.path[0], so a stdlib `import stat` (dataclasses, urllib, ...) finds this file first; the
-    importer then gets the real module instead. Only the import system's own (always loaded)
-    modules are used: `os` may be half-imported at this point. The engine's worker must load
-    task modules under other names than their file's (else it would get the stdlib module).
-    """
-    import _frozen_importlib as bootstrap
-    import _frozen_importlib_external as external
-
-    here = __file__.rpartition("/")[0].rstrip("/") or "."
-    spec = external.PathFinder.find_spec(name, [p for p in sys.path if (p or ".").rstrip("/") != here])
-    module = bootstrap.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-
-
-if __name__ == "stat":
-    _stdlib_instead("stat")
+    _stdlib_guard.hand_over(__name__, __file__)
 else:
     from _common import Context, ModuleError, main
 

@@ -2,46 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from _common import ModuleError
+from _helpers import load_module, run_by_hand, run_module
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_command", LIB / "command.py")
-command = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(command)
+command = load_module("command")
 
 
 def call(args: dict, check: bool = False, diff: bool = False) -> dict:
-    ctx = Context(check=check, diff=diff)
-    result = command.run(check_args(command.ARGS, args, "command"), ctx)
-    json.dumps(result)  # results must be JSON-serialisable
-    if ctx.warnings:
-        result["warnings"] = ctx.warnings
-    return result
+    return run_module(command, args, check=check, diff=diff, warnings=True)
 
 
 def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps(args))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "command.py"), str(args_file), *flags],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return proc.returncode, json.loads(proc.stdout)
+    return run_by_hand("command", tmp_path, args, *flags, quiet=False)
 
 
 def alive(pid: int) -> bool:

@@ -4,52 +4,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _common import ModuleError
+from _helpers import load_module, run_by_hand, run_module, snapshot
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_copy", LIB / "copy.py")
-copy_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(copy_mod)
+copy_mod = load_module("copy")
 
 
 def call(args: dict, check: bool = False, diff: bool = False) -> dict:
-    result = copy_mod.run(check_args(copy_mod.ARGS, args, "copy"), Context(check=check, diff=diff))
-    json.dumps(result)
-    return result
+    return run_module(copy_mod, args, check=check, diff=diff)
 
 
 def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps(args))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "copy.py"), str(args_file), *flags],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.stderr == ""
-    return proc.returncode, json.loads(proc.stdout)
-
-
-def snapshot(root: Path) -> dict:
-    """Every path under root with its kind, mode and content: compare before/after."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        st = p.lstat()
-        out[str(p.relative_to(root))] = (st.st_mode, p.read_bytes() if p.is_file() else None)
-    return out
+    return run_by_hand("copy", tmp_path, args, *flags)
 
 
 def sha(data: bytes) -> str:

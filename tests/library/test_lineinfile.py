@@ -2,47 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _common import Context, ModuleError, check_args
+from _helpers import load_module, run_by_hand, run_module, snapshot
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_lineinfile", LIB / "lineinfile.py")
-lineinfile = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(lineinfile)
+lineinfile = load_module("lineinfile")
 
 
 def call(args: dict, check: bool = False, diff: bool = False) -> dict:
-    result = lineinfile.run(check_args(lineinfile.ARGS, args, "lineinfile"), Context(check=check, diff=diff))
-    json.dumps(result)
-    return result
+    return run_module(lineinfile, args, check=check, diff=diff)
 
 
 def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps(args))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "lineinfile.py"), str(args_file), *flags],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.stderr == ""
-    return proc.returncode, json.loads(proc.stdout)
-
-
-def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file()}
+    return run_by_hand("lineinfile", tmp_path, args, *flags)
 
 
 # ---------------------------------------------------------------- the edit, as a table
@@ -101,14 +76,14 @@ def test_cli_adds_the_line_then_reports_no_change(tmp_path):
 def test_check_mode_changes_nothing_and_diff_shows_before_after(tmp_path):
     f = tmp_path / "env"
     f.write_text("PORT=1\n")
-    before = snapshot(tmp_path)
+    before = snapshot(tmp_path, files_only=True)
     res = call({"path": str(f), "line": "PORT=2", "regexp": "^PORT=", "mode": "0600"}, check=True, diff=True)
     assert res["changed"] is True and res["msg"].startswith("check mode: would have replaced a line")
     assert res["diff"]["before"] == "PORT=1\n" and res["diff"]["after"] == "PORT=2\n"
     assert res["diff"]["after_mode"] == "0600"
-    assert snapshot(tmp_path) == before
+    assert snapshot(tmp_path, files_only=True) == before
     created = call({"path": str(tmp_path / "new"), "line": "x", "create": True}, check=True)
-    assert created["changed"] is True and snapshot(tmp_path) == before
+    assert created["changed"] is True and snapshot(tmp_path, files_only=True) == before
 
 
 def test_cli_check_flag_changes_nothing(tmp_path):
@@ -181,10 +156,10 @@ def test_non_utf8_bytes_elsewhere_in_the_file_are_kept(tmp_path):
     ],
 )
 def test_bad_input_gives_a_clear_error_and_changes_nothing(tmp_path, args, words):
-    before = snapshot(tmp_path)
+    before = snapshot(tmp_path, files_only=True)
     with pytest.raises(ModuleError, match=words):
         call({"path": str(tmp_path / "missing"), **args})
-    assert snapshot(tmp_path) == before
+    assert snapshot(tmp_path, files_only=True) == before
 
 
 def test_directory_path_is_refused(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,35 +10,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from _common import ModuleError
+from _helpers import LIB, load_module, run_by_hand, run_module
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_stat", LIB / "stat.py")
-stat_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stat_mod)
+stat_mod = load_module("stat")
 
 
 def call(args: dict, check: bool = False) -> dict:
-    result = stat_mod.run(check_args(stat_mod.ARGS, args, "stat"), Context(check=check))
-    json.dumps(result)
-    return result
+    return run_module(stat_mod, args, check=check)
 
 
 def cli(tmp_path: Path, args: dict, *flags: str) -> tuple[int, dict]:
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps(args))
-    proc = subprocess.run(
-        [sys.executable, str(LIB / "stat.py"), str(args_file), *flags],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.stderr == ""
-    return proc.returncode, json.loads(proc.stdout)
+    return run_by_hand("stat", tmp_path, args, *flags)
 
 
 def test_cli_reports_a_file_with_checksum(tmp_path):

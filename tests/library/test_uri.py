@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
+from _common import ModuleError
+from _helpers import LIB, load_module, run_module
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_uri", LIB / "uri.py")
-uri = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(uri)
+uri = load_module("uri")
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -85,9 +77,7 @@ def clear_seen():
 
 
 def call(args: dict, check: bool = False) -> dict:
-    result = uri.run(check_args(uri.ARGS, args, "uri"), Context(check=check))
-    json.dumps(result)
-    return result
+    return run_module(uri, args, check=check)
 
 
 # ---------------------------------------------------------------- pure decisions

@@ -69,9 +69,17 @@ def test_cpu_flavor_implies_float32_eager_short_context_and_cpu_env(models):
 
 
 def test_optional_flags_and_draft_attention_backend(models):
-    spec = resolve(base(models, draft_attention_backend="flash_attn", gpu_memory_utilization=0.85,
-                        tensor_parallel_size=2, max_num_batched_tokens=8192, env={"VLLM_USE_V2_MODEL_RUNNER": 1},
-                        extra_args=["--max-num-seqs", "8", "--enable-prefix-caching"]))
+    spec = resolve(
+        base(
+            models,
+            draft_attention_backend="flash_attn",
+            gpu_memory_utilization=0.85,
+            tensor_parallel_size=2,
+            max_num_batched_tokens=8192,
+            env={"VLLM_USE_V2_MODEL_RUNNER": 1},
+            extra_args=["--max-num-seqs", "8", "--enable-prefix-caching"],
+        )
+    )
     argv = spec["argv"]
     assert json.loads(argv[argv.index("--speculative-config") + 1])["attention_backend"] == "flash_attn"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.85"
@@ -82,8 +90,9 @@ def test_optional_flags_and_draft_attention_backend(models):
 
 def test_multimodal_target_gets_language_model_only(models):
     target, _ = models
-    (target / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"],
-                                                   "text_config": {"num_hidden_layers": 64}}))
+    (target / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"num_hidden_layers": 64}})
+    )
     from drafter_config import is_multimodal_target
 
     assert "--language-model-only" in resolve(base(models), is_multimodal_target)["argv"]
@@ -140,8 +149,14 @@ def test_model_folder_without_config_json_is_refused(models):
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["--max-num-seqs", "8"], ["--max-num-seqs=8"], ["--kv-cache-dtype", "fp8", "--enable-prefix-caching"],
-     ["--override-generation-config", '{"temperature": 0}'], ["--seed", "-1"]],
+    [
+        [],
+        ["--max-num-seqs", "8"],
+        ["--max-num-seqs=8"],
+        ["--kv-cache-dtype", "fp8", "--enable-prefix-caching"],
+        ["--override-generation-config", '{"temperature": 0}'],
+        ["--seed", "-1"],
+    ],
 )
 def test_extra_args_that_are_well_formed_pass(extra):
     assert check_extra_args(extra) == extra
@@ -154,16 +169,28 @@ def test_env_file_round_trips_quotes_dollars_and_backslashes():
 
 
 def test_unit_exec_start_quotes_every_word_and_escapes_systemd_specials():
-    argv = ["/env/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/m/target",
-            "--speculative-config", '{"method":"dflash","model":"/m/d 100%","num_speculative_tokens":3}']
+    argv = [
+        "/env/bin/python",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "/m/target",
+        "--speculative-config",
+        '{"method":"dflash","model":"/m/d 100%","num_speculative_tokens":3}',
+    ]
     unit = render_unit(argv, "/run/vllm.env", "/logs/vllm.log", "abc123", "vLLM", "/run", user="svc")
     exec_line = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     # undo systemd's own escapes ($$ -> $, %% -> %), then split like systemd does (C-style quotes)
-    words = shlex.split(exec_line[len("ExecStart="):].replace("$$", "$").replace("%%", "%"))
+    words = shlex.split(exec_line[len("ExecStart=") :].replace("$$", "$").replace("%%", "%"))
     assert words[0] == "/bin/bash" and words[3:5] == ["/logs/vllm.log", "abc123"] and words[5:] == argv
     assert 'printf "%s\\n" "=== dflash-provision: vLLM server start pid=$$ launch=$1"' in words[2]
-    for line in ("Restart=on-failure", "KillMode=control-group", "EnvironmentFile=/run/vllm.env", "User=svc",
-                 "StandardOutput=journal"):
+    for line in (
+        "Restart=on-failure",
+        "KillMode=control-group",
+        "EnvironmentFile=/run/vllm.env",
+        "User=svc",
+        "StandardOutput=journal",
+    ):
         assert line in unit.splitlines()
 
 

@@ -74,10 +74,16 @@ def test_healthy_real_log_has_no_fatal_line_and_both_architectures():
 @pytest.mark.parametrize(
     "line, proc, msg",
     [
-        ("(EngineCore pid=12) ERROR 11-30 10:51:00 [core.py:1510] EngineCore failed to start.", "EngineCore pid=12",
-         "EngineCore failed to start."),
-        ("(APIServer pid=6810) INFO 11-30 10:49:16 [model.py:733] Resolved architecture: X", "APIServer pid=6810",
-         "Resolved architecture: X"),
+        (
+            "(EngineCore pid=12) ERROR 11-30 10:51:00 [core.py:1510] EngineCore failed to start.",
+            "EngineCore pid=12",
+            "EngineCore failed to start.",
+        ),
+        (
+            "(APIServer pid=6810) INFO 11-30 10:49:16 [model.py:733] Resolved architecture: X",
+            "APIServer pid=6810",
+            "Resolved architecture: X",
+        ),
         ("Traceback (most recent call last):", "", "Traceback (most recent call last):"),
         ("INFO:     Application startup complete.", "", "INFO:     Application startup complete."),
     ],
@@ -96,7 +102,7 @@ def test_split_prefix_table(line, proc, msg):
         ("(EngineCore pid=3) ERROR 11-30 10:51:45 [core.py:1512] EngineCore encountered a fatal error.", True),
         ("(Worker pid=1) ERROR 11-30 10:51:45 [x.py:1] Traceback (most recent call last):", True),
         ("(APIServer pid=1) WARNING 11-30 [system_utils.py:255] failed to increase ulimit with error", False),
-        ("INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK", False),
+        ('INFO:     127.0.0.1:1 - "GET /health HTTP/1.1" 200 OK', False),
     ],
 )
 def test_fatal_line_table(line, fatal):
@@ -157,8 +163,12 @@ def test_rotation_renames_keeps_n_and_never_deletes_a_file_a_process_writes(tmp_
         (tmp_path / f"vllm.log.20261130-10000{i}").write_text(f"old {i}\n")
     # an orphan still writes the oldest rotated log
     writer = subprocess.Popen(
-        [sys.executable, "-c", "import sys,time\nf=open(sys.argv[1],'a')\nwhile True:\n f.write('x\\n'); f.flush(); time.sleep(0.05)",
-         str(tmp_path / "vllm.log.20261130-100000")]
+        [
+            sys.executable,
+            "-c",
+            "import sys,time\nf=open(sys.argv[1],'a')\nwhile True:\n f.write('x\\n'); f.flush(); time.sleep(0.05)",
+            str(tmp_path / "vllm.log.20261130-100000"),
+        ]
     )
     try:
         deadline = time.time() + 5

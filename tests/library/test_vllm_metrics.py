@@ -55,7 +55,7 @@ def test_no_spec_decode_metrics_means_none():
 
 
 def test_junk_and_comment_lines_are_skipped():
-    assert parse_samples("# HELP x\n\nnot a sample line\nfoo 1\nbar{a=\"b\"} NaNx\n") == [("foo", {}, 1.0)]
+    assert parse_samples('# HELP x\n\nnot a sample line\nfoo 1\nbar{a="b"} NaNx\n') == [("foo", {}, 1.0)]
 
 
 @pytest.mark.parametrize(

@@ -324,7 +324,11 @@ def test_unknown_vllm_flag_fails_fast_quoting_vllms_own_error(fake):
 
 def test_port_taken_by_another_program_fails_before_launch_naming_it(fake):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{fake.port}))\ns.listen()\ntime.sleep(60)"]
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{fake.port}))\ns.listen()\ntime.sleep(60)",
+        ]
     )
     try:
         deadline = time.time() + 5
@@ -346,10 +350,13 @@ def test_rotation_while_an_orphan_writes_the_old_log_keeps_checks_on_the_new_log
     fake.log.write_text("old server output\n")
     # an orphan of the old server keeps writing (even a Traceback) into the old log through its open fd
     orphan = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys,time\nf=open(sys.argv[1],'a')\nwhile True:\n"
-         " f.write('ORPHAN Traceback (most recent call last):\\n'); f.flush(); time.sleep(0.02)",
-         str(fake.log)],
+        [
+            sys.executable,
+            "-c",
+            "import sys,time\nf=open(sys.argv[1],'a')\nwhile True:\n"
+            " f.write('ORPHAN Traceback (most recent call last):\\n'); f.flush(); time.sleep(0.02)",
+            str(fake.log),
+        ],
         start_new_session=True,
     )
     try:
@@ -412,8 +419,13 @@ def test_bad_input_changes_nothing(fake):
 
 def test_status_reports_running_server_and_then_not_running(fake):
     up = fake.up()
-    st = execute(vllm_status.ARGS, vllm_status.run, {"pidfile": str(fake.pidfile), "nvidia_smi": "/nonexistent/nvidia-smi"},
-                 Context(), "vllm_status")
+    st = execute(
+        vllm_status.ARGS,
+        vllm_status.run,
+        {"pidfile": str(fake.pidfile), "nvidia_smi": "/nonexistent/nvidia-smi"},
+        Context(),
+        "vllm_status",
+    )
     assert st["running"] and st["pid"] == up["pid"] and st["port"] == fake.port and st["health"] == "ok"
     assert st["served_model"] == "target" and st["acceptance_rate"] == 0.0 and st["mean_acceptance_length"] == 1.0
     assert st["gpu_used_mib"] is None and st["uptime_s"] >= 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -13,21 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _common import ModuleError
+from _helpers import LIB, load_module, run_module
 
-LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-
-from _common import Context, ModuleError, check_args  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("dfp_library_wait_for", LIB / "wait_for.py")
-wait_for = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(wait_for)
+wait_for = load_module("wait_for")
 
 
 def call(args: dict, check: bool = False) -> dict:
-    result = wait_for.run(check_args(wait_for.ARGS, args, "wait_for"), Context(check=check))
-    json.dumps(result)
+    result = run_module(wait_for, args, check=check)
     assert result["changed"] is False
     return result
 
