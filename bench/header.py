@@ -102,15 +102,17 @@ def inspect_in_process(facts: dict, reps: int) -> dict:
 
 def _io_task(name: str, register: str) -> dict:
     # $PPID of this sh is the worker (the command module starts it directly): its counters, not ours.
-    return {"name": name, "command": {"argv": ["sh", "-c", "cat /proc/$PPID/io"]}, "register": register,
-            "changed_when": False}
+    return {"name": name, "command": {"argv": ["sh", "-c", "cat /proc/$PPID/io"]}, "register": register, "changed_when": False}
 
 
 def inspection_playbook(path: Path, facts: dict) -> Path:
     args = {"drafter": facts["drafter"], "target": facts["target"], "mask_token_id": MASK_TOKEN_ID}
     tasks = [
-        {"name": "Inspect the drafter (warm-up: the module's source reaches the worker)", "drafter_config": args,
-         "check_mode": True},
+        {
+            "name": "Inspect the drafter (warm-up: the module's source reaches the worker)",
+            "drafter_config": args,
+            "check_mode": True,
+        },
         _io_task("Worker I/O baseline a", "io_a"),  # a and b: what the measuring itself reads
         _io_task("Worker I/O baseline b", "io_b"),
         _io_task("Worker I/O before", "io_before"),
@@ -158,8 +160,10 @@ def run_section(inventory_for, hosts: dict, reps: int, log=print) -> dict:
     os.chmod(folder, 0o755)
     try:
         facts = make_sparse_drafter(folder)
-        log(f"header: sparse drafter {facts['declared_bytes'] / 1e9:.2f} GB declared, "
-            f"{facts['allocated_bytes']} bytes on disk, header {facts['header_bytes']} bytes")
+        log(
+            f"header: sparse drafter {facts['declared_bytes'] / 1e9:.2f} GB declared, "
+            f"{facts['allocated_bytes']} bytes on disk, header {facts['header_bytes']} bytes"
+        )
         out: dict = {"drafter": {k: v for k, v in facts.items() if k not in ("drafter", "target")}}
         out["in_process"] = inspect_in_process(facts, reps=max(5, reps * 3))
         pb = inspection_playbook(folder / "inspect.yaml", facts)

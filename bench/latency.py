@@ -39,7 +39,11 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def missing() -> str | None:
     """None when the pieces exist, else the reason the latencies cannot be measured."""
-    for path, what in ((MODULE, "the vllm_server module"), (FAKE, "the stand-in server"), (FAKE_PKG, "the stand-in's vllm package")):
+    for path, what in (
+        (MODULE, "the vllm_server module"),
+        (FAKE, "the stand-in server"),
+        (FAKE_PKG, "the stand-in's vllm package"),
+    ):
         if not path.exists():
             return f"{what} ({path.relative_to(ROOT)}) does not exist yet"
     return None
@@ -58,6 +62,22 @@ def _state(pid: int) -> str | None:
             return fh.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
         return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs (not zombies) whose process group is pgid: what is left of a server we started."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
 
 
 def _pid_from(pidfile: Path, timeout: float = 10.0) -> int:
@@ -135,39 +155,65 @@ class Scenario:
         self.port = _free_port()
         target = self.dir / "target"
         target.mkdir()
-        (target / "config.json").write_text(json.dumps({
-            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
-        }))
+        (target / "config.json").write_text(
+            json.dumps(
+                {
+                    "architectures": ["Qwen3ForCausalLM"],
+                    "model_type": "qwen3",
+                    "hidden_size": 64,
+                    "num_hidden_layers": 2,
+                    "num_attention_heads": 4,
+                    "num_key_value_heads": 2,
+                    "vocab_size": 512,
+                }
+            )
+        )
         self.pidfile = self.dir / "run" / "vllm.pid"
         self.args = {
-            "pidfile": str(self.pidfile), "venv_python": sys.executable, "target_model": str(target),
-            "served_model_name": "bench", "port": self.port, "flavor": "cpu", "log": str(self.dir / "logs" / "vllm.log"),
+            "pidfile": str(self.pidfile),
+            "venv_python": sys.executable,
+            "target_model": str(target),
+            "served_model_name": "bench",
+            "port": self.port,
+            "flavor": "cpu",
+            "log": str(self.dir / "logs" / "vllm.log"),
             "env": {"PYTHONPATH": str(FAKE_PKG), "FAKE_VLLM_MODE": mode, "FAKE_VLLM_READY_S": str(ready_s)},
-            "use_systemd": False, "readiness_timeout_s": 60, "stop_grace_s": 2, "smoke_requests": 1,
+            "use_systemd": False,
+            "readiness_timeout_s": 60,
+            "stop_grace_s": 2,
+            "smoke_requests": 1,
             "smoke_max_tokens": 4,
         }
         self.progress: list = []
+        self.pgid: int | None = None  # the server's process group (its PID: it starts a new session)
+
+    def _remember_group(self) -> None:
+        try:
+            self.pgid = _pid_from(self.pidfile, timeout=30)
+        except RuntimeError:
+            pass
 
     def call(self, state: str) -> tuple:
         """(result, monotonic time the module returned)."""
         vs, common = _modules()
+        if state == "started":
+            threading.Thread(target=self._remember_group, daemon=True).start()
         ctx = common.Context(progress=lambda msg: self.progress.append((time.monotonic(), str(msg))))
         res = common.execute(vs.ARGS, vs.run, dict(self.args, state=state), ctx, "vllm_server")
         return res, time.monotonic()
+
+    def leftovers(self) -> list[int]:
+        return group_members(self.pgid) if self.pgid else []
 
     def cleanup(self) -> None:
         try:
             self.call("absent")
         except Exception:
             pass
-        try:  # whatever the module left: the process group we started (its PGID is the server's PID)
-            pid = int(json.loads(self.pidfile.read_text())["pid"]) if self.pidfile.exists() else None
-        except (OSError, ValueError, KeyError):
-            pid = None
-        if pid and _state(pid) not in (None, "Z"):
+        # Whatever is left of the process group this scenario started (its PGID is the server's PID).
+        if self.leftovers():
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(self.pgid, signal.SIGKILL)
             except OSError:
                 pass
 
@@ -230,7 +276,13 @@ def killed_once(root: Path) -> dict:
             raise RuntimeError("the module did not return within 30 s of the kill")
         if not box["res"].get("failed"):
             raise RuntimeError(f"the module did not report the killed server: {box['res'].get('msg')}")
-        out = {"reported_s": round(box["returned"] - killed, 4), "msg": str(box["res"].get("msg"))[:200]}
+        time.sleep(0.3)
+        out = {
+            "reported_s": round(box["returned"] - killed, 4),
+            "msg": str(box["res"].get("msg"))[:200],
+            # processes of the killed server's group still running after the module reported the failure
+            "left_running_after_failure": len(sc.leftovers()),
+        }
         return out
     finally:
         sc.cleanup()
@@ -252,8 +304,13 @@ def crash_once(root: Path, mode: str) -> dict:
         fault = watch.fault()
         if fault is None:
             raise RuntimeError(f"the fake ({mode}) was not seen failing")
-        return {"reported_s": round(returned - fault, 4), "first_sign": "log" if fault == watch.logged else "exit",
-                "msg": str(res.get("msg"))[:200]}
+        time.sleep(0.3)
+        return {
+            "left_running_after_failure": len(sc.leftovers()),
+            "reported_s": round(returned - fault, 4),
+            "first_sign": "log" if fault == watch.logged else "exit",
+            "msg": str(res.get("msg"))[:200],
+        }
     finally:
         watch.stop.set()
         sc.cleanup()
@@ -271,12 +328,17 @@ def run_section(reps: int = 1, log=print) -> dict:
         killed = [killed_once(root) for _ in range(reps)]
         first_req = [crash_once(root, "crash_first_request") for _ in range(reps)]
         at_start = [crash_once(root, "crash_start") for _ in range(reps)]
-        log(f"latency: failure reported {[r['reported_s'] for r in killed]} s after SIGKILL, "
+        log(
+            f"latency: failure reported {[r['reported_s'] for r in killed]} s after SIGKILL, "
             f"{[r['reported_s'] for r in first_req]} after the first sign of a crash on the first request, "
-            f"{[r['reported_s'] for r in at_start]} of a crash at start")
+            f"{[r['reported_s'] for r in at_start]} of a crash at start"
+        )
         med = lambda rows: round(statistics.median(r["reported_s"] for r in rows), 4)  # noqa: E731
         out.update(
-            ready=ready, killed=killed, crash_first_request=first_req, crash_start=at_start,
+            ready=ready,
+            killed=killed,
+            crash_first_request=first_req,
+            crash_start=at_start,
             ready_latency_s=med(ready),
             crash_latency_s=med(killed),
             fault_latency_worst_s=max(med(first_req), med(at_start)),

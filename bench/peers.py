@@ -126,8 +126,7 @@ def close_ansible_masters(control_dir: Path) -> None:
     if not control_dir.is_dir():
         return
     for sock in control_dir.iterdir():
-        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "bench-host"],
-                       capture_output=True, timeout=10)
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "bench-host"], capture_output=True, timeout=10)
 
 
 # -- pyinfra ---------------------------------------------------------------------------------------
@@ -162,11 +161,15 @@ def pyinfra_run(exe: Path, inventory: Path, home: str, limit: str | None = None)
 
 
 def fabric_hosts_file(path: Path, hosts: list) -> Path:
-    path.write_text(json.dumps([{"address": h.address, "port": h.port, "user": h.user, "key": h.key,
-                                 "known_hosts": h.known_hosts} for h in hosts]))
+    path.write_text(
+        json.dumps(
+            [{"address": h.address, "port": h.port, "user": h.user, "key": h.key, "known_hosts": h.known_hosts} for h in hosts]
+        )
+    )
     return path
 
 
-def fabric_run(hosts_file: Path, home: str) -> tuple:
-    argv = [sys.executable, str(WORKLOAD / "fabric_floor.py"), str(hosts_file), workload_base(home, "fabric")]
+def fabric_run(hosts_file: Path, home: str, tool: str = "fabric") -> tuple:
+    """The floor's run; with another tool's name it sets up that tool's folder in the same end state."""
+    argv = [sys.executable, str(WORKLOAD / "fabric_floor.py"), str(hosts_file), workload_base(home, tool)]
     return run_timed(argv, cwd=str(ROOT))

@@ -52,8 +52,13 @@ def local_vars() -> dict:
 def local_server_up() -> tuple[bool, str]:
     """(up, how we know): `invoke status --host local --json` when it works, else pidfile + /health."""
     if (ROOT / "playbooks" / "status.yaml").exists():
-        proc = subprocess.run([sys.executable, "-m", "invoke", "status", "--host", "local", "--json"], cwd=str(ROOT),
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "invoke", "status", "--host", "local", "--json"],
+            cwd=str(ROOT),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         try:
             st = json.loads(proc.stdout).get("local", {})
             if st.get("running") and st.get("health") in (200, "200", "ok", True, "healthy"):
@@ -83,16 +88,18 @@ def host_time(results: list) -> float:
     return _ht(results)
 
 
-def reprovision(reps: int, log=print) -> tuple:
-    """(seconds or None, details, reason when None)."""
+def reprovision(reps: int, log=print, extra_vars: dict | None = None, how: str = "") -> tuple:
+    """(seconds or None, details, reason when None). extra_vars: provision another root than the real one."""
     if not PLAYBOOK.exists():
         return None, {}, "playbooks/provision.yaml does not exist yet (the roles are still being written)"
-    up, how = local_server_up()
-    if not up:
-        return None, {"server": how}, f"the local server is not up ({how}); run `invoke provision --host local` first"
+    if extra_vars is None:
+        up, how = local_server_up()
+        if not up:
+            return None, {"server": how}, f"the local server is not up ({how}); run `invoke provision --host local` first"
     report = CACHE / "reprovision-report.json"
     report.parent.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "invoke", "provision", "--host", "local", "--report", str(report)]
+    evars = [a for k, v in (extra_vars or {}).items() for a in ("-e", f"{k}={v}")]
+    argv = [sys.executable, "-m", "invoke", "provision", "--host", "local", *evars, "--report", str(report)]
     walls, changed = [], []
     for i in range(max(3, reps)):
         try:
@@ -109,7 +116,7 @@ def reprovision(reps: int, log=print) -> tuple:
     from engine.api import run_playbook
 
     t0 = time.perf_counter()
-    res = run_playbook(PLAYBOOK, INVENTORY, limit="local")
+    res = run_playbook(PLAYBOOK, INVENTORY, limit="local", extra_vars=dict(extra_vars or {}))
     in_wall = time.perf_counter() - t0
     host_s = host_time([r.result for r in res.results])
     st = stats(walls)
@@ -172,8 +179,9 @@ def hand_vllm(pidfile: Path, port: int, log_path: Path, timeout: float = 600) ->
         argv[argv.index("--port") + 1] = str(port)
     with open(log_path, "wb") as out:
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
     try:
         while time.monotonic() - t0 < timeout:
             if proc.poll() is not None:
@@ -187,7 +195,8 @@ def hand_vllm(pidfile: Path, port: int, log_path: Path, timeout: float = 600) ->
         proc.wait(timeout=30)
 
 
-def cold(log=print) -> tuple:
+def cold(log=print, while_up=None) -> tuple:
+    """(overhead s or None, details, reason when None). while_up(extra_vars) runs while the server is up."""
     if not PLAYBOOK.exists():
         return None, {}, "playbooks/provision.yaml does not exist yet (the roles are still being written)"
     shutil.rmtree(COLD_ROOT, ignore_errors=True)
@@ -208,6 +217,8 @@ def cold(log=print) -> tuple:
         overhead = total - parts["install"] - parts["generate"] - own
         detail["overhead_s"] = round(overhead, 2)
         log(f"vllm serve by hand: {own:.1f} s to /health 200; overhead {overhead:.2f} s")
+        if while_up is not None:
+            while_up({"dfp_root": str(COLD_ROOT), "vllm_port": COLD_PORT})
         return round(overhead, 2), detail, None
     except (RunFailed, RuntimeError, OSError, ValueError, KeyError) as exc:
         return None, detail, f"cold provision failed: {type(exc).__name__}: {exc}"
@@ -216,8 +227,12 @@ def cold(log=print) -> tuple:
             server = int(json.loads((COLD_ROOT / "run" / "vllm.pid").read_text())["pid"])
         except (OSError, ValueError, KeyError):
             server = None
-        subprocess.run([sys.executable, "-m", "invoke", "teardown", "--host", "local", "--purge", *evars],
-                       cwd=str(ROOT), capture_output=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "invoke", "teardown", "--host", "local", "--purge", *evars],
+            cwd=str(ROOT),
+            capture_output=True,
+            timeout=300,
+        )
         if server and Path(f"/proc/{server}").exists():  # teardown did not stop it: its process group, by PID
             _stop_group(server)
         shutil.rmtree(COLD_ROOT, ignore_errors=True)

@@ -24,6 +24,7 @@ import platform
 import pwd
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -35,21 +36,37 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import peers  # noqa: E402
-from bench.timing import RunFailed, ratio, run_timed, stats  # noqa: E402
+from bench.timing import RunFailed, own_cpu, ratio, run_timed, stats, tree_cpu  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 OUT_DIR = ROOT / "bench" / "out"
 SECTIONS = ("peers", "reprovision", "latency", "header", "cold")
 REQUIRED_KEYS = (
-    "ansible_ratio_1", "ansible_ratio_8", "pyinfra_ratio_1", "pyinfra_ratio_8", "floor_ratio_1",
-    "fanout_ratio_8", "reprovision_s", "ready_latency_s", "crash_latency_s", "header_ms", "cold_overhead_s",
+    "ansible_ratio_1",
+    "ansible_ratio_8",
+    "pyinfra_ratio_1",
+    "pyinfra_ratio_8",
+    "floor_ratio_1",
+    "fanout_ratio_8",
+    "reprovision_s",
+    "ready_latency_s",
+    "crash_latency_s",
+    "header_ms",
+    "cold_overhead_s",
 )
 # (key, target, "max" means the figure must be at most the target)
 TARGETS = {
-    "ansible_ratio_1": 0.1, "ansible_ratio_8": 0.1, "pyinfra_ratio_1": 1 / 3, "pyinfra_ratio_8": 1 / 3,
-    "fanout_ratio_8": 1.5, "reprovision_s": 2.0, "ready_latency_s": 0.5, "crash_latency_s": 1.0,
-    "header_ms": 50.0, "cold_overhead_s": 5.0,
+    "ansible_ratio_1": 0.1,
+    "ansible_ratio_8": 0.1,
+    "pyinfra_ratio_1": 1 / 3,
+    "pyinfra_ratio_8": 1 / 3,
+    "fanout_ratio_8": 1.5,
+    "reprovision_s": 2.0,
+    "ready_latency_s": 0.5,
+    "crash_latency_s": 1.0,
+    "header_ms": 50.0,
+    "cold_overhead_s": 5.0,
 }
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
@@ -129,7 +146,7 @@ class Bench:
         self.args = args
         self.quick = args.quick
         self.reps = args.reps or (3 if self.quick else 7)
-        self.ansible_reps = args.reps or (2 if self.quick else 5)
+        self.ansible_reps = args.reps or (1 if self.quick else 5)
         self.sizes = sorted({int(s) for s in args.hosts.split(",")})
         self.peer_sizes = [s for s in self.sizes if s <= 8]
         self.tools = [t for t in args.tools.split(",") if t]
@@ -174,17 +191,31 @@ class Bench:
 
     # -- 1 and 2: the workload on every tool ---------------------------------------------------------
     def ours_cli(self, n: int) -> tuple:
-        argv = [sys.executable, "-m", "invoke", "play", str(ROOT / "bench" / "workload" / "ours.yaml"),
-                "-i", str(self.our_inventory(n)), "-e", f"base={peers.workload_base(self.home, 'ours')}",
-                "--forks", str(max(8, n))]
+        argv = [
+            sys.executable,
+            "-m",
+            "invoke",
+            "play",
+            str(ROOT / "bench" / "workload" / "ours.yaml"),
+            "-i",
+            str(self.our_inventory(n)),
+            "-e",
+            f"base={peers.workload_base(self.home, 'ours')}",
+            "--forks",
+            str(max(8, n)),
+        ]
         return run_timed(argv, cwd=str(ROOT))
 
     def ours_in_process(self, n: int) -> tuple:
         from engine.api import run_playbook
 
         started = time.perf_counter()
-        res = run_playbook(ROOT / "bench" / "workload" / "ours.yaml", self.our_inventory(n),
-                           extra_vars={"base": peers.workload_base(self.home, "ours")}, forks=max(8, n))
+        res = run_playbook(
+            ROOT / "bench" / "workload" / "ours.yaml",
+            self.our_inventory(n),
+            extra_vars={"base": peers.workload_base(self.home, "ours")},
+            forks=max(8, n),
+        )
         wall = time.perf_counter() - started
         if res.exit_code != 0:
             raise RunFailed(f"run_playbook exited {res.exit_code}: {res.error or res.tasks[-1:]}")
@@ -232,18 +263,27 @@ class Bench:
 
     def _time_interleaved(self, runners: dict) -> None:
         broken: dict = {}
-        # Warm-up: each tool once on its largest host set (makes the state; ours also places its runtime).
+        # The end state every tool's workload makes (same folders, contents and modes), set up by the
+        # floor's script in each peer's folder: so even a first run of a peer is a no-change run.
+        peer_sizes = [n for t, n in runners if t in ("ansible", "pyinfra")]
+        if peer_sizes:
+            seed = peers.fabric_hosts_file(self.tmp / "seed.json", self.hosts(max(peer_sizes)))
+            for tool in ("ansible", "pyinfra"):
+                peers.fabric_run(seed, self.home, tool)
+        # Warm-up: each tool once on its largest host set (ours also places its runtime on the hosts).
+        # --quick skips Ansible's (20-30 s on 8 hosts): its timed run is then a first, colder one.
         for tool in sorted({t for t, _ in runners}):
+            if tool == "ansible" and self.quick:
+                continue
             biggest = max(n for t, n in runners if t == tool)
             log(f"warm-up: {tool} on {biggest} host(s)")
             try:
                 runners[(tool, biggest)]()
-                wall, out = runners[(tool, biggest)]()
-                if tool in ("ours_cli", "ours_in_process", "ansible") and not no_change(out):
-                    self.notes[f"{tool}_idempotent"] = f"{tool}: the second warm-up run still changed something"
             except Exception as exc:
                 broken[tool] = f"{tool} failed in warm-up: {exc}"
         samples: dict = {key: [] for key in runners if key[0] not in broken}
+        cpu: dict = {key: [] for key in samples}
+        listeners = [h.pid for h in self.pool.hosts]
         for rep in range(max(self.reps, self.ansible_reps)):
             log(f"repetition {rep + 1}/{max(self.reps, self.ansible_reps)}")
             for key, fn in runners.items():
@@ -253,11 +293,15 @@ class Bench:
                 if rep >= (self.ansible_reps if tool == "ansible" else self.reps):
                     continue
                 try:
+                    host0, ctl0 = tree_cpu(listeners), own_cpu(True) + own_cpu(False)
                     wall, out = fn()
+                    ctl = own_cpu(True) + own_cpu(False) - ctl0
+                    time.sleep(0.05)  # let the sshd listeners reap the sessions that just ended
+                    cpu[key].append((ctl, tree_cpu(listeners) - host0))
                 except Exception as exc:
                     broken[tool] = f"{tool} failed on {n} host(s): {exc}"
                     continue
-                if tool in ("ours_cli", "ansible") and not no_change(out):
+                if tool in ("ours_cli", "ours_in_process", "ansible") and not no_change(out):
                     self.notes[f"{tool}_idempotent"] = f"{tool} reported changes in a timed run on {n} host(s)"
                 samples[key].append(wall)
         for tool, why in broken.items():
@@ -267,9 +311,28 @@ class Bench:
             if tool not in broken and s:
                 timings.setdefault(tool, {})[str(n)] = stats(s)
         self.details["workload"] = timings
+        # CPU seconds per run (medians): the tool's own processes, and the hosts' side (the sshd sessions
+        # and everything under them). All hosts share this machine's cores, so CPU bounds the fan-out.
+        self.details["workload_cpu"] = {
+            tool: {
+                str(n): {
+                    "control_cpu_s": round(statistics.median(c for c, _ in rows), 4),
+                    "host_cpu_s": round(statistics.median(h for _, h in rows), 4),
+                }
+                for (t, n), rows in cpu.items()
+                if t == tool and rows
+            }
+            for tool in timings
+        }
         self.keys.update({k: v for k, v in summarize(timings).items()})
-        for key in ("ansible_ratio_1", "ansible_ratio_8", "pyinfra_ratio_1", "pyinfra_ratio_8", "floor_ratio_1",
-                    "fanout_ratio_8"):
+        for key in (
+            "ansible_ratio_1",
+            "ansible_ratio_8",
+            "pyinfra_ratio_1",
+            "pyinfra_ratio_8",
+            "floor_ratio_1",
+            "fanout_ratio_8",
+        ):
             if self.keys.get(key) is None and key not in self.notes:
                 self.notes[key] = "a side of this ratio did not run (see the other notes)"
 
@@ -304,8 +367,9 @@ class Bench:
         hosts = {"local": "local"}
         if self.pool is not None:
             hosts["ssh"] = self.pool.hosts[0].name
-        out = header.run_section(lambda name: local_inv if name == "local" else self.our_inventory(1), hosts,
-                                 reps=self.reps, log=log)
+        out = header.run_section(
+            lambda name: local_inv if name == "local" else self.our_inventory(1), hosts, reps=self.reps, log=log
+        )
         self.details["header"] = out
         self.keys["header_ms"] = out["in_process"]["ms_median"]
 
@@ -313,7 +377,19 @@ class Bench:
     def section_cold(self) -> None:
         from bench import provision
 
-        value, detail, why = provision.cold(log=log)
+        def reprovision_there(extra_vars: dict) -> None:
+            # The machine's own `local` server was not up: measure the re-provision on the benchmark's root.
+            if self.keys["reprovision_s"] is not None or "reprovision" not in self.only:
+                return
+            how = f"the benchmark's cold-provisioned root {extra_vars['dfp_root']} (port {extra_vars['vllm_port']})"
+            value, detail, why = provision.reprovision(reps=self.reps, log=log, extra_vars=extra_vars, how=how)
+            self.keys["reprovision_s"] = value
+            self.details["reprovision"] = dict(detail, server=how)
+            self.notes.pop("reprovision_s", None)
+            if why:
+                self.notes["reprovision_s"] = why
+
+        value, detail, why = provision.cold(log=log, while_up=reprovision_there)
         self.keys["cold_overhead_s"] = value
         self.details["cold"] = detail
         if why:
@@ -326,8 +402,10 @@ class Bench:
             self.only.discard("cold")
             self.notes["cold_overhead_s"] = "--quick skips the cold local provision (it builds the vLLM environment)"
         if self.quick:
-            self.notes["quick"] = (f"--quick: {self.reps} repetitions ({self.ansible_reps} for Ansible) instead of "
-                                   "7 (5), and no cold provision")
+            self.notes["quick"] = (
+                f"--quick: {self.reps} repetitions ({self.ansible_reps} for Ansible, without a warm-up run) instead of "
+                "7 (5), and no cold provision"
+            )
         needs_pool = self.only & {"peers", "header"}
         try:
             if needs_pool:
@@ -348,8 +426,13 @@ class Bench:
             shutil.rmtree(self.tmp, ignore_errors=True)
         for key in REQUIRED_KEYS:
             if self.keys.get(key) is None and key not in self.notes:
-                section = {"header_ms": "header", "reprovision_s": "reprovision", "cold_overhead_s": "cold",
-                           "ready_latency_s": "latency", "crash_latency_s": "latency"}.get(key, "peers")
+                section = {
+                    "header_ms": "header",
+                    "reprovision_s": "reprovision",
+                    "cold_overhead_s": "cold",
+                    "ready_latency_s": "latency",
+                    "crash_latency_s": "latency",
+                }.get(key, "peers")
                 self.notes[key] = self.notes.get(section, f"section '{section}' was not run (--only)")
         return {
             **self.keys,
@@ -360,8 +443,12 @@ class Bench:
             "command": self.args.command_line,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "duration_s": round(time.time() - started, 1),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+            },
             "hosts": self.sizes,
             "repetitions": {"default": self.reps, "ansible": self.ansible_reps},
             "details": self.details,
@@ -381,51 +468,97 @@ def _fmt(v, unit: str = "") -> str:
 
 def render_block(res: dict) -> str:
     """The markdown results block for one run: the headline table and the raw timings."""
-    lines = [f"Made by `{res['command']}` on {res['date']} ({res['mode']} run, {res['duration_s']} s; "
-             f"{res['machine']['cpus']} CPUs, Python {res['machine']['python']}, load at end "
-             f"{res['machine']['load_avg_at_end']}).", ""]
+    lines = [
+        f"Made by `{res['command']}` on {res['date']} ({res['mode']} run, {res['duration_s']} s; "
+        f"{res['machine']['cpus']} CPUs, Python {res['machine']['python']}, load at end "
+        f"{res['machine']['load_avg_at_end']}).",
+        "",
+    ]
     lines += ["| figure | value | target | verdict |", "|---|---|---|---|"]
     labels = {
-        "ansible_ratio_1": "ours / Ansible, 1 host (medians)", "ansible_ratio_8": "ours / Ansible, 8 hosts",
-        "pyinfra_ratio_1": "ours / pyinfra, 1 host", "pyinfra_ratio_8": "ours / pyinfra, 8 hosts",
-        "floor_ratio_1": "ours / raw Fabric, 1 host", "floor_ratio_8": "ours / raw Fabric, 8 hosts",
-        "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host", "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
-        "reprovision_s": "idempotent re-provision of `local` (s)", "ready_latency_s": "readiness latency (s)",
-        "crash_latency_s": "crash detection latency (s)", "header_ms": "header-only drafter inspection, local (ms)",
+        "ansible_ratio_1": "ours / Ansible, 1 host (medians)",
+        "ansible_ratio_8": "ours / Ansible, 8 hosts",
+        "pyinfra_ratio_1": "ours / pyinfra, 1 host",
+        "pyinfra_ratio_8": "ours / pyinfra, 8 hosts",
+        "floor_ratio_1": "ours / raw Fabric, 1 host",
+        "floor_ratio_8": "ours / raw Fabric, 8 hosts",
+        "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host",
+        "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
+        "reprovision_s": "idempotent re-provision of `local` (s)",
+        "ready_latency_s": "readiness latency (s)",
+        "crash_latency_s": "crash detection latency (s)",
+        "header_ms": "header-only drafter inspection, local (ms)",
         "cold_overhead_s": "cold provision overhead beyond install + vLLM (s)",
     }
     for key, label in labels.items():
         target = TARGETS.get(key)
-        lines.append(f"| {label} | {_fmt(res.get(key))} | {'<= ' + _fmt(round(target, 3)) if target else ''} | "
-                     f"{verdict(key, res.get(key))} |")
+        lines.append(
+            f"| {label} | {_fmt(res.get(key))} | {'<= ' + _fmt(round(target, 3)) if target else ''} | "
+            f"{verdict(key, res.get(key))} |"
+        )
     wl = res.get("details", {}).get("workload", {})
+    names = {
+        "ours_cli": "ours (`invoke play`, whole process)",
+        "ours_in_process": "ours (run_playbook in-process)",
+        "fabric": "raw Fabric (floor)",
+        "pyinfra": "pyinfra",
+        "ansible": "ansible-playbook",
+    }
     if wl:
         sizes = sorted({int(n) for t in wl.values() for n in t})
         lines += ["", "Wall time of the 11-task no-change run, min / median seconds:", ""]
         lines.append("| tool | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes) + " |")
         lines.append("|---|" + "---|" * len(sizes))
-        names = {"ours_cli": "ours (`invoke play`, whole process)", "ours_in_process": "ours (run_playbook in-process)",
-                 "fabric": "raw Fabric (floor)", "pyinfra": "pyinfra", "ansible": "ansible-playbook"}
         for tool, label in names.items():
             if tool in wl:
-                cells = [f"{wl[tool][str(n)]['min']:.3f} / {wl[tool][str(n)]['median']:.3f}" if str(n) in wl[tool] else ""
-                         for n in sizes]
+                cells = [
+                    f"{wl[tool][str(n)]['min']:.3f} / {wl[tool][str(n)]['median']:.3f}" if str(n) in wl[tool] else ""
+                    for n in sizes
+                ]
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    wcpu = res.get("details", {}).get("workload_cpu", {})
+    if wcpu:
+        sizes = sorted({int(n) for t in wcpu.values() for n in t})
+        lines += [
+            "",
+            "CPU per run, median milliseconds: the tool's own processes + the hosts' side (sshd sessions and "
+            "all below them; every host shares this machine's cores):",
+            "",
+        ]
+        lines.append("| tool | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes) + " |")
+        lines.append("|---|" + "---|" * len(sizes))
+        for tool, label in names.items():
+            if tool in wcpu:
+                cells = [
+                    f"{wcpu[tool][str(n)]['control_cpu_s'] * 1000:.0f} + {wcpu[tool][str(n)]['host_cpu_s'] * 1000:.0f}"
+                    if str(n) in wcpu[tool]
+                    else ""
+                    for n in sizes
+                ]
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
     header = res.get("details", {}).get("header")
     if header:
         d = header["drafter"]
-        lines += ["", f"Header inspection: drafter declares {d['declared_bytes'] / 1e9:.2f} GB (fc.weight {d['fc_shape']} "
-                  f"BF16), header {d['header_bytes']} bytes, {d['allocated_bytes']} bytes allocated on disk.", ""]
+        lines += [
+            "",
+            f"Header inspection: drafter declares {d['declared_bytes'] / 1e9:.2f} GB (fc.weight {d['fc_shape']} "
+            f"BF16), header {d['header_bytes']} bytes, {d['allocated_bytes']} bytes allocated on disk.",
+            "",
+        ]
         lines += ["| where | time | bytes read |", "|---|---|---|"]
         ip = header["in_process"]
-        lines.append(f"| module in-process (check mode) | {ip['ms_median']:.2f} ms median | {ip['rchar_median']} (rchar; "
-                     f"header {ip['module_header_bytes_read']}) |")
+        lines.append(
+            f"| module in-process (check mode) | {ip['ms_median']:.2f} ms median | {ip['rchar_median']} (rchar; "
+            f"header {ip['module_header_bytes_read']}) |"
+        )
         for kind in ("local", "ssh"):
             if kind in header:
                 h = header[kind]
-                lines.append(f"| task via run_playbook, {kind} | {h['task_ms_median']:.2f} ms median (header read "
-                             f"{h['module_header_read_ms_median']:.2f} ms) | {h['worker_rchar_net_median']} (worker rchar, net of "
-                             f"the measuring; gross {h['worker_rchar_median']}) |")
+                lines.append(
+                    f"| task via run_playbook, {kind} | {h['task_ms_median']:.2f} ms median (header read "
+                    f"{h['module_header_read_ms_median']:.2f} ms) | {h['worker_rchar_net_median']} (worker rchar, net of "
+                    f"the measuring; gross {h['worker_rchar_median']}) |"
+                )
     if res.get("notes"):
         lines += ["", "Notes:", ""]
         lines += [f"- `{k}`: {v}" for k, v in sorted(res["notes"].items())]
@@ -438,7 +571,7 @@ def update_doc(res: dict, doc: Path = DOC) -> None:
     block = f"{begin}\n{render_block(res)}\n{end}"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     if begin in text and end in text:
-        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + f"\n\n## Latest {res['mode']} run\n\n{block}\n"
     tmp = doc.with_suffix(".md.tmp")
@@ -449,7 +582,7 @@ def update_doc(res: dict, doc: Path = DOC) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="under 2 minutes: fewer repetitions, no cold provision")
-    ap.add_argument("--reps", type=int, default=0, help="repetitions per measurement (default 7, quick 3; Ansible 5/2)")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions per measurement (default 7, quick 3; Ansible 5/1)")
     ap.add_argument("--hosts", default="1,8,16", help="host counts (ours runs all; peers those <= 8)")
     ap.add_argument("--tools", default="ours,fabric,pyinfra,ansible", help="which tools of the workload to run")
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
@@ -458,8 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-octet", type=int, default=BENCH_FIRST_OCTET, help="sshd hosts on 127.0.0.N.. (default 100)")
     args = ap.parse_args(argv)
     shown = sys.argv[1:] if argv is None else argv
-    args.command_line = "invoke bench" + (" --quick" if args.quick else "") if set(shown) <= {"--quick"} else \
-        "python bench/run.py " + " ".join(shown)
+    args.command_line = (
+        "invoke bench" + (" --quick" if args.quick else "")
+        if set(shown) <= {"--quick"}
+        else "python bench/run.py " + " ".join(shown)
+    )
     res = Bench(args).run()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ class RunFailed(Exception):
 def run_timed(argv: list[str], env: dict | None = None, cwd: str | None = None, timeout: float = 300) -> tuple:
     """(wall seconds, output) of one process run from spawn to exit; RunFailed on a non-zero exit."""
     started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=timeout)
+    proc = subprocess.run(
+        argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+    )
     wall = time.perf_counter() - started
     out = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0:
@@ -41,3 +42,41 @@ def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return round(a / b, digits)
+
+
+def tree_cpu(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes and all their descendants, dead or alive.
+
+    A process's own time plus that of the children it has reaped (cutime/cstime, which include the
+    grandchildren those reaped), summed over it and its live descendants: each second is counted
+    once, so the difference of two readings is what the tree used in between. Used on the sshd
+    listeners of the pool: the host side of a run (sshd sessions, shells, workers, modules).
+    """
+    import psutil
+
+    total = 0.0
+    seen: set[int] = set()
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root] + root.children(recursive=True)
+        except psutil.Error:
+            continue
+        for p in procs:
+            if p.pid in seen:
+                continue
+            seen.add(p.pid)
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def own_cpu(children: bool) -> float:
+    """CPU seconds of this process (children=False) or of its reaped children (True)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime

@@ -47,6 +47,7 @@ FLAVOR_DEFAULTS = {
     },
     "cuda": {"dtype": None, "max_model_len": None, "enforce_eager": False, "env": {}},
 }
+FLAVOR_DEFAULTS["none"] = FLAVOR_DEFAULTS["cuda"]  # the venv role's flavor for environments without vLLM
 COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -79,7 +80,7 @@ def check_extra_args(extra: list) -> list:
     for i, item in enumerate(extra):
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             raise ModuleError(
-                f"vllm_extra_args[{i}] is {item!r}; each entry must be a string such as \"--max-num-seqs\" "
+                f'vllm_extra_args[{i}] is {item!r}; each entry must be a string such as "--max-num-seqs" '
                 "or the value after a flag"
             )
         text = str(item)
@@ -102,8 +103,8 @@ def check_extra_args(extra: list) -> list:
         elif not expect_value_ok:
             raise ModuleError(
                 f"vllm_extra_args[{i}] is {text!r}, which is neither a flag (starting with --) nor the value "
-                f"of the flag before it; write flags as \"--name\" followed by their value, e.g. "
-                "[\"--max-num-seqs\", \"8\"]"
+                f'of the flag before it; write flags as "--name" followed by their value, e.g. '
+                '["--max-num-seqs", "8"]'
             )
         else:
             expect_value_ok = False  # a flag takes at most one value here; JSON values are one string
@@ -146,9 +147,7 @@ def read_model_config(model: str, var: str) -> dict | None:
         with open(cfg_path, encoding="utf-8") as fh:
             data = json.load(fh)
     except FileNotFoundError:
-        hint = (
-            " (the drafter-config role writes it: run it before vllm-service)" if var == "drafter_model" else ""
-        )
+        hint = " (the drafter-config role writes it: run it before vllm-service)" if var == "drafter_model" else ""
         raise ModuleError(f"{var} {path} has no config.json; vLLM cannot load it{hint}")
     except (OSError, ValueError) as exc:
         raise ModuleError(f"{var}: {cfg_path} cannot be read as JSON ({exc}); fix or regenerate it")
@@ -195,6 +194,15 @@ def read_secret(value: str | None, file: str | None, var: str) -> str | None:
 
 
 # --------------------------------------------------------------------------- rendering
+
+
+def env_own_python(venv_python: str) -> str:
+    """venv_root/current/bin/python -> venv_root/envs/<hash>/bin/python: the folder's symlinks resolved,
+    the interpreter's own link kept. The server then runs from its environment's own path (a later
+    switch of `current` never changes files under it), and a switch changes the launch, which restarts
+    the server onto the new environment."""
+    path = os.path.expanduser(venv_python)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
 def resolve(args: dict, is_multimodal=None) -> dict:
@@ -274,7 +282,7 @@ def resolve(args: dict, is_multimodal=None) -> dict:
 
     extra = check_extra_args(list(args.get("extra_args") or []))
 
-    argv = [os.path.expanduser(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
+    argv = [env_own_python(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
     argv += [os.path.expanduser(model) if target_cfg is not None else model]
     argv += ["--served-model-name", str(served), "--host", host, "--port", str(port)]
     if spec_cfg:
@@ -450,14 +458,10 @@ def choose_mode(use_systemd, systemd_present: bool, is_root: bool) -> str:
     """'systemd' or 'process'. auto: systemd where it is PID 1 and we may write system units."""
     if isinstance(use_systemd, str):
         low = use_systemd.strip().lower()
-        use_systemd = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}.get(
-            low, low
-        )
+        use_systemd = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}.get(low, low)
     if use_systemd is True:
         if not systemd_present:
-            raise ModuleError(
-                "vllm_use_systemd is true, but systemd is not PID 1 on this host; set it to auto or false"
-            )
+            raise ModuleError("vllm_use_systemd is true, but systemd is not PID 1 on this host; set it to auto or false")
         return "systemd"
     if use_systemd is False:
         return "process"

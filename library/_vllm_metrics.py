@@ -81,9 +81,7 @@ def delta(after: dict | None, before: dict | None) -> dict | None:
         return None
     if before is None or any(after[k] < before[k] for k in ("drafts", "draft_tokens", "accepted")):
         return after
-    per_pos = {
-        pos: value - before.get("per_position", {}).get(pos, 0.0) for pos, value in after["per_position"].items()
-    }
+    per_pos = {pos: value - before.get("per_position", {}).get(pos, 0.0) for pos, value in after["per_position"].items()}
     out = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted")}
     out["per_position"] = per_pos
     return out
@@ -110,9 +108,7 @@ def acceptance(counters: dict | None) -> dict:
         "accepted_tokens": int(accepted),
         "acceptance_rate": round(accepted / draft_tokens, 4) if draft_tokens > 0 else None,
         "mean_acceptance_length": round(1.0 + accepted / drafts, 4) if drafts > 0 else None,
-        "per_position_acceptance": [
-            round(per_pos[pos] / drafts, 4) if drafts > 0 else None for pos in sorted(per_pos)
-        ],
+        "per_position_acceptance": [round(per_pos[pos] / drafts, 4) if drafts > 0 else None for pos in sorted(per_pos)],
     }
 
 

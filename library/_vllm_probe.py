@@ -48,9 +48,7 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"
 
 
-def request(
-    url: str, data: dict | None = None, timeout: float = 2.0, api_key: str | None = None
-) -> HttpResult:
+def request(url: str, data: dict | None = None, timeout: float = 2.0, api_key: str | None = None) -> HttpResult:
     headers = {"Accept": "application/json"}
     body = None
     if data is not None:

@@ -10,7 +10,8 @@ beside the models records the recipe; same recipe = `ok`, no python started.
 
 | argument | type | default | meaning |
 |---|---|---|---|
-| python | path | required | the serving environment's python (needs torch, transformers, tokenizers, safetensors) |
+| state | str | present | present, or absent: remove models that tiny_models made (by its marker; others are never touched) |
+| python | path | none | the serving environment's python (needs torch, transformers, tokenizers, safetensors); required for present |
 | target_dir | path | required | where the target goes |
 | drafter_dir | path | required | where the drafter weights go |
 | hidden_size | int | 64 | hidden size of both |
@@ -43,7 +44,8 @@ import subprocess
 from _common import Context, ModuleError, atomic_write, main, read_bytes
 
 ARGS = {
-    "python": {"type": "path", "required": True},
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+    "python": {"type": "path", "default": None},
     "target_dir": {"type": "path", "required": True},
     "drafter_dir": {"type": "path", "required": True},
     "hidden_size": {"type": "int", "default": 64},
@@ -116,13 +118,22 @@ print(json.dumps({"vocab_size": len(hf), "mask_token_id": hf.convert_tokens_to_i
 
 def recipe(args: dict) -> dict:
     """What the models are made from; validated (the names are the role's variables)."""
-    r = {k: args[k] for k in ARGS if k not in ("python", "timeout_s")}
+    r = {k: args[k] for k in ARGS if k not in ("state", "python", "timeout_s")}
     r["target_dir"] = os.path.abspath(r["target_dir"])
     r["drafter_dir"] = os.path.abspath(r["drafter_dir"])
     if r["target_dir"] == r["drafter_dir"]:
         raise ModuleError("tiny_models: target_dir and drafter_dir are the same folder; give each its own")
-    for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
-                 "fused_layers", "draft_layers", "max_positions"):
+    for name in (
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "intermediate_size",
+        "fused_layers",
+        "draft_layers",
+        "max_positions",
+    ):
         if r[name] < 1:
             raise ModuleError(f"tiny_models: {name} is {r[name]}; it must be at least 1")
     if r["head_dim"] not in CPU_HEAD_DIMS:
@@ -151,7 +162,36 @@ def models_present(r: dict) -> bool:
     )
 
 
+def remove(args: dict, ctx: Context) -> dict:
+    """Remove the models only if the marker says tiny_models made them (a real model is never deleted)."""
+    target, drafter = os.path.abspath(args["target_dir"]), os.path.abspath(args["drafter_dir"])
+    marker = marker_path(target)
+    raw = read_bytes(marker)
+    try:
+        recorded = json.loads(raw.decode()) if raw else {}
+    except (UnicodeDecodeError, ValueError):
+        recorded = {}
+    made = recorded.get("recipe") or {}
+    ours = [d for d in (target, drafter) if d in (made.get("target_dir"), made.get("drafter_dir")) and os.path.lexists(d)]
+    if not ours and raw is None:
+        return {"changed": False, "msg": "no tiny models made by this tool here; nothing removed"}
+    if not ctx.check:
+        for d in ours:
+            shutil.rmtree(d)
+        if raw is not None:
+            os.unlink(marker)
+    return {
+        "changed": True,
+        "msg": f"{'would remove' if ctx.check else 'removed'} the tiny models {', '.join(ours) or '(marker only)'}",
+        "removed": ours,
+    }
+
+
 def run(args: dict, ctx: Context) -> dict:
+    if args["state"] == "absent":
+        return remove(args, ctx)
+    if not args["python"]:
+        raise ModuleError("tiny_models: python is required (the serving environment's python, venv_python)")
     r = recipe(args)
     marker = marker_path(r["target_dir"])
     digest = hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
@@ -174,9 +214,7 @@ def run(args: dict, ctx: Context) -> dict:
         return {"changed": True, "msg": f"would generate a tiny target in {r['target_dir']} and drafter in {r['drafter_dir']}"}
     python = args["python"]
     if not os.path.exists(python):
-        raise ModuleError(
-            f"tiny_models: python {python} does not exist; the venv role builds the serving environment first"
-        )
+        raise ModuleError(f"tiny_models: python {python} does not exist; the venv role builds the serving environment first")
     for folder in (r["target_dir"], r["drafter_dir"]):
         if not recorded and os.path.isdir(folder) and os.listdir(folder):
             raise ModuleError(

@@ -48,6 +48,7 @@ running server is not the rendered launch: the role's handler uses that, so a ch
 | service_name | str | dflash-vllm | the unit's name |
 | unit_dir | path | /etc/systemd/system | where the unit is written |
 | expected_architecture | str | none | `Resolved architecture:` of the target (null: from its config.json) |
+| fingerprint | str | none | started/restarted: the launch wanted (the rendered one; in check mode it may differ from the file) |
 | restart_stale | bool | true | started: restart a running server whose launch differs |
 | only_if_stale | bool | false | restarted: restart only when the running server differs from the launch |
 """
@@ -66,14 +67,13 @@ import os
 import subprocess
 import time
 
-import psutil
-import tenacity
-
 import _proc
 import _vllm_launch as L
 import _vllm_log as VL
 import _vllm_metrics as M
 import _vllm_probe as P
+import psutil
+import tenacity
 from _common import Context, ModuleError, atomic_write, main, read_bytes
 
 ARGS = {
@@ -117,6 +117,7 @@ ARGS = {
     "service_name": {"type": "str", "default": "dflash-vllm"},
     "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
     "expected_architecture": {"type": "str", "default": None},
+    "fingerprint": {"type": "str", "default": None},
     "restart_stale": {"type": "bool", "default": True},
     "only_if_stale": {"type": "bool", "default": False},
 }
@@ -307,9 +308,7 @@ def render(args: dict, ctx: Context) -> dict:
 def _systemctl(argv: list, check: bool = True) -> subprocess.CompletedProcess:
     res = subprocess.run(["systemctl"] + argv, capture_output=True, text=True, timeout=120)
     if check and res.returncode != 0:
-        raise ModuleError(
-            f"systemctl {' '.join(argv)} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[:300]}"
-        )
+        raise ModuleError(f"systemctl {' '.join(argv)} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[:300]}")
     return res
 
 
@@ -317,8 +316,7 @@ def load_launch(p: dict) -> dict:
     launch = _load_json(p["launch"])
     if launch is None:
         raise ModuleError(
-            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, "
-            "or `invoke provision`"
+            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, or `invoke provision`"
         )
     return launch
 
@@ -409,8 +407,7 @@ class ProcessServer:
             )
         except OSError as exc:
             raise ModuleError(
-                f"cannot start {self.launch['argv'][0]}: {exc.strerror}; check venv_python (the venv role "
-                "builds it)"
+                f"cannot start {self.launch['argv'][0]}: {exc.strerror}; check venv_python (the venv role builds it)"
             )
         finally:
             os.close(fd)
@@ -766,6 +763,7 @@ def failure(exc: ServerFailed, launch: dict, stopped) -> ModuleError:
     return ModuleError(
         f"vLLM failed: {exc.what}{code}{tail}. Root cause (first exception) in {launch['log']}: {root}. "
         "Fix the cause (model, drafter config, flags, memory) and run again",
+        start_failed=True,
         root_cause=exc.root,
         exit_code=exc.exit_code,
         log=launch["log"],
@@ -804,6 +802,7 @@ def _apply_gate(out: dict, ctx: Context) -> None:
     if verdict == "fail":
         raise ModuleError(
             f"acceptance gate failed: {out['acceptance_msg']} (acceptance_gate: fail; the server keeps running)",
+            acceptance_failed=True,
             **{k: v for k, v in out.items() if k != "msg"},
         )
     if verdict == "warn":
@@ -819,11 +818,14 @@ def _summary(out: dict) -> str:
 
 def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     p = paths(args["pidfile"])
+    if ctx.check and _load_json(p["launch"]) is None:
+        return {"changed": True, "msg": "would start vLLM once its launch is rendered"}
     launch = load_launch(p)
     server = server_for(launch, p)
     now = server.inspect()
     running = _load_json(p["running"]) or {}
-    fresh = now["alive"] and running.get("fingerprint") == launch["fingerprint"] and running.get("pid") == now["pid"]
+    want = args.get("fingerprint") or launch["fingerprint"]
+    fresh = now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"]
     reason = None
     if now["alive"] and fresh and not (force and not args["only_if_stale"]):
         try:
@@ -880,8 +882,12 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     if ctx.check:
         removed = [f for f in files if os.path.lexists(f)]
         changed = would_stop or bool(removed)
-        return {"changed": changed, "msg": ("would stop vLLM" if would_stop else "vLLM is not running")
-                + (f" and remove {len(removed)} file(s)" if removed else ""), "removed": removed}
+        return {
+            "changed": changed,
+            "msg": ("would stop vLLM" if would_stop else "vLLM is not running")
+            + (f" and remove {len(removed)} file(s)" if removed else ""),
+            "removed": removed,
+        }
     stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"]))) if would_stop else None
     for f in files:
         if _remove(f, False):

@@ -22,12 +22,10 @@ if __name__ == "__main__":  # library/ holds files named like stdlib modules (co
 
 import time  # noqa: E402
 
-import psutil  # noqa: E402
-
 import _gpu  # noqa: E402
-import _proc  # noqa: E402
 import _vllm_metrics as M  # noqa: E402
 import _vllm_probe as P  # noqa: E402
+import psutil  # noqa: E402
 from _common import Context, ModuleError, main  # noqa: E402
 from vllm_server import _load_json, paths, read_env, server_for  # noqa: E402
 

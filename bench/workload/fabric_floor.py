@@ -24,7 +24,7 @@ def commands(base: str) -> list[str]:
     out = [f"test -d {b}/{d} || mkdir -p {b}/{d}" for d in ("a", "b", "c")]
     for d, n in (("a", "one"), ("b", "two"), ("c", "three")):
         f = f"{b}/{d}/{n}.txt"
-        out.append(f"test \"$(cat {f} 2>/dev/null)\" = {n} || echo {n} > {f}")
+        out.append(f'test "$(cat {f} 2>/dev/null)" = {n} || echo {n} > {f}')
     out.append(f"test -e {b}/marker || touch {b}/marker")
     out.append(f"stat -c %s {b}/a/one.txt")
     out.append(f"grep -qxF bench=1 {b}/settings.conf 2>/dev/null || echo bench=1 >> {b}/settings.conf")
@@ -33,8 +33,9 @@ def commands(base: str) -> list[str]:
 
 
 def one_host(h: dict, base: str) -> int:
-    conn = Connection(h["address"], user=h["user"], port=h["port"],
-                      connect_kwargs={"key_filename": [h["key"]], "look_for_keys": False})
+    conn = Connection(
+        h["address"], user=h["user"], port=h["port"], connect_kwargs={"key_filename": [h["key"]], "look_for_keys": False}
+    )
     conn.client.load_system_host_keys(h["known_hosts"])
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
     conn.open()

@@ -18,6 +18,7 @@ FAKE_VLLM_MODE (environment) picks the behaviour:
   hang              prints the start-up lines and never listens
   fatal_alive       logs a CUDA out-of-memory traceback and stays alive without listening
 FAKE_VLLM_ACCEPT (0..1, default 0) is the fraction of draft tokens accepted.
+FAKE_VLLM_CRASH_IF_IMPORTABLE=MODULE crashes at start when the serving environment can import MODULE.
 """
 
 from __future__ import annotations
@@ -135,15 +136,23 @@ class State:
 
     def metrics(self) -> str:
         labels = f'engine="0",model_name="{self.name}"'
-        out = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
-               "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+        out = [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{labels}}} 0.0",
+        ]
         if self.k:
-            for name, value in (("num_drafts", self.drafts), ("num_draft_tokens", self.draft_tokens),
-                                ("num_accepted_tokens", self.accepted)):
-                out += [f"# TYPE vllm:spec_decode_{name}_total counter",
-                        f"vllm:spec_decode_{name}_total{{{labels}}} {float(value)}",
-                        f"# TYPE vllm:spec_decode_{name}_created gauge",
-                        f"vllm:spec_decode_{name}_created{{{labels}}} {self.created}"]
+            for name, value in (
+                ("num_drafts", self.drafts),
+                ("num_draft_tokens", self.draft_tokens),
+                ("num_accepted_tokens", self.accepted),
+            ):
+                out += [
+                    f"# TYPE vllm:spec_decode_{name}_total counter",
+                    f"vllm:spec_decode_{name}_total{{{labels}}} {float(value)}",
+                    f"# TYPE vllm:spec_decode_{name}_created gauge",
+                    f"vllm:spec_decode_{name}_created{{{labels}}} {self.created}",
+                ]
             out.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
             for i, v in enumerate(self.per_pos):
                 out.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {float(v)}')
@@ -193,8 +202,21 @@ def make_handler(state: State, mode: str, api_key: str | None):
                 self.send(200, state.metrics().encode(), "text/plain; version=0.0.4")
             elif self.path == "/v1/models":
                 if self.authorized():
-                    self.send(200, {"object": "list", "data": [{"id": state.name, "object": "model", "root": state.args.model,
-                                                              "owned_by": "vllm", "max_model_len": state.args.max_model_len}]})
+                    self.send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": state.name,
+                                    "object": "model",
+                                    "root": state.args.model,
+                                    "owned_by": "vllm",
+                                    "max_model_len": state.args.max_model_len,
+                                }
+                            ],
+                        },
+                    )
             else:
                 self.send(404, {"detail": "Not Found"})
 
@@ -214,21 +236,42 @@ def make_handler(state: State, mode: str, api_key: str | None):
                 for line in REQUEST_TRACEBACK:
                     log("Worker", "ERROR", "multiproc_executor.py:1063", line)
                 log("EngineCore", "ERROR", "core.py:1512", "EngineCore encountered a fatal error.")
-                self.send(500, {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
-                                          "type": "InternalServerError", "code": 500}})
+                self.send(
+                    500,
+                    {
+                        "error": {
+                            "message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                            "type": "InternalServerError",
+                            "code": 500,
+                        }
+                    },
+                )
                 threading.Timer(0.2, lambda: os._exit(1)).start()
                 return
             n = int(body.get("max_tokens") or 16)
             state.generate(n)
-            self.send(200, {"id": f"cmpl-{state.requests}", "object": "text_completion", "model": state.name,
-                            "choices": [{"index": 0, "text": " fox" * n, "finish_reason": "length"}],
-                            "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}})
+            self.send(
+                200,
+                {
+                    "id": f"cmpl-{state.requests}",
+                    "object": "text_completion",
+                    "model": state.name,
+                    "choices": [{"index": 0, "text": " fox" * n, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n},
+                },
+            )
 
     return Handler
 
 
 def serve(argv: list) -> int:
     mode = os.environ.get("FAKE_VLLM_MODE", "normal")
+    poison = os.environ.get("FAKE_VLLM_CRASH_IF_IMPORTABLE")
+    if poison:  # an environment holding this module "breaks" vLLM (rebuild's rollback test)
+        import importlib.util
+
+        if importlib.util.find_spec(poison) is not None:
+            mode = "crash_start"
     ready_s = float(os.environ.get("FAKE_VLLM_READY_S", "0.3"))
     raw("INFO 11-30 10:49:00 [__init__.py:216] Automatically detected platform cpu.")
     try:

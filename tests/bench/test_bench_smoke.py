@@ -1,0 +1,166 @@
+"""The benchmark's code paths work: pure helpers as tables, and a --quick run of its pieces on 1-2 real
+sshd hosts with one repetition. Never a timing assertion: figures on a shared machine are noise here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bench import peers
+from bench.run import (
+    REQUIRED_KEYS,
+    classify_cold_task,
+    host_time,
+    main,
+    no_change,
+    render_block,
+    summarize,
+    update_doc,
+)
+from bench.timing import ratio, stats
+from tests import sshd_harness
+
+
+def _stats(median: float) -> dict:
+    return {"min": median, "median": median, "n": 1, "samples": [median]}
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("h1 : ok=11  changed=0  failed=0\nh2 : ok=11  changed=0  failed=0", True),
+        ("h1                         : ok=11   changed=0    unreachable=0", True),
+        ("h1 : ok=10  changed=1  failed=0\nh2 : ok=11  changed=0  failed=0", False),
+        ("no recap at all", False),
+        ("changed=0", True),
+    ],
+)
+def test_no_change_reads_every_hosts_recap(output, expected):
+    assert no_change(output) is expected
+
+
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [(1.0, 4.0, 0.25), (None, 4.0, None), (1.0, None, None), (1.0, 0.0, None), (2.0, 3.0, 0.667)],
+)
+def test_ratio_is_none_when_a_side_is_missing(a, b, expected):
+    assert ratio(a, b) == expected
+
+
+def test_stats_give_min_and_median_and_nothing_for_no_samples():
+    assert stats([0.3, 0.1, 0.2])["min"] == 0.1 and stats([0.3, 0.1, 0.2])["median"] == 0.2
+    assert stats([]) == {"min": None, "median": None, "n": 0, "samples": []}
+
+
+def test_summary_ratios_come_from_the_medians_of_the_cli_runs():
+    timings = {
+        "ours_cli": {"1": _stats(0.5), "8": _stats(0.75), "16": _stats(1.0)},
+        "ansible": {"1": _stats(5.0), "8": _stats(20.0)},
+        "pyinfra": {"1": _stats(1.5)},
+        "fabric": {"1": _stats(0.4), "8": _stats(0.6)},
+    }
+    out = summarize(timings)
+    assert out["ansible_ratio_1"] == 0.1 and out["ansible_ratio_8"] == 0.037
+    assert out["pyinfra_ratio_1"] == 0.333 and out["pyinfra_ratio_8"] is None
+    assert out["floor_ratio_1"] == 1.25 and out["fanout_ratio_8"] == 1.5 and out["fanout_ratio_16"] == 2.0
+    assert out["fanout_ratio_8_in_process"] is None
+
+
+@pytest.mark.parametrize(
+    "role, task, part",
+    [
+        ("venv", "Build the serving environment", "install"),
+        ("flash-attn-pinning", "Pin flash-attn", "install"),
+        ("tiny-models", "Write the tiny target", "generate"),
+        (None, "Generate the tiny models", "generate"),
+        ("vllm-service", "Start vLLM and wait until it is ready", "vllm"),
+        ("gpu-cleanup", "Free the GPU", "other"),
+        (None, "Gathering facts", "other"),
+    ],
+)
+def test_cold_provision_tasks_are_split_into_install_generate_and_vllm(role, task, part):
+    assert classify_cold_task(role, task) == part
+
+
+def test_host_time_adds_module_durations_including_loop_items():
+    results = [{"_duration_s": 0.5}, {"results": [{"_duration_s": 0.25}, {"_duration_s": 0.25}]}, {"msg": "action"}]
+    assert host_time(results) == 1.0
+
+
+def _result(**over) -> dict:
+    res = {k: None for k in REQUIRED_KEYS}
+    res.update(
+        mode="quick",
+        command="invoke bench --quick",
+        date="2026-11-30",
+        duration_s=1.0,
+        machine={"cpus": 2, "python": "3.11", "load_avg_at_end": [0.1]},
+        notes={"cold_overhead_s": "skipped"},
+        details={},
+    )
+    res.update(over)
+    return res
+
+
+def test_the_results_block_replaces_only_its_own_mode_and_keeps_the_hand_written_text(tmp_path):
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text("# Benchmarks\n\nWritten by hand.\n")
+    update_doc(_result(header_ms=0.5), doc)
+    update_doc(_result(mode="full", command="invoke bench", header_ms=0.7), doc)
+    update_doc(_result(header_ms=0.4), doc)
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\nWritten by hand.\n")
+    assert text.count("<!-- bench-results:quick:begin -->") == 1 and text.count("<!-- bench-results:full:begin -->") == 1
+    assert "| 0.400 |" in text and "| 0.700 |" in text and "| 0.500 |" not in text
+    assert "`invoke bench --quick`" in render_block(_result())
+
+
+def test_each_tool_keeps_its_own_folder_on_the_host():
+    bases = {peers.workload_base("/home/u", t) for t in ("ours", "ansible", "pyinfra", "fabric")}
+    assert len(bases) == 4
+
+
+def _need_sshd() -> None:
+    reason = sshd_harness.available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the benchmark smoke test: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_quick_pieces_on_two_hosts_write_every_required_key(tmp_path):
+    _need_sshd()
+    out = tmp_path / "results.json"
+    argv = ["--quick", "--reps", "1", "--hosts", "1,2", "--tools", "ours,fabric", "--only", "peers,header,latency"]
+    assert main([*argv, "--out", str(out), "--no-docs", "--first-octet", "180"]) == 0
+    res = json.loads(out.read_text())
+    for key in REQUIRED_KEYS:
+        assert key in res
+        assert res[key] is not None or key in res["notes"], f"{key} is null without a reason"
+    workload = res["details"]["workload"]
+    assert set(workload["ours_cli"]) == {"1", "2"} and set(workload["fabric"]) == {"1", "2"}
+    assert res["floor_ratio_1"] is not None and res["fanout_ratio_8"] is None
+    assert res["details"]["header"]["ssh"]["module_header_bytes_read"] == res["details"]["header"]["drafter"]["header_bytes"]
+    assert "ansible_ratio_1" in res["notes"] and "cold_overhead_s" in res["notes"]
+    assert not any(k.endswith("_idempotent") for k in res["notes"]), res["notes"]
+    assert res["details"]["latency"].get("why") is None or "does not exist" in res["details"]["latency"]["why"]
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_ansible_and_pyinfra_workloads_run_on_one_host_when_installed(tmp_path):
+    _need_sshd()
+    missing = [t for t in ("ansible", "pyinfra") if not (peers.VENVS / t / ".dfp-bench-installed").exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed yet: `invoke bench --quick` installs them (needs PyPI)")
+    out = tmp_path / "results.json"
+    argv = ["--quick", "--reps", "1", "--hosts", "1", "--tools", "ours,ansible,pyinfra", "--only", "peers"]
+    assert main([*argv, "--out", str(out), "--no-docs", "--first-octet", "185"]) == 0
+    res = json.loads(out.read_text())
+    assert res["ansible_ratio_1"] is not None and res["pyinfra_ratio_1"] is not None, res["notes"]
+    assert not any(k.endswith("_idempotent") for k in res["notes"]), res["notes"]
