@@ -287,7 +287,9 @@ def install_argv(
     kind: str, uv: str | None, python: str, specs: list, source: list, compile_bytecode: bool = True, extra: Iterable[str] = ()
 ) -> list:
     if kind == "uv":
-        argv = [uv, "pip", "install", "--python", python, *source]
+        # --native-tls: trust the host's certificate store, as pip does, not only uv's bundled roots;
+        # hosts behind a TLS-inspecting proxy (common in datacenters) fail with "UnknownIssuer" otherwise.
+        argv = [uv, "pip", "install", "--native-tls", "--python", python, *source]
         if compile_bytecode:
             argv.append("--compile-bytecode")
     else:

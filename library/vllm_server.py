@@ -827,6 +827,9 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     want = args.get("fingerprint") or launch["fingerprint"]
     fresh = now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"]
     reason = None
+    if now["alive"] and fresh and force and args["only_if_stale"]:
+        # the handler after a start task that already started (and proved) this very launch
+        return {"changed": False, "pid": now["pid"], "msg": f"vLLM (PID {now['pid']}) already runs the rendered launch"}
     if now["alive"] and fresh and not (force and not args["only_if_stale"]):
         try:
             out = verify_running(launch, p, now["pid"], ctx)

@@ -15,15 +15,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
-import signal
-import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
 from engine.api import run_playbook
+from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive, started_pids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,12 +31,6 @@ START = "Start the vLLM server unless it runs with this launch, then prove it se
 BUILD = "Build the serving environment beside the current one, verify it by import and switch to it"
 TINY = "Generate a tiny random Qwen3 target and a DFlash drafter without config.json, locally"
 DRAFTER = "Write the drafter's config.json from its weights' header and the target's config"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def host_vars(name: str) -> dict:
@@ -86,17 +78,7 @@ def play(name: str, inventory: Path, **kw):
 
 def server_sessions(dfp_root: Path) -> list:
     """Live processes of every server started under dfp_root (by the start markers in its logs)."""
-    pids = set()
-    for f in (dfp_root / "logs").glob("vllm.log*"):
-        pids |= {int(m) for m in re.findall(r"vLLM server start pid=(\d+)", f.read_text(errors="replace"))}
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) in pids and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            pass
-    return out
+    return [p for pid in started_pids(dfp_root / "logs") for p in session_alive(pid)]
 
 
 def check_first_provision(res, host: str, dfp_root: Path) -> dict:
@@ -139,12 +121,7 @@ def lifecycle(host: str, inv: Path, dfp_root: Path, restart: bool) -> None:
         down2 = play("teardown", inv)
         assert down2.exit_code == 0 and down2.recap[host]["changed"] == 0, msgs(down2)
     finally:
-        leaked = server_sessions(dfp_root)
-        for pid in leaked:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        leaked = kill_leftovers([dfp_root / "logs"])
         assert not leaked, f"vLLM processes survived: {leaked}"
 
 

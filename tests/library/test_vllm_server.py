@@ -25,14 +25,10 @@ import vllm_server
 import vllm_status
 from _common import Context, execute
 
+from tests.fakes.vllm_processes import free_port, kill_leftovers
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 FAKE_PKG = ROOT / "tests" / "fakes" / "vllm_pkg"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Fake:
@@ -94,21 +90,9 @@ class Fake:
     def new_log(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
 
-    def started_pids(self) -> set:
-        """Every server this test started, by the start markers in its logs (rotated ones too)."""
-        pids = set()
-        for f in self.log.parent.glob("vllm.log*") if self.log.parent.exists() else []:
-            pids |= {int(m) for m in re.findall(r"vLLM server start pid=(\d+)", f.read_text(errors="replace"))}
-        return pids
-
     def cleanup(self) -> None:
         self.call("stopped")
-        leaked = [p for pid in self.started_pids() for p in session_alive(pid)]
-        for pid in leaked:  # belt and braces: nothing of ours may survive a test
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        leaked = kill_leftovers([self.log.parent])  # belt and braces: nothing of ours may survive a test
         assert not leaked, f"processes of a stand-in server survived the test: {leaked}"
 
 
@@ -117,17 +101,6 @@ def fake(tmp_path):
     f = Fake(tmp_path)
     yield f
     f.cleanup()
-
-
-def session_alive(sid: int) -> list:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            pass
-    return out
 
 
 def group_alive(pgid: int) -> list:

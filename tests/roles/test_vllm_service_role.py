@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import re
-import signal
-import socket
 from pathlib import Path
 
 import psutil
 import pytest
 
 from engine.api import run_playbook
+from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PKG = ROOT / "tests" / "fakes" / "vllm_pkg"
@@ -33,12 +31,6 @@ PLAYBOOK = """\
     - common
     - vllm-service
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_models(base: Path, user: str | None = None) -> dict:
@@ -93,35 +85,12 @@ def one(res, task: str, host: str) -> dict:
     return found[-1].result
 
 
-def session_alive(sid: int) -> list:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            pass
-    return out
-
-
-def started_pids(log_dir: Path) -> set:
-    pids = set()
-    for f in log_dir.glob("vllm.log*") if log_dir.exists() else []:
-        pids |= {int(m) for m in re.findall(r"vLLM server start pid=(\d+)", f.read_text(errors="replace"))}
-    return pids
-
-
 @pytest.fixture
 def cleanup():
     """Kill whatever a test's stand-in servers left (by the start markers in their logs), and fail if any."""
     dirs: list[Path] = []
     yield dirs.append
-    leaked = [p for d in dirs for pid in started_pids(d) for p in session_alive(pid)]
-    for pid in leaked:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    leaked = kill_leftovers(dirs)
     assert not leaked, f"stand-in server processes survived: {leaked}"
 
 
@@ -243,9 +212,20 @@ def test_rebuild_rolls_back_to_the_previous_environment_when_the_new_one_does_no
     (drafter / "config.json").unlink()  # drafter-config writes it from the weights
     table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
     save_file({n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors"))
-    Path(hv["target_model"], "config.json").write_text(json.dumps({
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 8,
-        "vocab_size": 512, "max_position_embeddings": 512, "rms_norm_eps": 1e-06, "rope_theta": 1000000}))
+    Path(hv["target_model"], "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3ForCausalLM"],
+                "model_type": "qwen3",
+                "hidden_size": 64,
+                "num_hidden_layers": 8,
+                "vocab_size": 512,
+                "max_position_embeddings": 512,
+                "rms_norm_eps": 1e-06,
+                "rope_theta": 1000000,
+            }
+        )
+    )
     hv.pop("venv_python")  # the serving environment's own python, built by the venv role
     hv.update(
         venv_root=str(tmp_path / "venv"),

