@@ -68,6 +68,9 @@ def role_vars(root: Path, wheelhouse: Path, gpu: FakeGpu, **extra) -> dict:
         "extra_requirements": ["dfp-a==1.0", "flash-attn-4"],  # fa4 on an A100: the pinning removes it
         "wheelhouse": str(wheelhouse),
         "nvidia_smi": gpu.nvidia_smi,
+        # pip, so the outcome does not depend on whether an earlier run left uv in the tool folder
+        # (the e2e tests do); uv's own offline path is covered in tests/library/test_python_env.py.
+        "venv_installer": "pip",
     }
     v.update(extra)
     return v
