@@ -199,8 +199,12 @@ def _report_play(kind: str, host, group, as_json: bool, inventory, extra_vars) -
 @task(help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"})
 def bench(c, quick=False):
     """Benchmarks against Ansible, pyinfra and raw Fabric; writes bench/results.json and docs/BENCHMARKS.md."""
-    args = [sys.executable, str(ROOT / "bench" / "run.py")] + (["--quick"] if quick else [])
-    c.run(" ".join(args), pty=False)
+    import subprocess
+
+    argv = [sys.executable, str(ROOT / "bench" / "run.py")] + (["--quick"] if quick else [])
+    rc = subprocess.run(argv).returncode
+    if rc:
+        raise Exit(code=rc)
 
 
 @task(help={"k": "only tests matching this expression", "fast": "skip slow and end-to-end tests"})

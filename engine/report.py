@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 from typing import TextIO
-from xml.sax.saxutils import escape, quoteattr
 
 from engine.runner import STATUSES, TaskResult
 
@@ -174,6 +173,8 @@ def write_json(path: str, report: dict) -> None:
 
 def write_junit(path: str, results: list[TaskResult], name: str) -> None:
     """One testsuite per host, one testcase per task: CI systems show failed steps directly."""
+    from xml.sax.saxutils import escape, quoteattr
+
     by_host: dict[str, list[TaskResult]] = {}
     for r in results:
         by_host.setdefault(r.host, []).append(r)

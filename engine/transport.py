@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import zlib
 from collections import deque
 from pathlib import Path
@@ -158,6 +157,38 @@ class LocalTransport(Transport):
                 proc.kill()
 
 
+class _QuickAckSocket(socket.socket):
+    """A TCP socket that ACKs at once on every read (Linux does not keep TCP_QUICKACK on).
+
+    sshd sets TCP_NODELAY only for interactive sessions, so when it sends two small packets in a row
+    (during key exchange; the channel confirmation then the exec reply) the second waits for our ACK of
+    the first, which Linux delays by up to 40 ms. Measured: open 80 -> 25-35 ms, session+exec 48 -> 5 ms.
+    """
+
+    def recv(self, bufsize: int, *flags: int) -> bytes:
+        try:
+            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        except (OSError, AttributeError):
+            pass
+        return super().recv(bufsize, *flags)
+
+
+def _tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
+    """A connected socket with TCP_NODELAY (and quick ACKs) from the first packet of the handshake."""
+    last: OSError | None = None
+    for family, kind, proto, _, addr in socket.getaddrinfo(address, port, type=socket.SOCK_STREAM):
+        sock = _QuickAckSocket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+    raise last or OSError(f"no address for {address}")
+
+
 class _AcceptUnknown:
     """Host key policy for `ansible_host_key_checking: false`: accept, remember nothing."""
 
@@ -187,6 +218,7 @@ class SSHTransport(Transport):
         if v.get("ansible_password"):
             connect_kwargs["password"] = str(v["ansible_password"])
         timeout = int(v.get("ansible_ssh_timeout", v.get("ansible_timeout", 10)))
+        connect_kwargs["sock"] = _tcp_socket(self.host.address, self.host.port, timeout)
         conn = Connection(
             host=self.host.address,
             user=self.host.user,
@@ -263,9 +295,7 @@ class SSHTransport(Transport):
             try:
                 if not self.chan.closed:
                     self.chan.shutdown_write()
-                    deadline = time.monotonic() + 2
-                    while not self.chan.exit_status_ready() and time.monotonic() < deadline:
-                        time.sleep(0.01)
+                    self.chan.status_event.wait(2)  # set by paramiko when the exit status arrives
             except Exception:
                 pass
             conn.close()

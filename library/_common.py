@@ -11,12 +11,12 @@ import grp
 import json
 import os
 import pwd
-import shutil
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: typing, dataclasses, tempfile and shutil cost ~10 ms per host per run
+    from typing import Any, Callable
 
 
 class ModuleError(Exception):
@@ -28,14 +28,15 @@ class ModuleError(Exception):
         self.data = data
 
 
-@dataclass
 class Context:
     """What a module knows about the run besides its arguments."""
 
-    check: bool = False  # report what would change, change nothing
-    diff: bool = False  # include before/after in the result
-    warnings: list = field(default_factory=list)
-    progress: Callable[[str], None] | None = None  # live progress for long steps
+    def __init__(self, check: bool = False, diff: bool = False, warnings: list | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.check = check  # report what would change, change nothing
+        self.diff = diff  # include before/after in the result
+        self.warnings = [] if warnings is None else warnings
+        self.progress = progress  # live progress for long steps
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -175,6 +176,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool =
     A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
     file keeps its mode (unless `mode` is given) and, when root writes it, its owner and group.
     """
+    import shutil
+    import tempfile
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     backup_path = None
