@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -169,12 +170,25 @@ def _stop_group(pid: int, grace: float = 10.0) -> None:
         pass
 
 
-def hand_vllm(pidfile: Path, port: int, log_path: Path, timeout: float = 600) -> float:
-    """Start the same server by hand (argv + environment of the running one, another port): s to /health 200."""
+CACHE_VARS = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def hand_vllm(pidfile: Path, port: int, log_path: Path, fresh_cache: Path | None = None, timeout: float = 600) -> float:
+    """Start the same server by hand (argv + environment of the running one, another port): s to /health 200.
+
+    fresh_cache: point vLLM's caches (VLLM_CACHE_ROOT and the inductor/triton caches under it) at this
+    empty folder, so the start pays what a first start pays, like the provision's did.
+    """
     pid = int(json.loads(pidfile.read_text())["pid"])
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     argv = [a.decode() for a in argv]
     env = dict(kv.split("=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in kv)
+    if fresh_cache is not None:
+        shutil.rmtree(fresh_cache, ignore_errors=True)
+        fresh_cache.mkdir(parents=True)
+        for var in CACHE_VARS:
+            if var in env or var == "VLLM_CACHE_ROOT":
+                env[var] = str(fresh_cache if var == "VLLM_CACHE_ROOT" else fresh_cache / var.split("_")[0].lower())
     if "--port" in argv:
         argv[argv.index("--port") + 1] = str(port)
     with open(log_path, "wb") as out:
@@ -195,14 +209,15 @@ def hand_vllm(pidfile: Path, port: int, log_path: Path, timeout: float = 600) ->
         proc.wait(timeout=30)
 
 
-def cold(log=print, while_up=None) -> tuple:
+def cold(log=print, while_up=None, extra_vars: dict | None = None) -> tuple:
     """(overhead s or None, details, reason when None). while_up(extra_vars) runs while the server is up."""
     if not PLAYBOOK.exists():
         return None, {}, "playbooks/provision.yaml does not exist yet (the roles are still being written)"
     shutil.rmtree(COLD_ROOT, ignore_errors=True)
     COLD_ROOT.parent.mkdir(parents=True, exist_ok=True)
     report = CACHE / "cold-report.json"
-    evars = ["-e", f"dfp_root={COLD_ROOT}", "-e", f"vllm_port={COLD_PORT}"]
+    given = {"dfp_root": str(COLD_ROOT), "vllm_port": COLD_PORT, **(extra_vars or {})}
+    evars = [a for k, v in given.items() for a in ("-e", f"{k}={v}")]
     argv = [sys.executable, "-m", "invoke", "provision", "--host", "local", *evars, "--report", str(report)]
     detail: dict = {"dfp_root": str(COLD_ROOT), "port": COLD_PORT}
     try:
@@ -212,13 +227,23 @@ def cold(log=print, while_up=None) -> tuple:
         parts = _parts(data.get("tasks", []))
         detail.update(total_s=round(total, 2), parts=parts)
         log(f"cold provision: {total:.1f} s, parts {parts}")
-        own = hand_vllm(COLD_ROOT / "run" / "vllm.pid", HAND_PORT, CACHE / "hand-vllm.log")
-        detail["vllm_own_s"] = round(own, 2)
+        ready = [float(m) for t in data.get("tasks", []) for m in re.findall(r"ready in ([0-9.]+) s", t.get("msg", ""))]
+        detail["vllm_role_ready_s"] = ready[0] if ready else None  # the module's own launch -> /health 200
+        pidfile = COLD_ROOT / "run" / "vllm.pid"
+        own = hand_vllm(pidfile, HAND_PORT, CACHE / "hand-vllm.log", fresh_cache=CACHE / "hand-vllm-cache")
+        warm = hand_vllm(pidfile, HAND_PORT, CACHE / "hand-vllm.log")
+        shutil.rmtree(CACHE / "hand-vllm-cache", ignore_errors=True)
+        detail.update(vllm_own_s=round(own, 2), vllm_own_warm_cache_s=round(warm, 2))
         overhead = total - parts["install"] - parts["generate"] - own
         detail["overhead_s"] = round(overhead, 2)
-        log(f"vllm serve by hand: {own:.1f} s to /health 200; overhead {overhead:.2f} s")
+        if detail["vllm_role_ready_s"] is not None:  # everything but install, generation and vLLM's launch -> ready
+            detail["overhead_vs_role_ready_s"] = round(total - parts["install"] - parts["generate"] - ready[0], 2)
+        log(
+            f"vllm serve by hand: {own:.1f} s to /health 200 with empty caches, {warm:.1f} s with the run's; "
+            f"overhead {overhead:.2f} s"
+        )
         if while_up is not None:
-            while_up({"dfp_root": str(COLD_ROOT), "vllm_port": COLD_PORT})
+            while_up(given)
         return round(overhead, 2), detail, None
     except (RunFailed, RuntimeError, OSError, ValueError, KeyError) as exc:
         return None, detail, f"cold provision failed: {type(exc).__name__}: {exc}"

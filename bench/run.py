@@ -167,7 +167,7 @@ class Bench:
         if reason:
             raise RuntimeError(f"cannot start the sshd hosts: {reason}")
         count = max(self.sizes)
-        log(f"starting {count} sshd hosts on 127.0.0.{self.args.first_octet}..{self.args.first_octet + count - 1}:2222")
+        log(f"starting {count} sshd hosts on 127.0.0.{self.args.first_octet}..{self.args.first_octet + count - 1}")
         self.pool = sshd_harness.SshdPool(count=count, first_octet=self.args.first_octet).start()
         self.home = pwd.getpwnam(self.pool.hosts[0].user).pw_dir
 
@@ -389,7 +389,8 @@ class Bench:
             if why:
                 self.notes["reprovision_s"] = why
 
-        value, detail, why = provision.cold(log=log, while_up=reprovision_there)
+        extra = dict(kv.split("=", 1) for kv in self.args.cold_extra)
+        value, detail, why = provision.cold(log=log, while_up=reprovision_there, extra_vars=extra)
         self.keys["cold_overhead_s"] = value
         self.details["cold"] = detail
         if why:
@@ -559,6 +560,26 @@ def render_block(res: dict) -> str:
                     f"{h['module_header_read_ms_median']:.2f} ms) | {h['worker_rchar_net_median']} (worker rchar, net of "
                     f"the measuring; gross {h['worker_rchar_median']}) |"
                 )
+    rp = res.get("details", {}).get("reprovision", {})
+    if rp.get("cli"):
+        lines += [
+            "",
+            f"Re-provision ({rp['server']}): {rp['cli']['median']:.2f} s median of {rp['cli']['n']} CLI runs, changed "
+            f"{max(rp['changed_per_run'])}, {rp['tasks']} tasks; module time on the host {rp['host_module_s']:.2f} s, so "
+            f"{rp['our_share_of_cli_wall']:.0%} of the CLI's wall is our own code (start-up included) and "
+            f"{rp['our_share_of_in_process_wall']:.0%} of an in-process run's ({rp['in_process_wall_s']:.2f} s).",
+        ]
+    cold = res.get("details", {}).get("cold", {})
+    if cold.get("total_s") is not None and cold.get("vllm_own_s") is not None:
+        p = cold["parts"]
+        lines += [
+            "",
+            f"Cold provision: {cold['total_s']:.1f} s = install {p['install']:.1f} + generate {p['generate']:.1f} + "
+            f"vLLM role {p['vllm']:.1f} (module: ready in {cold.get('vllm_role_ready_s')} s) + other {p['other']:.2f}; "
+            f"`vllm serve` by hand {cold['vllm_own_s']:.1f} s to /health 200 with empty caches "
+            f"({cold['vllm_own_warm_cache_s']:.1f} s with the run's); beyond the module's own launch-to-ready: "
+            f"{cold.get('overhead_vs_role_ready_s')} s.",
+        ]
     if res.get("notes"):
         lines += ["", "Notes:", ""]
         lines += [f"- `{k}`: {v}" for k, v in sorted(res["notes"].items())]
@@ -588,6 +609,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--out", default=str(RESULTS), help="results file (default bench/results.json)")
     ap.add_argument("--no-docs", action="store_true", help="do not update docs/BENCHMARKS.md")
+    ap.add_argument(
+        "--cold-extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra variable for the cold provision (repeatable), e.g. num_speculative_tokens=3",
+    )
     ap.add_argument("--first-octet", type=int, default=BENCH_FIRST_OCTET, help="sshd hosts on 127.0.0.N.. (default 100)")
     args = ap.parse_args(argv)
     shown = sys.argv[1:] if argv is None else argv
