@@ -73,8 +73,23 @@ def _fail_user(exc: Exception) -> Exit:
     return Exit(code=4)
 
 
-def _play(playbook: str, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-          skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, more_vars=None) -> None:
+def _play(
+    playbook: str,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+    more_vars=None,
+) -> None:
     from engine.api import run_playbook
     from engine.errors import UserError
 
@@ -82,10 +97,19 @@ def _play(playbook: str, host=None, group=None, limit=None, check=False, diff=Fa
         evars = dict(more_vars or {})
         evars.update(_parse_extra_vars(extra_vars or []))
         result = run_playbook(
-            playbook, inventory or DEFAULT_INVENTORY, limit=_limit(host, group, limit), extra_vars=evars,
-            check=check, diff=diff, tags=[t for t in (tags or "").split(",") if t],
-            skip_tags=[t for t in (skip_tags or "").split(",") if t], forks=int(forks), report=report,
-            junit=junit, verbose=int(verbose or 0), quiet=False,
+            playbook,
+            inventory or DEFAULT_INVENTORY,
+            limit=_limit(host, group, limit),
+            extra_vars=evars,
+            check=check,
+            diff=diff,
+            tags=[t for t in (tags or "").split(",") if t],
+            skip_tags=[t for t in (skip_tags or "").split(",") if t],
+            forks=int(forks),
+            report=report,
+            junit=junit,
+            verbose=int(verbose or 0),
+            quiet=False,
         )
     except UserError as exc:
         raise _fail_user(exc) from None
@@ -99,43 +123,142 @@ _COMMON = dict(help=COMMON_HELP, iterable=["extra_vars"], incrementable=["verbos
 
 
 @task(**_COMMON)
-def play(c, playbook, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-         skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
+def play(
+    c,
+    playbook,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+):
     """Run any playbook (a path, or a name in playbooks/)."""
     _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
 
 
 @task(**_COMMON)
-def provision(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-              skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
+def provision(
+    c,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+):
     """Bring hosts to a healthy vLLM + DFlash server, verified down to the acceptance rate."""
     _play("provision", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
 
 
 @task(**_COMMON)
-def restart_server(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-                   skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
+def restart_server(
+    c,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+):
     """Stop the server (whole process tree), free the GPU, start it again and verify it."""
-    _play("restart-server", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+    _play(
+        "restart-server", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose
+    )
 
 
-@task(help=dict(COMMON_HELP, purge="also remove environments and generated configs (logs are kept)"), iterable=["extra_vars"], incrementable=["verbose"])
-def teardown(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-             skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, purge=False):
+@task(
+    help=dict(COMMON_HELP, purge="also remove environments and generated configs (logs are kept)"),
+    iterable=["extra_vars"],
+    incrementable=["verbose"],
+)
+def teardown(
+    c,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+    purge=False,
+):
     """Stop the server and free the GPU; --purge also removes environments and generated configs."""
-    _play("teardown", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose,
-          more_vars={"teardown_purge": bool(purge)})
+    _play(
+        "teardown",
+        host,
+        group,
+        limit,
+        check,
+        diff,
+        extra_vars,
+        tags,
+        skip_tags,
+        forks,
+        report,
+        junit,
+        inventory,
+        verbose,
+        more_vars={"teardown_purge": bool(purge)},
+    )
 
 
 @task(**_COMMON)
-def rebuild(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-            skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
+def rebuild(
+    c,
+    host=None,
+    group=None,
+    limit=None,
+    check=False,
+    diff=False,
+    extra_vars=None,
+    tags=None,
+    skip_tags=None,
+    forks=8,
+    report=None,
+    junit=None,
+    inventory=None,
+    verbose=0,
+):
     """Nightly: fresh environment beside the current one, switch, restart, verify; roll back on failure."""
     _play("rebuild", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
 
 
-@task(help={"list": "all hosts and groups (like ansible-inventory --list)", "host": "one host's merged variables",
-            "inventory": COMMON_HELP["inventory"]}, name="inventory")
+@task(
+    help={
+        "list": "all hosts and groups (like ansible-inventory --list)",
+        "host": "one host's merged variables",
+        "inventory": COMMON_HELP["inventory"],
+    },
+    name="inventory",
+)
 def inventory_(c, list=False, host=None, inventory=None):  # noqa: A002 - flag name mirrors ansible-inventory
     """Print the inventory as JSON, like ansible-inventory."""
     from engine.errors import UserError
@@ -149,15 +272,31 @@ def inventory_(c, list=False, host=None, inventory=None):  # noqa: A002 - flag n
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-@task(help={"host": COMMON_HELP["host"], "group": COMMON_HELP["group"], "json": "print JSON",
-            "inventory": COMMON_HELP["inventory"], "extra_vars": COMMON_HELP["extra_vars"]}, iterable=["extra_vars"])
+@task(
+    help={
+        "host": COMMON_HELP["host"],
+        "group": COMMON_HELP["group"],
+        "json": "print JSON",
+        "inventory": COMMON_HELP["inventory"],
+        "extra_vars": COMMON_HELP["extra_vars"],
+    },
+    iterable=["extra_vars"],
+)
 def facts(c, host=None, group=None, json=False, inventory=None, extra_vars=None):  # noqa: A002
     """Gather and print facts (OS, python, CPUs, memory, disk, systemd, GPUs)."""
     _report_play("facts", host, group, json, inventory, extra_vars)
 
 
-@task(help={"host": COMMON_HELP["host"], "group": COMMON_HELP["group"], "json": "print JSON",
-            "inventory": COMMON_HELP["inventory"], "extra_vars": COMMON_HELP["extra_vars"]}, iterable=["extra_vars"])
+@task(
+    help={
+        "host": COMMON_HELP["host"],
+        "group": COMMON_HELP["group"],
+        "json": "print JSON",
+        "inventory": COMMON_HELP["inventory"],
+        "extra_vars": COMMON_HELP["extra_vars"],
+    },
+    iterable=["extra_vars"],
+)
 def status(c, host=None, group=None, json=False, inventory=None, extra_vars=None):  # noqa: A002
     """Is the server running and healthy, what it serves, its acceptance rate and GPU memory."""
     _report_play("status", host, group, json, inventory, extra_vars)
@@ -171,8 +310,13 @@ def _report_play(kind: str, host, group, as_json: bool, inventory, extra_vars) -
     from engine.errors import UserError
 
     try:
-        result = run_playbook(kind, inventory or DEFAULT_INVENTORY, limit=_limit(host, group, None),
-                              extra_vars=_parse_extra_vars(extra_vars or []), quiet=True)
+        result = run_playbook(
+            kind,
+            inventory or DEFAULT_INVENTORY,
+            limit=_limit(host, group, None),
+            extra_vars=_parse_extra_vars(extra_vars or []),
+            quiet=True,
+        )
     except UserError as exc:
         raise _fail_user(exc) from None
     if result.error:

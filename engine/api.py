@@ -43,7 +43,11 @@ def resolve_playbook(name: str | Path) -> Path:
     p = Path(name)
     if p.is_file():
         return p
-    for cand in (PROJECT_ROOT / "playbooks" / f"{name}.yaml", PROJECT_ROOT / "playbooks" / f"{name}.yml", PROJECT_ROOT / "playbooks" / str(name)):
+    for cand in (
+        PROJECT_ROOT / "playbooks" / f"{name}.yaml",
+        PROJECT_ROOT / "playbooks" / f"{name}.yml",
+        PROJECT_ROOT / "playbooks" / str(name),
+    ):
         if cand.is_file():
             return cand
     raise UserError(f"playbook '{name}' not found (looked for {p} and playbooks/{name}.yaml)")
@@ -83,8 +87,15 @@ def run_playbook(
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
         runner = Runner(
-            inv, extra_vars=extra_vars, check=check, diff=diff, tags=set(tags or ()), skip_tags=set(skip_tags or ()),
-            forks=forks, limit=limit, console=console,
+            inv,
+            extra_vars=extra_vars,
+            check=check,
+            diff=diff,
+            tags=set(tags or ()),
+            skip_tags=set(skip_tags or ()),
+            forks=forks,
+            limit=limit,
+            console=console,
         )
         hosts = []
         for play in plays:

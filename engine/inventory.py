@@ -90,8 +90,7 @@ class Inventory:
         bad = sorted(set(body) - _GROUP_KEYS)
         if bad:
             raise UserError(
-                f"{where}: group '{name}' has unknown key(s) {', '.join(bad)}; "
-                "a group may only have hosts, vars and children"
+                f"{where}: group '{name}' has unknown key(s) {', '.join(bad)}; a group may only have hosts, vars and children"
             )
         hosts = body.get("hosts") or {}
         if isinstance(hosts, list):

@@ -18,8 +18,23 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = PROJECT_ROOT / "library"
 
 TASK_KEYWORDS = {
-    "name", "register", "when", "loop", "with_items", "loop_control", "retries", "until", "delay",
-    "notify", "tags", "ignore_errors", "changed_when", "failed_when", "no_log", "vars", "listen",
+    "name",
+    "register",
+    "when",
+    "loop",
+    "with_items",
+    "loop_control",
+    "retries",
+    "until",
+    "delay",
+    "notify",
+    "tags",
+    "ignore_errors",
+    "changed_when",
+    "failed_when",
+    "no_log",
+    "vars",
+    "listen",
     "check_mode",
 }
 PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks"}
@@ -149,8 +164,7 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
     module = module_keys[0]
     if module not in known:
         raise UserError(
-            f"{label}: unknown module '{module}'; available modules: {', '.join(sorted(known))} "
-            "(or a misspelt task keyword)"
+            f"{label}: unknown module '{module}'; available modules: {', '.join(sorted(known))} (or a misspelt task keyword)"
         )
     args = raw[module]
     if args is None:
@@ -164,14 +178,18 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         unknown_args = sorted(set(args) - set(spec))
         if unknown_args:
             raise UserError(
-                f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)}; "
-                f"it accepts: {', '.join(sorted(spec))}"
+                f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)}; it accepts: {', '.join(sorted(spec))}"
             )
         missing = [a for a, o in spec.items() if o.get("required") and a not in args]
         if missing:
             raise UserError(f"{label}: module '{module}' needs argument(s) {', '.join(missing)}")
     loop = raw.get("loop", raw.get("with_items"))
     loop_control = raw.get("loop_control") or {}
+    if not isinstance(loop_control, dict):
+        raise UserError(f"{label}: 'loop_control' must be a mapping, e.g. loop_control: {{loop_var: model}}")
+    register = raw.get("register")
+    if register is not None and not (isinstance(register, str) and register.isidentifier()):
+        raise UserError(f"{label}: 'register' must be a variable name, got {register!r}")
     try:
         retries = raw.get("retries")
         retries = int(retries) if retries is not None else None
@@ -188,7 +206,7 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         source=source,
         role=role,
         role_dir=role_dir,
-        register=raw.get("register"),
+        register=register,
         when=_as_list(raw.get("when")),
         loop=loop,
         loop_var=str(loop_control.get("loop_var", "item")),
@@ -245,6 +263,8 @@ def load_role(entry: Any, playbook: Path, where: str, play: Play) -> None:
         name, params = entry, {}
     elif isinstance(entry, dict) and "role" in entry:
         name = str(entry["role"])
+        if not isinstance(entry.get("vars") or {}, dict):
+            raise UserError(f"{where}: 'vars' of role '{name}' must be a mapping")
         params = dict(entry.get("vars") or {})
         params.update({k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when")})
         role_tags = {str(t) for t in _as_list(entry.get("tags"))}
@@ -285,7 +305,9 @@ def load_playbook(path: str | Path) -> list[Play]:
             raise UserError(f"{where}: a play must be a mapping with 'hosts:'")
         bad = sorted(set(raw) - PLAY_KEYWORDS)
         if bad:
-            raise UserError(f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(PLAY_KEYWORDS))}")
+            raise UserError(
+                f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(PLAY_KEYWORDS))}"
+            )
         if "hosts" not in raw:
             raise UserError(f"{where}: the play has no 'hosts:' (a host, group or pattern, e.g. all)")
         play_vars = raw.get("vars") or {}
@@ -316,6 +338,8 @@ def load_playbook(path: str | Path) -> list[Play]:
         for t in play.tasks:
             for n in t.notify:
                 if n not in names:
-                    raise UserError(f"{t.source} ('{t.name}'): notifies '{n}', but no handler has that name; handlers: {', '.join(sorted(names)) or '(none)'}")
+                    raise UserError(
+                        f"{t.source} ('{t.name}'): notifies '{n}', but no handler has that name; handlers: {', '.join(sorted(names)) or '(none)'}"
+                    )
         plays.append(play)
     return plays

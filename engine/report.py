@@ -116,7 +116,9 @@ class Console:
     def host_result(self, res: TaskResult) -> None:
         with self._lock:
             self._pending.discard(res.host)
-        label = {"ok": "ok", "changed": "changed", "failed": "failed", "skipped": "skipping", "unreachable": "unreachable"}[res.status]
+        label = {"ok": "ok", "changed": "changed", "failed": "failed", "skipped": "skipping", "unreachable": "unreachable"}[
+            res.status
+        ]
         if res.ignored:
             label = "failed (ignored)"
         line = f"{label}: [{res.host}]"
@@ -140,7 +142,15 @@ class Console:
         self._banner("PLAY RECAP")
         width = max((len(h) for h in stats), default=4)
         for host, counts in stats.items():
-            status = "failed" if counts["failed"] else "unreachable" if counts["unreachable"] else "changed" if counts["changed"] else "ok"
+            status = (
+                "failed"
+                if counts["failed"]
+                else "unreachable"
+                if counts["unreachable"]
+                else "changed"
+                if counts["changed"]
+                else "ok"
+            )
             line = f"{host:<{width}} : " + "  ".join(f"{s}={counts[s]}" for s in STATUSES)
             self._write(self._color(line, status))
         self._write(f"\n{elapsed:.2f}s")
@@ -180,15 +190,17 @@ def write_junit(path: str, results: list[TaskResult], name: str) -> None:
         by_host.setdefault(r.host, []).append(r)
     parts = ['<?xml version="1.0" encoding="UTF-8"?>']
     total_f = sum(1 for r in results if r.status in ("failed", "unreachable") and not r.ignored)
-    parts.append(f"<testsuites name={quoteattr(name)} tests=\"{len(results)}\" failures=\"{total_f}\">")
+    parts.append(f'<testsuites name={quoteattr(name)} tests="{len(results)}" failures="{total_f}">')
     for host, items in by_host.items():
         fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
         skips = sum(1 for r in items if r.status == "skipped")
         t = sum(r.duration_s for r in items)
-        parts.append(f"  <testsuite name={quoteattr(host)} tests=\"{len(items)}\" failures=\"{fails}\" skipped=\"{skips}\" time=\"{t:.3f}\">")
+        parts.append(
+            f'  <testsuite name={quoteattr(host)} tests="{len(items)}" failures="{fails}" skipped="{skips}" time="{t:.3f}">'
+        )
         for r in items:
             label = f"{r.role} : {r.task}" if r.role else r.task
-            parts.append(f"    <testcase classname={quoteattr(host)} name={quoteattr(label)} time=\"{r.duration_s:.3f}\">")
+            parts.append(f'    <testcase classname={quoteattr(host)} name={quoteattr(label)} time="{r.duration_s:.3f}">')
             if r.status in ("failed", "unreachable") and not r.ignored:
                 parts.append(f"      <failure message={quoteattr(r.msg[:500])}>{escape(r.msg)}</failure>")
             elif r.status == "skipped":

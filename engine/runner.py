@@ -7,6 +7,7 @@ the output reads as a runbook. A failed host stops; the others go on. Unreachabl
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -23,14 +24,24 @@ from engine import runtime
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host, Inventory
 from engine.playbook import LIBRARY, Play, Task, module_args_spec, modules
-from engine.templating import Templar, undefined_name
+from engine.templating import Templar, is_template, to_bool, undefined_name
 from engine.transport import Transport, WorkerDied, connect
 
 STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
+# Names every task may use besides variables: the `magic` layer of Runner.variables, facts, and the
+# `result` bound while changed_when/failed_when/until are evaluated.
 MAGIC_VARS = {
-    "inventory_hostname", "group_names", "groups", "hostvars", "ansible_check_mode", "ansible_diff_mode",
-    "playbook_dir", "role_path", "facts", "result", "omit", "range", "lipsum", "dict", "cycler", "joiner",
-    "namespace", "true", "false", "none", "True", "False", "None",
+    "inventory_hostname",
+    "group_names",
+    "groups",
+    "hostvars",
+    "ansible_check_mode",
+    "ansible_diff_mode",
+    "playbook_dir",
+    "role_path",
+    "omit",
+    "facts",
+    "result",
 }
 
 
@@ -50,9 +61,16 @@ class TaskResult:
 
     def as_report(self) -> dict:
         return {
-            "host": self.host, "role": self.role, "task": self.task, "module": self.module,
-            "status": self.status, "changed": self.changed, "msg": self.msg,
-            "duration_s": round(self.duration_s, 4), "ignored": self.ignored, "handler": self.handler,
+            "host": self.host,
+            "role": self.role,
+            "task": self.task,
+            "module": self.module,
+            "status": self.status,
+            "changed": self.changed,
+            "msg": self.msg,
+            "duration_s": round(self.duration_s, 4),
+            "ignored": self.ignored,
+            "handler": self.handler,
             "warnings": self.result.get("warnings", []),
         }
 
@@ -87,22 +105,26 @@ def _common_module():
 _IMPORT_RE = re.compile(r"^\s*(?:from\s+(\w+)\s+import|import\s+(\w+))", re.M)
 
 
-def module_sources(name: str, have: set[str]) -> dict[str, str]:
-    """The module's source and those of the library files it imports, minus what the worker has."""
+@functools.cache
+def _closure(name: str) -> tuple[tuple[str, str], ...]:
+    """(name, source) of a library module and every library file it imports, read once per run."""
     out: dict[str, str] = {}
     stack = [name]
     while stack:
         n = stack.pop()
-        if n in out or n in have:
+        if n in out:
             continue
-        path = LIBRARY / f"{n}.py"
-        src = path.read_text(encoding="utf-8")
-        out[n] = src
+        out[n] = src = (LIBRARY / f"{n}.py").read_text(encoding="utf-8")
         for a, b in _IMPORT_RE.findall(src):
             dep = a or b
             if (LIBRARY / f"{dep}.py").is_file():
                 stack.append(dep)
-    return out
+    return tuple(out.items())
+
+
+def module_sources(name: str, have: set[str]) -> dict[str, str]:
+    """The module's source and those of the library files it imports, minus what the worker has."""
+    return {n: src for n, src in _closure(name) if n not in have}
 
 
 class Runner:
@@ -134,6 +156,8 @@ class Runner:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self.secrets: set[str] = set()
+        self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
+        self._refs_cache: dict[str, set[str]] = {}
 
     # -- planning ---------------------------------------------------------------------------------
     def hosts_for(self, play: Play) -> list[str]:
@@ -170,18 +194,24 @@ class Runner:
                         continue
                     names = known | set(task.vars) | set(task.role_vars)
                     self._check_undefined(task, names, ChainMap(task.vars, task.role_vars, base), meta, env)
+            for task in play.tasks + play.handlers:  # argument types do not depend on the host
+                if self.task_selected(task):
                     self._check_static_types(task, common)
 
     def _check_undefined(self, task: Task, known: set[str], values: ChainMap, meta, env) -> None:
         seen: set[str] = set()
 
+        cache = self._refs_cache
+
         def refs(value: Any) -> set[str]:
             found: set[str] = set()
-            if isinstance(value, str) and ("{{" in value or "{%" in value):
-                try:
-                    found |= meta.find_undeclared_variables(env.parse(value))
-                except Exception as exc:
-                    raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
+            if isinstance(value, str) and is_template(value):
+                if value not in cache:  # the same strings recur for every host and task: parse each once
+                    try:
+                        cache[value] = meta.find_undeclared_variables(env.parse(value))
+                    except Exception as exc:
+                        raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
+                found |= cache[value]
             elif isinstance(value, dict):
                 for k, v in value.items():
                     found |= refs(k) | refs(v)
@@ -219,9 +249,7 @@ class Runner:
         if not spec:
             return
         for name, value in task.args.items():
-            if name not in spec or isinstance(value, str) and ("{{" in value or "{%" in value):
-                continue
-            if isinstance(value, (dict, list)) and "{{" in str(value):
+            if name not in spec or is_template(str(value)):
                 continue
             try:
                 common.check_args({name: spec[name]}, {name: value}, task.module)
@@ -234,6 +262,8 @@ class Runner:
         magic = {
             "inventory_hostname": host.name,
             "group_names": [g for g in host.groups if g != "all"],
+            "groups": self._groups,
+            "hostvars": {h: hv.vars for h, hv in self.inventory.hosts.items()},
             "ansible_check_mode": self.check,
             "ansible_diff_mode": self.diff,
             "playbook_dir": str(play.source.parent),
@@ -267,6 +297,15 @@ class Runner:
                 if isinstance(value, str) and len(value) >= 4:
                     self.secrets.add(value)
 
+    def redact_obj(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self.redact_obj(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact_obj(v) for v in value]
+        return value
+
     def redact(self, text: str) -> str:
         for s in self.secrets:
             if s in text:
@@ -280,9 +319,17 @@ class Runner:
         def transient(exc: BaseException) -> bool:
             return not isinstance(exc, (HostUnreachable, UserError))
 
-        attempts = int(state.host.vars.get("dfp_connect_retries", 3))
+        try:
+            attempts = max(1, int(state.host.vars.get("dfp_connect_retries", 3)))
+        except (TypeError, ValueError):
+            raise HostUnreachable(f"dfp_connect_retries of host {state.host.name} must be a whole number") from None
 
-        @retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=0.3, max=2), retry=retry_if_exception(transient), reraise=True)
+        @retry(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential(multiplier=0.3, max=2),
+            retry=retry_if_exception(transient),
+            reraise=True,
+        )
         def attempt() -> Transport:
             return connect(state.host)
 
@@ -355,10 +402,8 @@ class Runner:
         finally:
             # Every host at once: each close waits for its worker to exit (a serial loop cost 10-20 ms a host).
             open_states = [s for s in self.states.values() if s.transport is not None]
-            if len(open_states) > 1:
-                list(self._pool.map(self._close_host, open_states))
-            for state in open_states[:1] if len(open_states) == 1 else []:
-                self._close_host(state)
+            if open_states:
+                self._parallel(open_states, self._close_host)
             self._pool.shutdown(wait=False, cancel_futures=True)
         return self.results
 
@@ -424,9 +469,26 @@ class Runner:
     def _gather_facts(self, state: HostState, play: Play) -> None:
         started = time.monotonic()
         view = self.variables(state, play, None)
-        args = {"nvidia_smi": view.get("nvidia_smi", "nvidia-smi")}
-        if "facts_disk_paths" in view:
-            args["disk_paths"] = view["facts_disk_paths"]
+        try:
+            args = {"nvidia_smi": view.get("nvidia_smi", "nvidia-smi")}
+            if "facts_disk_paths" in view:
+                args["disk_paths"] = view["facts_disk_paths"]
+        except Exception as exc:
+            state.failed = True
+            self._record(
+                state,
+                TaskResult(
+                    state.host.name,
+                    "Gathering facts",
+                    None,
+                    "facts",
+                    "failed",
+                    False,
+                    f"cannot render nvidia_smi / facts_disk_paths for this host: {exc}",
+                    0.0,
+                ),
+            )
+            return
         spec = module_args_spec("facts") or {}
         args = {k: v for k, v in args.items() if k in spec}
         try:
@@ -439,8 +501,20 @@ class Runner:
         status = "failed" if result.get("failed") else "ok"
         if status == "failed":
             state.failed = True
-        self._record(state, TaskResult(state.host.name, "Gathering facts", None, "facts", status, False,
-                                       str(result.get("msg", "")), time.monotonic() - started, result))
+        self._record(
+            state,
+            TaskResult(
+                state.host.name,
+                "Gathering facts",
+                None,
+                "facts",
+                status,
+                False,
+                str(result.get("msg", "")),
+                time.monotonic() - started,
+                result,
+            ),
+        )
 
     def _unreachable(self, state: HostState, task_name: str, msg: str) -> None:
         state.unreachable = True
@@ -448,7 +522,13 @@ class Runner:
         self._record(state, TaskResult(state.host.name, task_name, None, "-", "unreachable", False, msg, 0.0))
 
     def _record(self, state: HostState, res: TaskResult) -> None:
+        """Count, keep and show a result; secrets are masked in everything shown or reported.
+
+        The result shown is a masked copy: the registered one (used by later tasks) stays intact.
+        """
         res.msg = self.redact(res.msg)
+        if self.secrets:
+            res.result = self.redact_obj(res.result)
         state.stats["ignored" if res.ignored else res.status] += 1
         with self._lock:
             self.results.append(res)
@@ -467,8 +547,10 @@ class Runner:
         except Exception as exc:  # a template or engine error tied to this task
             name = undefined_name(exc)
             if name:
-                msg = (f"{task.source} ('{task.name}'): '{name}' is undefined while rendering this task "
-                       f"({exc}); define it or guard the task with a `when:`")
+                msg = (
+                    f"{task.source} ('{task.name}'): '{name}' is undefined while rendering this task "
+                    f"({exc}); define it or guard the task with a `when:`"
+                )
             else:
                 msg = f"{task.source} ('{task.name}'): {type(exc).__name__}: {exc}"
             res = {"failed": True, "changed": False, "msg": msg}
@@ -492,14 +574,29 @@ class Runner:
         if task.no_log:
             msg = "(output hidden: no_log)"
             res = {k: res.get(k) for k in ("changed", "failed", "skipped")}
-        self._record(state, TaskResult(state.host.name, task.name, task.role, task.module, status,
-                                       bool(res.get("changed")), str(msg), duration, res, ignored, handler))
+        self._record(
+            state,
+            TaskResult(
+                state.host.name,
+                task.name,
+                task.role,
+                task.module,
+                status,
+                bool(res.get("changed")),
+                str(msg),
+                duration,
+                res,
+                ignored,
+                handler,
+            ),
+        )
 
     def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
         view = self.variables(state, play, task)
-        for cond in task.when:
-            if not self._truth(cond, view):
-                return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
+        if task.loop is None:  # a looped task's `when` is evaluated per item (it may use the loop variable)
+            for cond in task.when:
+                if not self._truth(cond, view):
+                    return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
         if task.loop is None:
             result = self._run_with_retries(state, play, task, None)
         else:
@@ -520,10 +617,7 @@ class Runner:
         return result
 
     def _truth(self, expr: Any, view) -> bool:
-        value = self.templar.evaluate(expr, view)
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "yes", "1", "on")
-        return bool(value)
+        return to_bool(self.templar.evaluate(expr, view))
 
     def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None) -> dict:
         attempts = 1 + (task.retries if task.retries is not None else (3 if task.until is not None else 0))
@@ -538,15 +632,21 @@ class Runner:
             result = self._apply_conditions(state, play, task, extra, result)
             if task.until is None:
                 break
-            check_view = self.variables(state, play, task, dict(extra or {}, result=result, **({task.register: result} if task.register else {})))
+            check_view = self.variables(
+                state, play, task, dict(extra or {}, result=result, **({task.register: result} if task.register else {}))
+            )
             if self._truth(task.until, check_view):
                 result["attempts"] = attempt
                 break
             if attempt < attempts:
                 time.sleep(task.delay)
             else:
-                result = dict(result, failed=True, attempts=attempt,
-                              msg=f"gave up after {attempt} attempts: until '{task.until}' stayed false; last: {result.get('msg', '')}")
+                result = dict(
+                    result,
+                    failed=True,
+                    attempts=attempt,
+                    msg=f"gave up after {attempt} attempts: until '{task.until}' stayed false; last: {result.get('msg', '')}",
+                )
         return result
 
     def _apply_conditions(self, state, play, task, extra, result: dict) -> dict:
@@ -581,7 +681,7 @@ class Runner:
 
     def _module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None) -> dict:
         progress = None
-        if self.console and task is not None:
+        if self.console and task is not None and not task.no_log:
             progress = lambda msg, h=state.host.name: self.console.progress(h, self.redact(msg))  # noqa: E731
         reply = self._call(state, {"op": "run", "module": module, "args": args, "check": check, "diff": self.diff}, progress)
         if "result" not in reply:
@@ -590,8 +690,8 @@ class Runner:
 
     # -- engine actions (run on the control node) --------------------------------------------------
     def _action_assert(self, state, play, task, args, view, check) -> dict:
-        conditions = args["that"] if isinstance(args["that"], list) else [args["that"]]
-        for cond in task.args["that"] if isinstance(task.args["that"], list) else [task.args["that"]]:
+        conditions = task.args["that"] if isinstance(task.args["that"], list) else [task.args["that"]]
+        for cond in conditions:
             if not self._truth(cond, view):
                 return {"failed": True, "changed": False, "msg": args.get("fail_msg") or f"assertion failed: {cond}"}
         return {"changed": False, "msg": args.get("success_msg") or f"all {len(conditions)} assertion(s) passed"}
@@ -619,8 +719,10 @@ class Runner:
         for c in candidates:
             if c.exists():
                 return c
-        raise TaskError(f"{task.source} ('{task.name}'): {sub[:-1]} source '{src}' not found; looked in "
-                        + ", ".join(str(c) for c in candidates))
+        raise TaskError(
+            f"{task.source} ('{task.name}'): {sub[:-1]} source '{src}' not found; looked in "
+            + ", ".join(str(c) for c in candidates)
+        )
 
     def _action_template(self, state, play, task, args, view, check) -> dict:
         src = self._resolve_local(task, play, args["src"], "templates/")
@@ -641,8 +743,10 @@ class Runner:
             dest_dir = dest
         else:
             if args.get("delete_extra"):
-                raise TaskError(f"{task.source} ('{task.name}'): delete_extra needs a folder as src; with a single file "
-                                "it would delete the other files beside dest")
+                raise TaskError(
+                    f"{task.source} ('{task.name}'): delete_extra needs a folder as src; with a single file "
+                    "it would delete the other files beside dest"
+                )
             entries = [(src, os.path.basename(dest.rstrip("/")) if not dest.endswith("/") else src.name)]
             dest_dir = os.path.dirname(dest.rstrip("/")) if not dest.endswith("/") else dest
         manifest = []

@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from engine.errors import HostUnreachable
 PACKAGES = ("psutil", "tenacity")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflash-provision"
 _built: dict[str, tuple[str, bytes]] = {}
+_build_lock = threading.Lock()  # hosts connect in parallel threads: build (and download) once
 
 
 def _package_dir(name: str) -> Path | None:
@@ -67,9 +69,22 @@ def _from_wheels(hello: dict) -> list[Path]:
     if not all((unpacked / p).is_dir() for p in PACKAGES):
         wheel_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--no-deps",
-            "--python-version", pyver, "--platform", f"manylinux2014_{machine}", "--implementation", "cp",
-            "-d", str(wheel_dir), *PACKAGES,
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "--no-deps",
+            "--python-version",
+            pyver,
+            "--platform",
+            f"manylinux2014_{machine}",
+            "--implementation",
+            "cp",
+            "-d",
+            str(wheel_dir),
+            *PACKAGES,
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -88,6 +103,11 @@ def runtime_for(hello: dict) -> tuple[str, bytes]:
     """(key, zip bytes) of a runtime that the host described in `hello` can import."""
     fits = _local_fits(hello)
     cache_key = "local" if fits else f"{hello.get('python')}-{hello.get('machine')}"
+    with _build_lock:
+        return _build(cache_key, fits, hello)
+
+
+def _build(cache_key: str, fits: bool, hello: dict) -> tuple[str, bytes]:
     if cache_key not in _built:
         dirs = [_package_dir(p) for p in PACKAGES] if fits else _from_wheels(hello)
         if any(d is None for d in dirs):

@@ -23,7 +23,7 @@ from engine.errors import TaskError
 _SINGLE_EXPR = re.compile(r"^\{\{\s*((?:(?!\{\{|\}\}).)*?)\s*\}\}$", re.S)
 
 
-def _to_bool(value: Any) -> bool:
+def to_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value)
@@ -51,7 +51,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         to_json=lambda v, **kw: json.dumps(v, **kw),
         to_nice_json=lambda v, indent=2: json.dumps(v, indent=indent, sort_keys=True),
         from_json=json.loads,
-        bool=_to_bool,
+        bool=to_bool,
         basename=os.path.basename,
         dirname=os.path.dirname,
         expanduser=os.path.expanduser,
@@ -80,7 +80,7 @@ def environment() -> jinja2.Environment:
     return _ENV
 
 
-def _is_template(value: str) -> bool:
+def is_template(value: str) -> bool:
     return "{{" in value or "{%" in value
 
 
@@ -138,7 +138,7 @@ class Templar:
         return t
 
     def render_string(self, source: str, variables: Mapping) -> Any:
-        if not _is_template(source):
+        if not is_template(source):
             return source
         m = _SINGLE_EXPR.match(source)
         if m and "{%" not in source:
@@ -177,8 +177,7 @@ class Templar:
     def render_file(self, path: str, variables: Mapping) -> str:
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
-        template = self.env.from_string(source)
-        template.filename = path
+        template = self._template(source)
         ctx = template.new_context(variables, shared=True)
         return concat(template.root_render_func(ctx))
 

@@ -28,8 +28,7 @@ WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_bytes()
 _PAYLOAD = base64.b64encode(zlib.compress(WORKER_SOURCE, 9)) + b"\n"
 # Fixed text: no value is ever interpolated into it. The worker source arrives on stdin.
 BOOTSTRAP = (
-    "import sys,zlib,base64;"
-    "exec(compile(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())),'dfp-worker','exec'))"
+    "import sys,zlib,base64;exec(compile(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())),'dfp-worker','exec'))"
 )
 
 

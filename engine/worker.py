@@ -37,7 +37,7 @@ class SourceFinder:  # the finder and loader protocols; importlib.abc costs ~12 
     def _source_name(self, fullname):
         """Task modules load under dfp_task_NAME so `stat` or `copy` never shadow the standard library."""
         if fullname.startswith(self.TASK_PREFIX):
-            name = fullname[len(self.TASK_PREFIX):]
+            name = fullname[len(self.TASK_PREFIX) :]
             return name if name in self.sources else None
         if fullname in self.sources and fullname not in STDLIB:
             return fullname
@@ -149,16 +149,18 @@ def main():
                 import sysconfig
 
                 use_runtime(req.get("runtime", ""))
-                send({
-                    "id": rid,
-                    "python": platform.python_version(),
-                    "executable": sys.executable,
-                    "platform": sysconfig.get_platform(),
-                    "machine": platform.machine(),
-                    "libc": "-".join(platform.libc_ver()),
-                    "missing": missing_packages(),
-                    "pid": os.getpid(),
-                })
+                send(
+                    {
+                        "id": rid,
+                        "python": platform.python_version(),
+                        "executable": sys.executable,
+                        "platform": sysconfig.get_platform(),
+                        "machine": platform.machine(),
+                        "libc": "-".join(platform.libc_ver()),
+                        "missing": missing_packages(),
+                        "pid": os.getpid(),
+                    }
+                )
             elif op == "runtime":
                 send({"id": rid, "missing": install_runtime(req["key"], req["zip"])})
             elif op == "run":
@@ -189,15 +191,17 @@ def main():
         except Exception as exc:  # a module bug: report it with the traceback, keep serving
             import traceback
 
-            send({
-                "id": rid,
-                "result": {
-                    "failed": True,
-                    "changed": False,
-                    "msg": "module {} crashed: {}: {}".format(req.get("module"), type(exc).__name__, exc),
-                    "exception": traceback.format_exc(),
-                },
-            })
+            send(
+                {
+                    "id": rid,
+                    "result": {
+                        "failed": True,
+                        "changed": False,
+                        "msg": "module {} crashed: {}: {}".format(req.get("module"), type(exc).__name__, exc),
+                        "exception": traceback.format_exc(),
+                    },
+                }
+            )
 
 
 main()

@@ -129,3 +129,16 @@ def test_inventory_cli_prints_ansible_like_json(tmp_path):
     assert data["_meta"]["hostvars"]["a"] == {"x": 1, "y": 2} and data["g"]["hosts"] == ["a"]
     code, out = invoke("inventory", "--host", "a", "-i", str(invp))
     assert json.loads(out) == {"x": 1, "y": 2}
+
+
+@pytest.mark.parametrize(
+    "task,needles",
+    [
+        ({"name": "t", "debug": {"msg": "x"}, "loop": [1], "loop_control": "item2"}, ["'loop_control' must be a mapping"]),
+        ({"name": "t", "debug": {"msg": "x"}, "register": ["a"]}, ["'register' must be a variable name"]),
+    ],
+)
+def test_malformed_task_keywords_are_clear(tmp_path, task, needles):
+    pb, invp, marker = _setup(tmp_path, [task])
+    code, out = invoke("play", str(pb), "-i", str(invp))
+    assert_clean_error(code, out, marker, *needles)

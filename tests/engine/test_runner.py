@@ -145,3 +145,34 @@ def test_runtime_is_shipped_to_a_host_without_psutil(ssh_hosts, inventory_file, 
     assert facts_row.status == "ok"
     home = os.path.expanduser(f"~{ssh_hosts[0].user}")
     assert os.path.isdir(os.path.join(home, ".cache", "dflash-provision", "runtime"))
+
+
+def test_when_may_use_the_loop_variable(inventory_file, tmp_path, shared_tmp):
+    inv = inventory_file(local=True)
+    tasks = [{"name": "Only the wanted items", "file": {"path": f"{shared_tmp}/{{{{ item }}}}", "state": "directory"},
+              "loop": ["keep", "skip"], "when": "item != 'skip'"}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert res.exit_code == 0, res.tasks
+    assert (shared_tmp / "keep").is_dir() and not (shared_tmp / "skip").exists()
+
+
+def test_groups_and_hostvars_are_available(inventory_file, tmp_path):
+    inv = inventory_file(local=True, groups={"gpu": ["local"]}, host_vars={"local": {"port": 8011}})
+    tasks = [{"name": "Magic variables", "assert": {"that": ["groups['gpu'] == ['local']", "hostvars['local'].port == 8011"]}}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert res.exit_code == 0, res.tasks
+
+
+def test_secrets_are_masked_in_diffs_and_warnings_but_registered_intact(inventory_file, tmp_path, shared_tmp):
+    inv = inventory_file(local=True)
+    secret = "hf_TOPSECRET_42"
+    dest = shared_tmp / "env"
+    tasks = [{"name": "Write a file holding the token", "copy": {"content": "HF_TOKEN={{ hf_token }}\n", "dest": str(dest)},
+              "register": "written"},
+             {"name": "The registered result still works", "assert": {"that": ["written.changed"]}}]
+    report = tmp_path / "r.json"
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks, vars={"hf_token": secret}), inv, diff=True, report=str(report))
+    assert res.exit_code == 0, res.tasks
+    assert dest.read_text() == f"HF_TOKEN={secret}\n"
+    shown = json.dumps([r.result for r in res.results]) + report.read_text()
+    assert secret not in shown
