@@ -144,48 +144,21 @@ def play(
     _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
 
 
-@task(**_COMMON)
-def provision(
-    c,
-    host=None,
-    group=None,
-    limit=None,
-    check=False,
-    diff=False,
-    extra_vars=None,
-    tags=None,
-    skip_tags=None,
-    forks=8,
-    report=None,
-    junit=None,
-    inventory=None,
-    verbose=0,
-):
-    """Bring hosts to a healthy vLLM + DFlash server, verified down to the acceptance rate."""
-    _play("provision", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+def _playbook_task(playbook: str, doc: str):
+    """An Invoke task that runs playbooks/PLAYBOOK.yaml with the common options (one signature for all)."""
+
+    def run(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
+            skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
+        _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+
+    run.__name__ = run.__qualname__ = playbook.replace("-", "_")
+    run.__doc__ = doc
+    return task(**_COMMON)(run)
 
 
-@task(**_COMMON)
-def restart_server(
-    c,
-    host=None,
-    group=None,
-    limit=None,
-    check=False,
-    diff=False,
-    extra_vars=None,
-    tags=None,
-    skip_tags=None,
-    forks=8,
-    report=None,
-    junit=None,
-    inventory=None,
-    verbose=0,
-):
-    """Stop the server (whole process tree), free the GPU, start it again and verify it."""
-    _play(
-        "restart-server", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose
-    )
+provision = _playbook_task("provision", "Bring hosts to a healthy vLLM + DFlash server, verified down to the acceptance rate.")
+restart_server = _playbook_task("restart-server", "Stop the server (whole process tree), free the GPU, start it again and verify it.")
+rebuild = _playbook_task("rebuild", "Nightly: fresh environment beside the current one, switch, restart, verify; roll back on failure.")
 
 
 @task(
@@ -193,62 +166,11 @@ def restart_server(
     iterable=["extra_vars"],
     incrementable=["verbose"],
 )
-def teardown(
-    c,
-    host=None,
-    group=None,
-    limit=None,
-    check=False,
-    diff=False,
-    extra_vars=None,
-    tags=None,
-    skip_tags=None,
-    forks=8,
-    report=None,
-    junit=None,
-    inventory=None,
-    verbose=0,
-    purge=False,
-):
+def teardown(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
+             skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, purge=False):
     """Stop the server and free the GPU; --purge also removes environments and generated configs."""
-    _play(
-        "teardown",
-        host,
-        group,
-        limit,
-        check,
-        diff,
-        extra_vars,
-        tags,
-        skip_tags,
-        forks,
-        report,
-        junit,
-        inventory,
-        verbose,
-        more_vars={"teardown_purge": bool(purge)},
-    )
-
-
-@task(**_COMMON)
-def rebuild(
-    c,
-    host=None,
-    group=None,
-    limit=None,
-    check=False,
-    diff=False,
-    extra_vars=None,
-    tags=None,
-    skip_tags=None,
-    forks=8,
-    report=None,
-    junit=None,
-    inventory=None,
-    verbose=0,
-):
-    """Nightly: fresh environment beside the current one, switch, restart, verify; roll back on failure."""
-    _play("rebuild", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+    _play("teardown", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory,
+          verbose, more_vars={"teardown_purge": bool(purge)})
 
 
 @task(
