@@ -469,52 +469,28 @@ class Runner:
     def _gather_facts(self, state: HostState, play: Play) -> None:
         started = time.monotonic()
         view = self.variables(state, play, None)
+        spec = module_args_spec("facts") or {}
         try:
             args = {"nvidia_smi": view.get("nvidia_smi", "nvidia-smi")}
             if "facts_disk_paths" in view:
                 args["disk_paths"] = view["facts_disk_paths"]
-        except Exception as exc:
-            state.failed = True
-            self._record(
-                state,
-                TaskResult(
-                    state.host.name,
-                    "Gathering facts",
-                    None,
-                    "facts",
-                    "failed",
-                    False,
-                    f"cannot render nvidia_smi / facts_disk_paths for this host: {exc}",
-                    0.0,
-                ),
-            )
-            return
-        spec = module_args_spec("facts") or {}
-        args = {k: v for k, v in args.items() if k in spec}
-        try:
-            reply = self._call(state, {"op": "run", "module": "facts", "args": args, "check": False, "diff": False})
-        except HostUnreachable as exc:
-            self._unreachable(state, "Gathering facts", str(exc))
-            return
-        result = reply.get("result", {})
+        except Exception as exc:  # an undefined name in their values
+            result = {"failed": True, "msg": f"cannot render nvidia_smi / facts_disk_paths for this host: {exc}"}
+        else:
+            args = {k: v for k, v in args.items() if k in spec}
+            try:
+                reply = self._call(state, {"op": "run", "module": "facts", "args": args, "check": False, "diff": False})
+            except HostUnreachable as exc:
+                self._unreachable(state, "Gathering facts", str(exc))
+                return
+            result = reply.get("result", {})
         state.facts = result.get("facts", {})
         status = "failed" if result.get("failed") else "ok"
         if status == "failed":
             state.failed = True
-        self._record(
-            state,
-            TaskResult(
-                state.host.name,
-                "Gathering facts",
-                None,
-                "facts",
-                status,
-                False,
-                str(result.get("msg", "")),
-                time.monotonic() - started,
-                result,
-            ),
-        )
+        duration = time.monotonic() - started
+        self._record(state, TaskResult(state.host.name, "Gathering facts", None, "facts", status, False,
+                                       str(result.get("msg", "")), duration, result))
 
     def _unreachable(self, state: HostState, task_name: str, msg: str) -> None:
         state.unreachable = True
