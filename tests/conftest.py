@@ -70,3 +70,13 @@ def shared_tmp(tmp_path):
     os.chmod(d, 0o777)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def gpu():
+    """A stand-in nvidia-smi (tests/fakes/nvidia-smi) whose GPU holders are real processes the test starts."""
+    from tests.fakes.gpu_holder import FakeGpu
+
+    fake = FakeGpu()
+    yield fake
+    fake.cleanup()

@@ -246,3 +246,15 @@ class FakeGpu:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+# A process tree shaped like a vLLM server: a top process that ignores SIGTERM, a worker with a
+# grandchild in the same group, and a child that double-forked out of the group (recorded in the pidfile).
+SERVER_TREE = {
+    "name": "top",
+    "ignore_term": True,
+    "children": [
+        {"name": "worker", "mib": 2048, "children": [{"name": "grandchild", "mib": 512}]},
+        {"name": "detached", "mib": 1024, "detach": True},
+    ],
+}

@@ -28,20 +28,13 @@ from gpu_processes import (
     select_gpus,
 )
 
-from tests.fakes.gpu_holder import FakeGpu
+from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "library" / "gpu_processes.py"
 OTHER_USER = "dfp-gpu-other"
 
-TREE = {
-    "name": "top",
-    "ignore_term": True,
-    "children": [
-        {"name": "worker", "mib": 2048, "children": [{"name": "grandchild", "mib": 512}]},
-        {"name": "detached", "mib": 1024, "detach": True},
-    ],
-}
+TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
 
 
 # ---------------------------------------------------------------- pure decisions
@@ -153,13 +146,6 @@ def test_compute_apps_parsing(text, expected):
 
 
 # ---------------------------------------------------------------- the module on real processes
-
-
-@pytest.fixture
-def gpu():
-    fake = FakeGpu()
-    yield fake
-    fake.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -24,23 +24,9 @@ from _proc import (
     write_pidfile,
 )
 
-from tests.fakes.gpu_holder import FakeGpu
+from tests.fakes.gpu_holder import SERVER_TREE
 
-TREE = {
-    "name": "top",
-    "ignore_term": True,
-    "children": [
-        {"name": "worker", "mib": 2048, "children": [{"name": "grandchild", "mib": 512}]},
-        {"name": "detached", "mib": 1024, "detach": True},
-    ],
-}
-
-
-@pytest.fixture
-def gpu():
-    fake = FakeGpu()
-    yield fake
-    fake.cleanup()
+TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
 
 
 def _record(pid=1234, start=1700000000.5, cmdline=("python3", "-m", "vllm"), tree=()):

@@ -13,7 +13,7 @@ import pytest
 from _proc import write_pidfile
 
 from engine.api import run_playbook
-from tests.fakes.gpu_holder import FakeGpu
+from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
 STOP = "Stop the managed server's whole process tree and wait until GPU memory is free"
 SAY = "Say why there is no GPU to free on this host"
@@ -24,21 +24,7 @@ PLAYBOOK = """\
     - common-vars
     - gpu-cleanup
 """
-TREE = {
-    "name": "top",
-    "ignore_term": True,
-    "children": [
-        {"name": "worker", "mib": 2048, "children": [{"name": "grandchild", "mib": 512}]},
-        {"name": "detached", "mib": 1024, "detach": True},
-    ],
-}
-
-
-@pytest.fixture
-def gpu():
-    fake = FakeGpu()
-    yield fake
-    fake.cleanup()
+TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
 
 
 def play(tmp_path: Path, inventory: Path, **kw):
