@@ -194,31 +194,19 @@ def inventory_(c, list=False, host=None, inventory=None):  # noqa: A002 - flag n
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
-@task(
-    help={
-        "host": COMMON_HELP["host"],
-        "group": COMMON_HELP["group"],
-        "json": "print JSON",
-        "inventory": COMMON_HELP["inventory"],
-        "extra_vars": COMMON_HELP["extra_vars"],
-    },
+_REPORT_TASK = dict(
+    help={k: COMMON_HELP[k] for k in ("host", "group", "inventory", "extra_vars")} | {"json": "print JSON"},
     iterable=["extra_vars"],
 )
+
+
+@task(**_REPORT_TASK)
 def facts(c, host=None, group=None, json=False, inventory=None, extra_vars=None):  # noqa: A002
     """Gather and print facts (OS, python, CPUs, memory, disk, systemd, GPUs)."""
     _report_play("facts", host, group, json, inventory, extra_vars)
 
 
-@task(
-    help={
-        "host": COMMON_HELP["host"],
-        "group": COMMON_HELP["group"],
-        "json": "print JSON",
-        "inventory": COMMON_HELP["inventory"],
-        "extra_vars": COMMON_HELP["extra_vars"],
-    },
-    iterable=["extra_vars"],
-)
+@task(**_REPORT_TASK)
 def status(c, host=None, group=None, json=False, inventory=None, extra_vars=None):  # noqa: A002
     """Is the server running and healthy, what it serves, its acceptance rate and GPU memory."""
     _report_play("status", host, group, json, inventory, extra_vars)

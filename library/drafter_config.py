@@ -36,6 +36,16 @@ ARGS = {
 }
 
 ARCHITECTURE = "DFlashDraftModel"
+# The config fields taken from the drafter's weights (infer_drafter_shape), written as they are.
+SHAPE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "attention_bias",
+)
 DEFAULT_BLOCK_SIZE = 16
 # Rope keys of a multimodal (M-RoPE, partial rotary) target that a Qwen3 drafter must not inherit.
 TARGET_ONLY_ROPE_KEYS = ("mrope_section", "mrope_interleaved", "partial_rotary_factor")
@@ -451,15 +461,7 @@ def build_config(existing: dict, shape: dict, target: dict, choices: dict, warn)
 
     put("architectures", [ARCHITECTURE])
     put("model_type", "qwen3")
-    for key in (
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "intermediate_size",
-        "attention_bias",
-    ):
+    for key in SHAPE_FIELDS:
         put(key, shape[key])
     put("vocab_size", shape["vocab_size"])
     if shape.get("draft_vocab_size") is not None:
@@ -705,13 +707,7 @@ def run(args: dict, ctx: Context) -> dict:
     inferred = {
         key: shape[key]
         for key in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "attention_bias",
+            *SHAPE_FIELDS,
             "fc_shape",
             "has_own_embed_tokens",
             "has_own_lm_head",
