@@ -10,7 +10,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT / "library"))  # pure functions of modules are imported directly in tests
+# Pure functions of modules (and the drafter config fixtures' helpers) are imported directly in tests.
+# Appended, not prepended: library/ holds copy.py and stat.py, which must not shadow the stdlib.
+for _p in (ROOT / "library", ROOT / "tests" / "fixtures" / "drafter_configs"):
+    if str(_p) not in sys.path:
+        sys.path.append(str(_p))
 
 from tests import sshd_harness  # noqa: E402
 from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401

@@ -41,15 +41,6 @@ def http_port():
     httpd.server_close()
 
 
-@pytest.fixture(params=["local", "ssh"])
-def target(request, inventory_file, shared_tmp):
-    """(inventory path, a folder on the host the run may write) for each transport."""
-    if request.param == "local":
-        return inventory_file(local=True), shared_tmp
-    hosts = request.getfixturevalue("ssh_hosts")
-    return inventory_file(hosts=hosts[:1]), shared_tmp
-
-
 TASKS = [
     {"name": "Write the app's env file", "copy": {"dest": "{{ base }}/conf/app.env", "content": APP_ENV, "mode": "0640"}},
     {"name": "Push the scripts folder", "copy": {"src": "scripts", "dest": "{{ base }}/scripts"}},

@@ -20,15 +20,6 @@ def _playbook(path, tasks, handlers=None, **play):
     return path
 
 
-@pytest.fixture(params=["local", "ssh"])
-def target(request, inventory_file, shared_tmp):
-    """(inventory path, a folder on the host the run may write) for each transport."""
-    if request.param == "local":
-        return inventory_file(local=True), shared_tmp
-    hosts = request.getfixturevalue("ssh_hosts")
-    return inventory_file(hosts=hosts[:1]), shared_tmp
-
-
 KEYWORD_TASKS = [
     {"name": "Make the folders", "file": {"path": "{{ base }}/{{ item }}", "state": "directory"},
      "loop": ["a", "b"], "register": "dirs", "notify": "note it"},

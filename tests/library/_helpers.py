@@ -13,8 +13,6 @@ from pathlib import Path
 from types import ModuleType
 
 LIB = Path(__file__).resolve().parents[2] / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
 
 from _common import Context, check_args  # noqa: E402
 

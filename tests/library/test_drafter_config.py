@@ -15,10 +15,6 @@ from safetensors.numpy import save_file
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "drafter_configs"
 
-# Appended, not prepended: library/ holds files named like stdlib modules (copy.py, stat.py).
-for _p in (ROOT / "library", ROOT / "tests" / "fixtures" / "drafter_configs"):
-    if str(_p) not in sys.path:
-        sys.path.append(str(_p))
 
 import drafter_config as dc  # noqa: E402
 from _common import Context, ModuleError, execute  # noqa: E402

@@ -13,10 +13,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "library"
-if str(LIB) not in sys.path:
-    sys.path.append(str(LIB))  # appended: library/copy.py and stat.py must not shadow the stdlib here
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 import flash_attn  # noqa: E402
 from _common import Context, ModuleError, execute  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 import time
 from pathlib import Path
 
@@ -15,10 +14,6 @@ from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Appended, not prepended: library/ holds files named like stdlib modules (copy.py, stat.py).
-for _p in (ROOT / "library", ROOT / "tests" / "fixtures" / "drafter_configs"):
-    if str(_p) not in sys.path:
-        sys.path.append(str(_p))
 
 from _common import ModuleError  # noqa: E402
 from _safetensors import read_checkpoint, read_header  # noqa: E402

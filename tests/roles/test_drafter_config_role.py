@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,23 +15,12 @@ from engine.api import run_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "drafter_configs"
-if str(FIXTURES) not in sys.path:
-    sys.path.append(str(FIXTURES))
 
-from make_checkpoint import drafter_tensors, write_sparse_safetensors  # noqa: E402
+from make_checkpoint import TINY_TARGET_CONFIG, drafter_tensors, write_sparse_safetensors  # noqa: E402
 
 WRITE = "Write the drafter's config.json from its weights' header and the target's config"
 SAY = "Say which rule chose the drafter's target layers"
-TARGET = {
-    "architectures": ["Qwen3ForCausalLM"],
-    "model_type": "qwen3",
-    "hidden_size": 64,
-    "num_hidden_layers": 8,
-    "vocab_size": 512,
-    "max_position_embeddings": 512,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000,
-}
+TARGET = TINY_TARGET_CONFIG
 PLAYBOOK = """\
 - name: drafter config
   hosts: all

@@ -194,13 +194,9 @@ def test_secret_api_key_never_reaches_the_report(tmp_path, inventory_file, clean
 @pytest.mark.slow
 def test_rebuild_rolls_back_to_the_previous_environment_when_the_new_one_does_not_serve(tmp_path, inventory_file, cleanup):
     """rebuild: a new environment that breaks the server is switched back, the server restarted on the old one."""
-    import sys
-
     import numpy as np
+    from make_checkpoint import TINY_TARGET_CONFIG, drafter_tensors
     from safetensors.numpy import save_file
-
-    sys.path.append(str(ROOT / "tests" / "fixtures" / "drafter_configs"))
-    from make_checkpoint import drafter_tensors
 
     from tests.fakes.wheels import simple_wheel
 
@@ -212,20 +208,7 @@ def test_rebuild_rolls_back_to_the_previous_environment_when_the_new_one_does_no
     (drafter / "config.json").unlink()  # drafter-config writes it from the weights
     table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
     save_file({n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors"))
-    Path(hv["target_model"], "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["Qwen3ForCausalLM"],
-                "model_type": "qwen3",
-                "hidden_size": 64,
-                "num_hidden_layers": 8,
-                "vocab_size": 512,
-                "max_position_embeddings": 512,
-                "rms_norm_eps": 1e-06,
-                "rope_theta": 1000000,
-            }
-        )
-    )
+    Path(hv["target_model"], "config.json").write_text(json.dumps(TINY_TARGET_CONFIG))
     hv.pop("venv_python")  # the serving environment's own python, built by the venv role
     hv.update(
         venv_root=str(tmp_path / "venv"),
