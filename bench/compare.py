@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.peers import workload_base  # noqa: E402
+from bench.peers import ours_argv, workload_base  # noqa: E402
 from bench.timing import own_cpu, tree_cpu  # noqa: E402
 
 
@@ -47,19 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         invs = {n: write_inventory(tmp / f"inv-{n}.yaml", pool.hosts[:n]) for n in sizes}
 
         def run(tree: str, n: int) -> tuple:
-            argv = [
-                sys.executable,
-                "-m",
-                "invoke",
-                "play",
-                str(ROOT / "bench" / "workload" / "ours.yaml"),
-                "-i",
-                str(invs[n]),
-                "-e",
-                f"base={workload_base(home, 'compare')}",
-                "--forks",
-                str(max(8, n)),
-            ]
+            argv = ours_argv(invs[n], home, "compare", n)
             host0, ctl0, t0 = tree_cpu(listeners), own_cpu(True), time.perf_counter()
             proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
             wall, ctl = time.perf_counter() - t0, own_cpu(True) - ctl0

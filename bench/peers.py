@@ -82,6 +82,12 @@ def workload_base(home: str, tool: str) -> str:
 # -- Ansible ---------------------------------------------------------------------------------------
 
 
+def ours_argv(inventory: Path, home: str, tool: str, n: int) -> list:
+    """Our CLI on the workload, as a whole process (forks at least the number of hosts)."""
+    return [sys.executable, "-m", "invoke", "play", str(WORKLOAD / "ours.yaml"), "-i", str(inventory),
+            "-e", f"base={workload_base(home, tool)}", "--forks", str(max(8, n))]
+
+
 def ansible_inventory(path: Path, hosts: list, python: str = "/usr/bin/python3") -> Path:
     """An Ansible YAML inventory for the pool's hosts; host keys checked against the pool's known_hosts."""
     entries = {}

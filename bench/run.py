@@ -191,19 +191,7 @@ class Bench:
 
     # -- 1 and 2: the workload on every tool ---------------------------------------------------------
     def ours_cli(self, n: int) -> tuple:
-        argv = [
-            sys.executable,
-            "-m",
-            "invoke",
-            "play",
-            str(ROOT / "bench" / "workload" / "ours.yaml"),
-            "-i",
-            str(self.our_inventory(n)),
-            "-e",
-            f"base={peers.workload_base(self.home, 'ours')}",
-            "--forks",
-            str(max(8, n)),
-        ]
+        argv = peers.ours_argv(self.our_inventory(n), self.home, "ours", n)
         return run_timed(argv, cwd=str(ROOT))
 
     def ours_in_process(self, n: int) -> tuple:
