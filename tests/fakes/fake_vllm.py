@@ -15,8 +15,13 @@ FAKE_VLLM_MODE (environment) picks the behaviour:
                     wrapping tracebacks, exit 1
   crash_first_request  healthy, then the first completion kills the engine (like head_dim=16 on CPU):
                     a worker traceback, HTTP 500, the process exits
+  crash_on_metrics  healthy, then the FAKE_VLLM_CRASH_AT_METRICS-th GET /metrics (default 2: the read of
+                    acceptance after the smoke completions) logs an EngineCore traceback and the process
+                    dies before answering (the connection drops), leaving its EngineCore child behind
   hang              prints the start-up lines and never listens
   fatal_alive       logs a CUDA out-of-memory traceback and stays alive without listening
+FAKE_VLLM_KEEP_CORE=1: crash_start exits without stopping its EngineCore child (an orphan that lingers,
+as a vLLM worker can when its parent dies hard). The request crashes always leave it behind.
 FAKE_VLLM_ACCEPT (0..1, default 0) is the fraction of draft tokens accepted.
 FAKE_VLLM_CRASH_IF_IMPORTABLE=MODULE crashes at start when the serving environment can import MODULE.
 """
@@ -113,6 +118,13 @@ REQUEST_TRACEBACK = [
     "    scheduler_metadata = ops.cpu_attn_get_scheduler_metadata(",
     "RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0",
 ]
+METRICS_TRACEBACK = [
+    "EngineCore encountered a fatal error.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 1050, in run_busy_loop',
+    "    self._process_engine_step()",
+    "RuntimeError: NCCL error: unhandled system error (fake: the engine died after readiness)",
+]
 OOM_TRACEBACK = [
     "EngineCore failed to start.",
     "Traceback (most recent call last):",
@@ -131,6 +143,7 @@ class State:
         self.accepted = 0
         self.per_pos = [0] * k
         self.requests = 0
+        self.metrics_reads = 0
         self.created = time.time()
         self.name = args.served_model_name or args.model
 
@@ -199,6 +212,15 @@ def make_handler(state: State, mode: str, api_key: str | None):
             if self.path == "/health":
                 self.send(200, b"", "text/plain")
             elif self.path == "/metrics":
+                with state.lock:
+                    state.metrics_reads += 1
+                    crash = mode == "crash_on_metrics" and state.metrics_reads == int(
+                        os.environ.get("FAKE_VLLM_CRASH_AT_METRICS", "2")
+                    )
+                if crash:  # die mid-request: the client sees the connection drop, never an answer
+                    for line in METRICS_TRACEBACK:
+                        log("EngineCore", "ERROR", "core.py:1061", line)
+                    os._exit(1)
                 self.send(200, state.metrics().encode(), "text/plain; version=0.0.4")
             elif self.path == "/v1/models":
                 if self.authorized():
@@ -305,7 +327,8 @@ def serve(argv: list) -> int:
             log("EngineCore", "ERROR", "core.py:1510", line)
         for line in API_TRACEBACK:
             raw(line)
-        core.terminate()
+        if os.environ.get("FAKE_VLLM_KEEP_CORE") != "1":
+            core.terminate()
         return 1
     if mode == "fatal_alive":
         time.sleep(0.2)
