@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jinja2.sandbox import SecurityError
+
 from engine import runtime
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host, Inventory
 from engine.playbook import LIBRARY, Play, Task, module_args_spec, modules
+from engine.secrets import Secrets, has_value, is_secret_name
 from engine.templating import Templar, is_template, to_bool, undefined_name
 from engine.transport import Transport, WorkerDied, connect
 
@@ -155,7 +158,7 @@ class Runner:
         self.results: list[TaskResult] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self.secrets: set[str] = set()
+        self.secrets = Secrets()
         self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
         self._refs_cache: dict[str, set[str]] = {}
 
@@ -271,12 +274,15 @@ class Runner:
         }
         if task is not None and task.role_dir is not None:
             magic["role_path"] = str(task.role_dir)
+        # Data layers (never rendered): loop items and `result`, registered results, set_fact values
+        # (rendered once when set), facts, magic names. Everything else is template text from files or -e.
+        data = (extra or {}, state.registered, state.facts_set, {"facts": state.facts or {}}, magic)
         layers = ChainMap(
             self.extra_vars,
-            extra or {},
+            data[0],
             state.registered,
             state.facts_set,
-            {"facts": state.facts or {}},
+            data[3],
             task.vars if task else {},
             task.role_vars if task else {},
             play.vars,
@@ -284,33 +290,41 @@ class Runner:
             magic,
             play.defaults,
         )
-        return self.templar.view(layers)
+        return self.templar.view(layers, data)
 
     def _collect_secrets(self, state: HostState, play: Play) -> None:
-        view = self.variables(state, play, None)
-        for name in list(view):
-            if re.search(r"(token|password|secret|api_?key|passphrase)", name, re.I) and not name.endswith(("_file", "_path")):
+        """Remember the values of secret-named variables from every source this play gives the host."""
+        views = [(self.variables(state, play, None), None)]
+        seen: set[int] = set()
+        for task in play.tasks + play.handlers:
+            for layer in (task.vars, task.role_vars):
+                if id(layer) not in seen and any(is_secret_name(k) for k in layer):
+                    seen.add(id(layer))
+                    views.append((self.variables(state, play, task), layer))
+        for view, layer in views:
+            for name in (layer if layer is not None else view):
+                if is_secret_name(name):
+                    try:
+                        self.secrets.add(view[name])
+                    except Exception:  # undefined or broken: preflight reports it, without the value
+                        continue
+
+    def _secret_touched(self, view) -> bool:
+        """True when rendering with `view` read a secret-named variable that holds a value."""
+        for name in list(getattr(view, "touched", ())):
+            if is_secret_name(name):
                 try:
-                    value = view[name]
+                    if has_value(view[name]):
+                        return True
                 except Exception:
                     continue
-                if isinstance(value, str) and len(value) >= 4:
-                    self.secrets.add(value)
+        return False
 
     def redact_obj(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, dict):
-            return {k: self.redact_obj(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [self.redact_obj(v) for v in value]
-        return value
+        return self.secrets.redact_obj(value)
 
     def redact(self, text: str) -> str:
-        for s in self.secrets:
-            if s in text:
-                text = text.replace(s, "********")
-        return text
+        return self.secrets.redact(text)
 
     # -- connections ------------------------------------------------------------------------------
     def _connect(self, state: HostState) -> None:
@@ -394,7 +408,13 @@ class Runner:
 
     # -- executing --------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:
-        self.preflight(plays)
+        for play in plays:
+            for name in self.hosts_for(play):
+                self._collect_secrets(self.states.setdefault(name, HostState(self.inventory.hosts[name])), play)
+        try:
+            self.preflight(plays)
+        except UserError as exc:  # a message may quote a value: never a secret
+            raise UserError(self.redact(str(exc))) from None
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
         try:
             for play in plays:
@@ -429,7 +449,6 @@ class Runner:
             st = self.states.setdefault(n, HostState(self.inventory.hosts[n]))
             if not st.unreachable:
                 states.append(st)
-                self._collect_secrets(st, play)
 
         def start(state: HostState) -> None:
             if state.transport is None:
@@ -520,6 +539,11 @@ class Runner:
             return
         except (TaskError, UserError) as exc:
             res = {"failed": True, "changed": False, "msg": str(exc)}
+        except SecurityError as exc:
+            res = {"failed": True, "changed": False, "msg": (
+                f"{task.source} ('{task.name}'): the template sandbox refused this task: {exc}. Templates may not "
+                "reach Python internals (names starting with '_') nor build huge values; rewrite the expression."
+            )}
         except Exception as exc:  # a template or engine error tied to this task
             name = undefined_name(exc)
             if name:
@@ -676,12 +700,16 @@ class Runner:
         return {"failed": True, "changed": False, "msg": args.get("msg") or "failed as requested"}
 
     def _action_debug(self, state, play, task, args, view, check) -> dict:
-        if "var" in args:
-            value = self.templar.evaluate(args["var"], view)
+        if "var" in args:  # the expression as written in the playbook, never a rendered (host-derived) string
+            value = self.templar.evaluate(task.args["var"], view)
             return {"changed": False, "msg": f"{args['var']} = {value!r}", args["var"]: value}
         return {"changed": False, "msg": str(args.get("msg", "hello"))}
 
     def _action_set_fact(self, state, play, task, args, view, check) -> dict:
+        derived = self._secret_touched(view)  # computed from a secret: the values are secrets too
+        for name, value in args.items():
+            if derived or is_secret_name(name):
+                self.secrets.add(value)
         state.facts_set.update(args)
         return {"changed": False, "msg": f"set {', '.join(args)}", "ansible_facts": args}
 

@@ -1,8 +1,14 @@
-"""Jinja2 templating with StrictUndefined and lazily rendered variables.
+"""Jinja2 templating in a sandbox, with StrictUndefined and lazily rendered variables.
 
 Variables may refer to other variables (`vllm_log: "{{ dfp_root }}/logs/vllm.log"`); they are rendered
 when read, so the order of definition does not matter and an undefined name is reported with the
 task that needed it. A value that is exactly one expression (`"{{ ids }}"`) keeps its type.
+
+Trust rule: templates come only from playbooks, roles and variable files (and -e). What a host returns
+(registered results, facts, set_fact values once rendered, loop items) is data: it sits in a data layer
+of the variables and is never rendered again, whatever `{{` it contains (Ansible's "unsafe" rule).
+Every render runs in Jinja2's ImmutableSandboxedEnvironment with size limits, so even a trusted
+template cannot reach Python internals or exhaust the control node's memory.
 """
 
 from __future__ import annotations
@@ -11,11 +17,13 @@ import json
 import os
 import re
 import shlex
+from collections import ChainMap
 from collections.abc import Mapping
 from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import concat
 
 from engine.errors import TaskError
@@ -40,8 +48,43 @@ def _mandatory(value: Any, msg: str | None = None) -> Any:
     return value
 
 
+# Limits of the sandbox: the largest string or list a `*` may build, the largest power, the longest range.
+MAX_SEQUENCE = 1_000_000
+MAX_EXPONENT = 1_000
+MAX_RANGE = 100_000
+
+
+class TemplateRefused(SecurityError):
+    """A template tried something the sandbox forbids (Python internals, huge values)."""
+
+
+class Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox plus bounds on `*`, `**` and `range` (templates are text, not programs)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_SEQUENCE:
+                    raise TemplateRefused(
+                        f"the sandbox refuses to build a {type(seq).__name__} of {len(seq) * times:,} items with '*' "
+                        f"(limit {MAX_SEQUENCE:,})"
+                    )
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT:
+            raise TemplateRefused(f"the sandbox refuses '**' with an exponent of {right} (limit {MAX_EXPONENT})")
+        return super().call_binop(context, operator, left, right)
+
+
+def _bounded_range(*args: int) -> range:
+    r = range(*args)
+    if len(r) > MAX_RANGE:
+        raise TemplateRefused(f"the sandbox refuses range() of {len(r):,} items (limit {MAX_RANGE:,})")
+    return r
+
+
 def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
-    env = jinja2.Environment(
+    env = Sandbox(
         undefined=StrictUndefined,
         keep_trailing_newline=True,
         loader=jinja2.FileSystemLoader(searchpath or []),
@@ -61,6 +104,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         mandatory=_mandatory,
         type_debug=lambda v: type(v).__name__,
     )
+    env.globals["range"] = _bounded_range
     env.tests.update(
         success=lambda r: isinstance(r, Mapping) and not r.get("failed"),
         failed=lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
@@ -85,18 +129,34 @@ def is_template(value: str) -> bool:
 
 
 class LazyVars(Mapping):
-    """A read-only view over layered variables that renders each value when it is read."""
+    """A read-only view over layered variables that renders each template value when it is read.
 
-    def __init__(self, layers: Mapping[str, Any], templar: Templar) -> None:
+    `layers` is a ChainMap (first map wins). Maps listed in `data` hold data, not templates (registered
+    results, facts, loop items): their values are returned as they are, never rendered.
+    """
+
+    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple = ()) -> None:
         self._layers = layers
         self._templar = templar
+        self._data_ids = {id(m) for m in data}
         self._done: dict[str, Any] = {}
         self._busy: set[str] = set()
+        self.touched: set[str] = set()  # every name read through this view (secret taint)
+
+    def is_data(self, key: str) -> bool:
+        """True when the value that `key` reads comes from a data layer (a host, not a template author)."""
+        for m in getattr(self._layers, "maps", (self._layers,)):
+            if key in m:
+                return id(m) in self._data_ids
+        return False
 
     def __getitem__(self, key: str) -> Any:
+        self.touched.add(key)
         if key in self._done:
             return self._done[key]
         raw = self._layers[key]
+        if self.is_data(key):
+            return raw
         if key in self._busy:
             raise TaskError(f"variable '{key}' refers to itself (through {', '.join(sorted(self._busy))})")
         self._busy.add(key)
@@ -128,8 +188,12 @@ class Templar:
         self._compiled: dict[str, Any] = {}
         self._exprs: dict[str, Any] = {}
 
-    def view(self, layers: Mapping[str, Any]) -> LazyVars:
-        return LazyVars(layers, self)
+    def view(self, layers: Mapping[str, Any], data: tuple = ()) -> LazyVars:
+        return LazyVars(layers, self, data)
+
+    def _scope(self, variables: Mapping) -> Mapping:
+        """Variables first, then the sandbox's globals (range, dict, lipsum...): no copy of the variables."""
+        return ChainMap(variables, self.env.globals)  # type: ignore[arg-type]
 
     def _template(self, source: str):
         t = self._compiled.get(source)
@@ -144,7 +208,7 @@ class Templar:
         if m and "{%" not in source:
             return self.evaluate(m.group(1), variables)
         template = self._template(source)
-        ctx = template.new_context(variables, shared=True)
+        ctx = template.new_context(self._scope(variables), shared=True)
         return concat(template.root_render_func(ctx))
 
     def render_value(self, value: Any, variables: Mapping) -> Any:
@@ -164,7 +228,7 @@ class Templar:
         if expr is None:
             expr = self._exprs[expression] = self.env.compile_expression(expression, undefined_to_none=False)
         template = expr._template  # the compiled `result = <expr>` template
-        ctx = template.new_context(variables, shared=True)
+        ctx = template.new_context(self._scope(variables), shared=True)
         for _ in template.root_render_func(ctx):
             pass
         result = ctx.vars["result"]
@@ -178,7 +242,7 @@ class Templar:
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
         template = self._template(source)
-        ctx = template.new_context(variables, shared=True)
+        ctx = template.new_context(self._scope(variables), shared=True)
         return concat(template.root_render_func(ctx))
 
 

@@ -1,0 +1,92 @@
+"""Secret masking: which values are secrets, and hiding them in everything shown or reported.
+
+A secret is the value of a variable named like one (`*token*`, `*password*`, `*secret*`, `*api_key*`,
+...) from any source (inventory, play, role parameters, task vars, -e, set_fact), of any type (an API
+key given as digits is a secret too), and any set_fact value computed from one. Values are masked
+wherever they appear as text; a mapping key named like a secret hides its value whatever it is.
+The registered results the next tasks read stay intact: only what is shown or reported is masked.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+MASK = "********"
+# Shorter values are not hunted as substrings (masking "on" everywhere would garble every message);
+# they are still hidden where a secret-named key holds them.
+MIN_LENGTH = 4
+_NAME = re.compile(r"(token|passw(or)?d|secret|api_?key|passphrase|credential|private_?key|vault_?pass)", re.I)
+_NOT_SECRET_SUFFIXES = ("_file", "_path", "_dir", "_env_var")
+_MAX_LEAVES = 10_000
+
+
+def is_secret_name(name: Any) -> bool:
+    """Named like a secret; `hf_token_file` (a path to one) is not."""
+    return isinstance(name, str) and bool(_NAME.search(name)) and not name.lower().endswith(_NOT_SECRET_SUFFIXES)
+
+
+def leaf_strings(value: Any) -> list[str]:
+    """Every scalar inside `value` as text (bools and None are not secrets), at most _MAX_LEAVES of them."""
+    out: list[str] = []
+    stack = [value]
+    while stack and len(out) < _MAX_LEAVES:
+        v = stack.pop()
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, (str, int, float)):
+            out.append(str(v))
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple, set)):
+            stack.extend(v)
+    return out
+
+
+def has_value(value: Any) -> bool:
+    return any(leaf_strings(value))
+
+
+class Secrets:
+    """The run's secret values; thread-safe (hosts run in parallel)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self._ordered: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self._ordered)
+
+    def __contains__(self, text: str) -> bool:
+        return text in self._values
+
+    def add(self, value: Any) -> None:
+        """Remember every scalar inside `value` long enough to be hunted as a substring."""
+        new = {s for s in leaf_strings(value) if len(s) >= MIN_LENGTH} - self._values
+        if not new:
+            return
+        with self._lock:
+            self._values |= new
+            self._ordered = tuple(sorted(self._values, key=len, reverse=True))  # longest first
+
+    def redact(self, text: str) -> str:
+        for s in self._ordered:
+            if s in text:
+                text = text.replace(s, MASK)
+        return text
+
+    def redact_obj(self, value: Any, key: Any = None) -> Any:
+        """A masked copy of a result: secret-named keys hidden whatever their value, secrets in text masked."""
+        if is_secret_name(key) and has_value(value):
+            return MASK
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self.redact_obj(v, k) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.redact_obj(v) for v in value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in self._values:
+            return MASK
+        return value
