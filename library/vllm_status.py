@@ -3,6 +3,9 @@
 Running or not (pidfile proven by PID + start time + command line, or the systemd unit), PID, port,
 uptime, /health, the served model, the acceptance rate and mean acceptance length since the server
 started (from /metrics), and the GPU memory its processes hold (nvidia-smi; null without a driver).
+A server that dies while it is being read is reported as not running (the probes are a snapshot; the
+process is looked at again after them). A log deleted under a running server is reported (log_present
+false) with the descriptor through which the server still writes it (log_open_fd, /proc/PID/fd/N).
 
 | argument | type | default | meaning |
 |---|---|---|---|
@@ -20,6 +23,7 @@ if __name__ == "__main__":  # library/ holds files named like stdlib modules (co
     _here = _os.path.dirname(_os.path.abspath(__file__))
     _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
 
+import os  # noqa: E402
 import time  # noqa: E402
 
 import _gpu  # noqa: E402
@@ -36,6 +40,9 @@ ARGS = {
 }
 
 
+EXIT_WAIT_S = 0.5
+
+
 def gpu_used_mib(cmd: str, pids: set) -> int | None:
     """MiB of GPU memory held by `pids` (compute-apps list); None without a usable driver."""
     try:
@@ -43,6 +50,61 @@ def gpu_used_mib(cmd: str, pids: set) -> int | None:
     except _gpu.NoDriver:
         return None
     return sum(a.get("used_mib") or 0 for a in apps if a.get("pid") in pids)
+
+
+def log_state(path: str | None, pids: set) -> dict:
+    """Is the server's log where the launch says? When it was deleted under the running server, the
+    server still writes to the deleted file: name the descriptor it can be copied from until a restart."""
+    if not path:
+        return {"log_present": None}
+    if os.path.exists(path):
+        return {"log_present": True}
+    gone = path + " (deleted)"
+    for pid in sorted(pids):
+        folder = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(folder)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{folder}/{fd}") == gone:
+                    return {"log_present": False, "log_open_fd": f"{folder}/{fd}"}
+            except OSError:
+                continue
+    return {"log_present": False, "log_open_fd": None}
+
+
+def _same_live(pid: int, started: float | None) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and (started is None or proc.create_time() == started)
+    except psutil.Error:
+        return False
+
+
+def still_running(pid: int, started: float | None, probes_failed: bool) -> bool:
+    """The process read at the start is still the same live process (not gone, not a zombie, not reused).
+
+    After a failed probe the process may be mid-exit (its sockets close before it turns into a zombie),
+    so then it is watched for up to EXIT_WAIT_S before it counts as running."""
+    deadline = time.monotonic() + (EXIT_WAIT_S if probes_failed else 0.0)
+    while _same_live(pid, started):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _log_note(out: dict) -> str:
+    if out.get("log_present") is not False:
+        return ""
+    if out.get("log_open_fd"):
+        return (
+            f"; its log {out['log']} was deleted: the server still writes to the deleted file, "
+            f"readable as {out['log_open_fd']} until it stops"
+        )
+    return f"; its log {out['log']} is missing (deleted); the next start writes a new one"
 
 
 def run(args: dict, ctx: Context) -> dict:
@@ -72,11 +134,13 @@ def run(args: dict, ctx: Context) -> dict:
         out["msg"] = exc.msg
         return out
     pids = {x.pid for x in now.get("procs", [])}
+    started = None
     if now["alive"]:
         out["running"], out["pid"] = True, now["pid"]
         pids.add(now["pid"])
         try:
-            out["uptime_s"] = round(time.time() - psutil.Process(now["pid"]).create_time(), 1)
+            started = psutil.Process(now["pid"]).create_time()
+            out["uptime_s"] = round(time.time() - started, 1)
             pids |= {c.pid for c in psutil.Process(now["pid"]).children(recursive=True)}
         except psutil.Error:
             pass
@@ -85,11 +149,13 @@ def run(args: dict, ctx: Context) -> dict:
     url = P.base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
     health = P.request(url + "/health", timeout=args["timeout_s"])
     out["health"] = "ok" if health.status == 200 else health.describe()
+    failed = health.status != 200
     if health.status == 200:
         api_key = read_env(p).get("VLLM_API_KEY")
         names = P.served_models(P.request(url + "/v1/models", timeout=args["timeout_s"], api_key=api_key))
         out["served_model"] = names[0] if len(names) == 1 else (names or None)
         metrics = P.request(url + "/metrics", timeout=args["timeout_s"])
+        failed = metrics.status != 200
         if metrics.status == 200:
             figures = M.acceptance(M.spec_decode_counters(metrics.body.decode("utf-8", "replace")))
             out["acceptance_rate"] = figures["acceptance_rate"]
@@ -97,12 +163,18 @@ def run(args: dict, ctx: Context) -> dict:
             out["draft_tokens"] = figures["draft_tokens"]
     if pids:
         out["gpu_used_mib"] = gpu_used_mib(args["nvidia_smi"], pids)
+    out.update(log_state(out["log"], pids))
+    if out["running"] and not still_running(out["pid"], started, failed):
+        out.update(running=False, exited_pid=out["pid"], pid=None, uptime_s=None)
+        out["msg"] = f"vLLM PID {out['exited_pid']} exited while its status was read (health {out['health']})"
+        return out
     running = _load_json(p["running"]) or {}
     out["stale"] = bool(out["running"] and running.get("fingerprint") != launch.get("fingerprint"))
     if out["running"]:
         rate = out["acceptance_rate"]
         acc = f", acceptance {rate:.1%}" if rate is not None else ""
         out["msg"] = f"vLLM PID {out['pid']} on port {out['port']}, up {out['uptime_s']} s, health {out['health']}{acc}"
+        out["msg"] += _log_note(out)
     else:
         out["msg"] = f"vLLM is not running (port {out['port']}: health {out['health']})"
     return out

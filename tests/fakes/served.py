@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import subprocess
+import sys
 from pathlib import Path
 
 from engine.api import run_playbook
@@ -108,3 +110,17 @@ def alive_servers(log_dir: Path) -> dict:
         if members:
             out[pid] = members
     return out
+
+
+def invoke(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The command a person types (`python3 -m invoke ...`), run from the repository as a real process."""
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def invoke_status(inventory: Path, host: str = "local") -> dict:
+    """`invoke status --host HOST --json`: the host's status report (the command must exit 0)."""
+    out = invoke("status", "--host", host, "--inventory", str(inventory), "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)[host]

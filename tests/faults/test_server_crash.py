@@ -19,6 +19,7 @@ from tests.fakes.served import (
     START,
     alive_servers,
     fake_env,
+    invoke_status,
     msgs,
     paths_of,
     play,
@@ -92,6 +93,20 @@ def test_crash_while_acceptance_is_read_after_readiness_fails_clearly_and_the_ne
     res = play(SERVICE, inv, tmp_path)
     fails_cleanly(res, p, "RuntimeError: NCCL error: unhandled system error")
     converges(inv, tmp_path, p)
+
+
+def test_a_server_that_dies_while_status_is_read_is_reported_not_running_and_provision_heals_it(host, tmp_path):
+    inv, hv, p = host("crash_on_metrics", crash_at_metrics="3")  # reads 1-2: the start; 3: `invoke status`
+    first = play(SERVICE, inv, tmp_path)
+    assert first.exit_code == 0, msgs(first)
+    old = result_of(first, START, "local")["pid"]
+
+    st = invoke_status(inv)
+    assert not st["running"] and st["pid"] is None and st["exited_pid"] == old, st
+    assert "exited while its status was read" in st["msg"]
+    assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+    assert alive_servers(p["logs"]), "the crashed server's EngineCore should still be there for provision to stop"
+    converges(inv, tmp_path, p)  # stops the orphaned EngineCore, starts a healthy server
 
 
 @pytest.mark.xfail(
