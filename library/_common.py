@@ -170,29 +170,59 @@ def ensure_attributes(path: str, mode: int | None, uid: int | None, gid: int | N
     return changed
 
 
+def _write_failed(path: str, exc: OSError, size: int) -> ModuleError:
+    """atomic_write's one-paragraph error: what failed, that nothing changed, and the fix."""
+    import errno
+
+    folder = os.path.dirname(path)
+    why = (exc.strerror or str(exc)).lower()
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            st = os.statvfs(folder)
+            free = f"{st.f_bavail * st.f_frsize} bytes free"
+        except OSError:
+            free = "free space unknown"
+        fix = (
+            f"there is not enough space on the filesystem of {folder} ({free}, {size} needed); free space there "
+            "or point the path elsewhere"
+        )
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"fix the permissions of {folder} (or remount it writable), or point the path elsewhere"
+    else:
+        fix = f"check {folder} and the disk it lies on"
+    return ModuleError(
+        f"cannot write {path}: {why}; the file is unchanged and no temporary file was left. {fix[0].upper()}{fix[1:]}, "
+        "then run again",
+        path=path,
+        errno=exc.errno,
+    )
+
+
 def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool = False) -> str | None:
     """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
 
     A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
     file keeps its mode (unless `mode` is given) and, when root writes it, its owner and group.
+    When the write fails (a full disk, permissions) the old file stays as it was, the temp file and a
+    backup made for this write are removed, and the error is a ModuleError naming the path and the fix.
     """
     import shutil
     import tempfile
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
-    backup_path = None
-    if backup and os.path.exists(path):
-        backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.bak"
-        n = 1
-        while os.path.exists(backup_path):
-            backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
-            n += 1
-        shutil.copy2(path, backup_path)
-    before = os.stat(path) if os.path.exists(path) else None
-    if mode is None and before is not None:
-        mode = before.st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    backup_path = tmp = None
     try:
+        if backup and os.path.exists(path):
+            backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.bak"
+            n = 1
+            while os.path.exists(backup_path):
+                backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
+                n += 1
+            shutil.copy2(path, backup_path)
+        before = os.stat(path) if os.path.exists(path) else None
+        if mode is None and before is not None:
+            mode = before.st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -203,9 +233,15 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool =
             os.chown(tmp, before.st_uid, before.st_gid)
         os.chmod(tmp, 0o644 if mode is None else mode)
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as exc:
+        for leftover in (tmp, backup_path):
+            if leftover and os.path.lexists(leftover):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+        if isinstance(exc, OSError):
+            raise _write_failed(path, exc, len(data)) from None
         raise
     return backup_path
 
