@@ -1,10 +1,11 @@
 """Which paths the tool may delete, rename, chmod or rotate: only ones that are provably its own.
 
 Every destructive step of a module (remove a folder, rotate a log, prune environments, chmod) calls
-`managed_path` first. A path qualifies when it is absolute, has no `..` component, is not `/`, the
-home folder or a system folder, and (when a root is given) lies inside that root once symlinks are
-resolved. Ownership markers (the venv role's marker file, tiny_models' marker, the log's start marker)
-are checked by the module that owns the thing; this file only answers "is the place plausible".
+`managed_path` first. A path qualifies when it is absolute, has no `..` component, is not `/`, a
+top-level folder, a system folder, a user's home folder or a folder holding the home, and (when a root
+is given) lies inside that root once symlinks are resolved. Ownership markers (the venv role's marker
+file, tiny_models' marker, the log's start marker) are checked by the module that owns the thing; this
+file only answers "is the place plausible".
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ def home_dirs() -> set:
     return homes
 
 
+def all_home_dirs() -> set:
+    """Every account's home in the password database (another user's home is never the tool's either)."""
+    try:
+        return {os.path.normpath(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir.startswith("/")}
+    except OSError:  # pragma: no cover - a broken name service: the current user's homes still count
+        return set()
+
+
 def _refuse(field: str, path: str, why: str, fix: str) -> ModuleError:
     return ModuleError(f"{field}={path!r} {why}; the tool only changes its own files. {fix}")
 
@@ -47,6 +56,18 @@ def check_plain(path: str, field: str) -> str:
     return os.path.normpath(expanded)
 
 
+def _why_never_owned(candidate: str) -> str | None:
+    """Why `candidate` (normalised, absolute) can never be a thing of the tool's, or None."""
+    if candidate in SYSTEM_DIRS or candidate in all_home_dirs():
+        return f"is {candidate}, a system or home folder"
+    for home in home_dirs():
+        if candidate == home or home.startswith(candidate.rstrip(os.sep) + os.sep):
+            return f"is {candidate}, a system or home folder (it holds the home folder {home})"
+    if candidate.count(os.sep) == 1:
+        return f"is {candidate}, a system or home folder (a top-level folder, often a mount point)"
+    return None
+
+
 def managed_path(path: str, field: str, root: str | None = None, root_field: str = "dfp_root") -> str:
     """The normalised absolute path, once it is plausible that the tool owns it; else a clear ModuleError.
 
@@ -56,11 +77,14 @@ def managed_path(path: str, field: str, root: str | None = None, root_field: str
     clean = check_plain(path, field)
     real = os.path.realpath(clean)
     for candidate in {clean, real}:
-        if candidate in SYSTEM_DIRS or candidate in home_dirs():
-            raise _refuse(field, path, f"is {candidate}, a system or home folder",
-                          f"Point {field} at a folder of its own, e.g. ~/dflash/....")
+        why = _why_never_owned(candidate)
+        if why:
+            raise _refuse(field, path, why, f"Point {field} at a folder of its own, e.g. ~/dflash/....")
     if root is not None:
         root_real = os.path.realpath(check_plain(root, root_field))
+        if root_real == os.sep:
+            raise _refuse(root_field, root, "is /, which would make every path the tool's",
+                          f"Give {root_field} a folder of its own, e.g. ~/dflash.")
         if os.path.commonpath([real, root_real]) != root_real or real == root_real:
             raise _refuse(field, path, f"is not inside {root_field} ({root_real})",
                           f"Keep {field} under {root_field}, or change {root_field}.")

@@ -9,14 +9,18 @@
   error travels up through EngineCore and the API server, further tracebacks that only say "see root
   cause above". The root cause quoted is the first traceback's exception.
 
-Standard library only.
+Standard library only (and the library's _common and _paths).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 import time
+
+from _common import ModuleError
+from _paths import managed_path
 
 MARKER_PREFIX = "=== dflash-provision: vLLM server start"
 _MARKER_RE = re.compile(r"^=== dflash-provision: vLLM server start pid=(?P<pid>\d+) launch=(?P<launch>\S+)")
@@ -218,10 +222,18 @@ def rotated_name(path: str, stamp: str, exists) -> str:
     return name
 
 
+def _rotation_pattern(base: str) -> re.Pattern:
+    """`vllm.log.20261130-104800` and `vllm.log.20261130-104800.2`: the names rotated_name gives."""
+    return re.compile(r"^" + re.escape(base) + r"\.(\d{8}-\d{6})(?:\.(\d+))?$")
+
+
 def rotated_files(path: str) -> list:
-    """Rotated copies of `path`, oldest first (by the timestamp in the name, then the counter)."""
+    """Files named like rotated copies of `path`, oldest first (by the timestamp in the name, then the counter).
+
+    A name is no proof: `owned_rotated_files` keeps only those that carry the start marker.
+    """
     folder, base = os.path.split(os.path.abspath(path))
-    pattern = re.compile(r"^" + re.escape(base) + r"\.(\d{8}-\d{6})(?:\.(\d+))?$")
+    pattern = _rotation_pattern(base)
     found = []
     try:
         names = os.listdir(folder)
@@ -232,6 +244,33 @@ def rotated_files(path: str) -> list:
         if m:
             found.append((m.group(1), int(m.group(2) or 0), os.path.join(folder, name)))
     return [p for _, _, p in sorted(found)]
+
+
+def starts_with_marker(path: str) -> bool:
+    """Whether `path` is a regular file (not a symlink) whose first line is the tool's start marker.
+
+    Every log the tool creates starts with it (the process mode writes it before exec into a fresh
+    file, the unit's bash before vLLM), and a rotated log is such a file renamed: this is the proof of
+    ownership for rotating and pruning.
+    """
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            head = fh.read(len(MARKER_PREFIX) + 200)
+    except OSError:
+        return False
+    return parse_marker(head.split(b"\n", 1)[0].decode("utf-8", "replace")) is not None
+
+
+def owned_rotated_files(path: str) -> tuple:
+    """(the tool's rotated copies of `path`, oldest first; look-alikes it did not write, left alone)."""
+    ours, foreign = [], []
+    for p in rotated_files(path):
+        (ours if starts_with_marker(p) else foreign).append(p)
+    return ours, foreign
 
 
 def prune_plan(rotated_oldest_first: list, keep: int, held_open: set) -> tuple:
@@ -273,9 +312,45 @@ def files_held_open(paths: list) -> set:
     return held
 
 
-def rotate(path: str, keep: int, check: bool = False) -> dict:
-    """Move the current log aside (never truncate or delete it) and prune old rotated copies."""
-    result: dict = {"rotated_to": None, "removed": [], "kept_open": []}
+def _is_unused_empty_file_of_ours(path: str) -> bool:
+    """An empty regular file of this user that nobody holds open: it holds nothing to lose.
+
+    (The tool leaves one only when it created the log and the fork failed before the marker.)
+    """
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0 and st.st_uid == os.geteuid() and not files_held_open([path])
+
+
+def check_log(path: str, root: str | None = None) -> str:
+    """The log's normalised path once rotating it is safe; else a ModuleError, with nothing changed.
+
+    Safe: the path is one the tool may own (absolute, no `..`, not a system or home folder, inside
+    dfp_root when given), and what lies there is absent, the tool's own log (start marker first), or
+    an empty file of ours that nobody writes. Anything else is somebody else's file and stays as it is.
+    """
+    clean = managed_path(path, "vllm_log", root)
+    if os.path.lexists(clean) and not starts_with_marker(clean) and not _is_unused_empty_file_of_ours(clean):
+        raise ModuleError(
+            f"vllm_log {clean} exists but was not written by dflash-provision (it does not start with the "
+            f"tool's start marker '{MARKER_PREFIX} ...'); it was left untouched and nothing was started. "
+            "Move that file away, or set vllm_log to a file of its own inside dfp_root",
+            log=clean,
+        )
+    return clean
+
+
+def rotate(path: str, keep: int, check: bool = False, root: str | None = None) -> dict:
+    """Move the current log aside (never truncate or delete it) and prune the tool's old rotated copies.
+
+    Only what is provably the tool's is touched: the live log once `check_log` accepts it, rotated
+    copies only when named by the rotation pattern AND starting with the start marker. Look-alikes
+    are listed in `foreign` and left alone.
+    """
+    path = check_log(path, root)
+    result: dict = {"rotated_to": None, "removed": [], "kept_open": [], "foreign": []}
     if os.path.lexists(path):
         held = files_held_open([path])
         if os.path.getsize(path) > 0 or held:
@@ -283,8 +358,8 @@ def rotate(path: str, keep: int, check: bool = False) -> dict:
             if not check:
                 os.rename(path, result["rotated_to"])
         elif not check:
-            os.unlink(path)  # empty and nobody writes it
-    rotated = rotated_files(path)
+            os.unlink(path)  # empty, ours and nobody writes it
+    rotated, result["foreign"] = owned_rotated_files(path)
     if check and result["rotated_to"]:
         rotated.append(result["rotated_to"])
     delete, kept = prune_plan(rotated, keep, files_held_open(rotated))

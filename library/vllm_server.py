@@ -11,10 +11,16 @@ quoting the first exception. `restarted` always restarts (or, with only_if_stale
 running server is not the rendered launch: the role's handler uses that, so a change restarts once).
 `stopped` stops the whole tree; `absent` also removes the unit, pidfile and launch files (logs stay).
 
+Only what is provably the tool's is rotated, overwritten or removed: the log and the launch files lie
+inside `root` (dfp_root), the live log starts with the tool's start marker, rotated logs carry it too,
+launch files have the tool's shape or header, the unit is named after service_name and carries the
+tool's header. Anything else is left alone and named in the result (`foreign`).
+
 | argument | type | default | meaning |
 |---|---|---|---|
 | state | str | started | rendered, started, restarted, stopped, absent |
 | pidfile | path | required | the server's pidfile; the launch files sit beside it (NAME.launch.json, NAME.env) |
+| root | path | none | dfp_root: pidfile, launch files and log must lie inside it (rendered records it for later states) |
 | venv_python | path | none | the serving environment's python (rendered) |
 | target_model | str | none | target model folder or hub id (rendered) |
 | drafter_model | path | none | DFlash drafter folder; null serves without speculative decoding |
@@ -75,10 +81,12 @@ import _vllm_probe as P
 import psutil
 import tenacity
 from _common import Context, ModuleError, atomic_write, main, read_bytes
+from _paths import managed_path
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"]},
     "pidfile": {"type": "path", "required": True},
+    "root": {"type": "path", "default": None},
     "venv_python": {"type": "path", "default": None},
     "target_model": {"type": "str", "default": None},
     "drafter_model": {"type": "path", "default": None},
@@ -169,12 +177,61 @@ def _dump(data: dict) -> bytes:
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def _remove(path: str, check: bool) -> bool:
+# What the tool writes, and how each kind of file proves it is the tool's (the env file and the unit
+# start with _vllm_launch's "# Managed by dflash-provision" header line).
+TOOL_HEADER = b"# Managed by dflash-provision"
+_RECORD_KEYS = {
+    "launch": {"fingerprint", "launch_id", "argv", "env_file", "mode"},
+    "running": {"fingerprint", "pid", "mode", "started_at"},
+}
+
+
+def is_tool_file(path: str, kind: str) -> bool:
+    """Whether the regular file at `path` (never a symlink) is one the tool wrote, judged by its content."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    if kind == "pidfile":
+        try:
+            return _proc.read_pidfile(path) is not None
+        except ModuleError:
+            return False
+    if kind in _RECORD_KEYS:
+        return _RECORD_KEYS[kind] <= set(_load_json(path) or {})
+    return (read_bytes(path) or b"").startswith(TOOL_HEADER)  # env, unit
+
+
+def _remove(path: str, kind: str, check: bool, foreign: list | None = None) -> bool:
+    """Remove `path` if it is the tool's; a file that is not is left alone and appended to `foreign`."""
     if not os.path.lexists(path):
+        return False
+    if not is_tool_file(path, kind):
+        if foreign is not None:
+            foreign.append(path)
         return False
     if not check:
         os.unlink(path)
     return True
+
+
+def check_places(p: dict, log: str | None, root: str | None) -> str | None:
+    """The normalised root once the pidfile (the launch files sit beside it) and the log are the tool's places."""
+    managed_path(p["pidfile"], "vllm_pidfile", root)
+    if log is not None:
+        VL.check_log(log, root)
+    return os.path.normpath(os.path.expanduser(root)) if root else None
+
+
+def refuse_foreign_targets(targets: dict) -> None:
+    """Render overwrites only its own files: a file of another kind at a target path stops it, unchanged."""
+    for path, kind in targets.items():
+        if path and os.path.lexists(path) and not is_tool_file(path, kind):
+            proof = "the tool's header line" if kind in ("env", "unit") else "the fields of the tool's record"
+            what = "vllm_service_name (or vllm_unit_dir)" if kind == "unit" else "vllm_pidfile"
+            raise ModuleError(
+                f"{path} exists but was not written by dflash-provision (it lacks {proof}); it was left untouched "
+                f"and nothing was rendered. Move it away, or choose another {what}",
+                path=path,
+            )
 
 
 # --------------------------------------------------------------------------- rendering
@@ -224,9 +281,11 @@ def render(args: dict, ctx: Context) -> dict:
         is_multimodal_target = None
     spec = L.resolve(args, is_multimodal_target)
     p = paths(args["pidfile"])
+    root = check_places(p, args["log"], args["root"])
     mode = L.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
     env_text = L.render_env_file(spec["env"])
     unit_path = os.path.join(args["unit_dir"], f"{args['service_name']}.service") if mode == "systemd" else None
+    refuse_foreign_targets({p["launch"]: "launch", p["running"]: "running", p["env"]: "env", unit_path: "unit"})
     log = os.path.abspath(args["log"])
     workdir = os.path.dirname(p["pidfile"])
     # The unit names the launch by a digest of what it runs, so it is stable across identical renders.
@@ -247,6 +306,7 @@ def render(args: dict, ctx: Context) -> dict:
         "api_key_set": "VLLM_API_KEY" in spec["env"],
         "log": log,
         "log_keep": log_keep,
+        "root": root,
         "workdir": workdir,
         "host": spec["host"],
         "port": spec["port"],
@@ -679,7 +739,12 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
             port=launch["port"],
             owners=owners,
         )
-    rotation = VL.rotate(log, launch["log_keep"])
+    rotation = VL.rotate(log, launch["log_keep"], root=launch.get("root"))
+    if rotation["foreign"]:
+        ctx.warn(
+            f"left {', '.join(rotation['foreign'])} alone: named like rotated logs of {log}, but not written by "
+            "dflash-provision (no start marker); they are not pruned (remove them by hand if they are unwanted)"
+        )
     env = {k: os.environ[k] for k in INHERIT_ENV if k in os.environ}
     file_env = read_env(p)
     env.update(file_env)
@@ -738,9 +803,9 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
     except ServerFailed as exc:
         follower.close()
         stopped = server.stop(ctx, launch["stop_grace_s"])
-        _remove(p["running"], False)
+        _remove(p["running"], "running", False)
         if launch["mode"] != "systemd":
-            _remove(p["pidfile"], False)
+            _remove(p["pidfile"], "pidfile", False)
         raise failure(exc, launch, stopped) from None
     follower.close()
     figures.update(
@@ -854,12 +919,13 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
             reason = f"leftovers of a dead server ({len(now['procs'])} process(es)) hold on"
         else:
             reason = "no server was running"
+    VL.check_log(launch["log"], launch.get("root"))  # a foreign log stops us before the old server is stopped
     if ctx.check:
         return {"changed": True, "msg": f"would (re)start vLLM: {reason}", "reason": reason}
     stopped = server.stop(ctx, launch["stop_grace_s"])
     if launch["mode"] != "systemd":
-        _remove(p["pidfile"], False)
-    _remove(p["running"], False)
+        _remove(p["pidfile"], "pidfile", False)
+    _remove(p["running"], "running", False)
     out = start(launch, p, ctx, server)
     out["reason"] = reason
     if stopped:
@@ -869,36 +935,59 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     return out
 
 
+def files_to_remove(p: dict, launch: dict, absent: bool, foreign: list) -> list:
+    """(path, kind) of what stopping (or, with absent, removing) leaves behind; a misnamed unit goes to `foreign`."""
+    files = [(p["running"], "running")]
+    if launch["mode"] != "systemd" or absent:
+        files.append((p["pidfile"], "pidfile"))
+    unit_path = launch.get("unit_path")
+    if absent:
+        files += [(p["launch"], "launch"), (p["env"], "env")]
+    if absent and unit_path:
+        # the unit the tool renders is UNIT_DIR/SERVICE_NAME.service; a launch naming another file is not believed
+        if os.path.basename(unit_path) == f"{launch.get('service_name')}.service":
+            files.append((unit_path, "unit"))
+        elif os.path.lexists(unit_path):
+            foreign.append(unit_path)
+    return files
+
+
+def _left_alone(foreign: list, ctx: Context) -> None:
+    if foreign:
+        ctx.warn(
+            f"left {', '.join(foreign)} alone: not written by dflash-provision (no start marker, header or "
+            "launch record of the tool); remove by hand if unwanted"
+        )
+
+
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
+    """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
-    launch = _load_json(p["launch"])
-    unit_path = (launch or {}).get("unit_path")
+    launch = _load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
+    check_places(p, None, args["root"] or launch.get("root"))
     server = server_for(launch, p)
     now = server.inspect()
-    removed = []
-    files = [p["running"]] + ([p["pidfile"]] if launch["mode"] != "systemd" or absent else [])
-    if absent:
-        files += [p["launch"], p["env"]] + ([unit_path] if unit_path else [])
+    foreign: list = []
+    files = files_to_remove(p, launch, absent, foreign)
     would_stop = now["alive"] or bool(now["procs"])
     if ctx.check:
-        removed = [f for f in files if os.path.lexists(f)]
-        changed = would_stop or bool(removed)
+        removed = [f for f, kind in files if _remove(f, kind, True, foreign)]
+        _left_alone(foreign, ctx)
         return {
-            "changed": changed,
+            "changed": would_stop or bool(removed),
             "msg": ("would stop vLLM" if would_stop else "vLLM is not running")
             + (f" and remove {len(removed)} file(s)" if removed else ""),
             "removed": removed,
+            "foreign": foreign,
         }
     stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"]))) if would_stop else None
-    for f in files:
-        if _remove(f, False):
-            removed.append(f)
-    if absent and unit_path and unit_path in removed:
+    removed = [f for f, kind in files if _remove(f, kind, False, foreign)]
+    _left_alone(foreign, ctx)
+    if absent and launch.get("unit_path") in removed:
         _systemctl(["disable", launch["service_name"]], check=False)
         _systemctl(["daemon-reload"], check=False)
-    changed = bool(stopped) or bool(removed)
     parts = []
     if stopped:
         n = len(stopped.get("stopped", []))
@@ -906,7 +995,7 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     if removed:
         parts.append(f"removed {', '.join(os.path.basename(f) for f in removed)}")
     msg = "; ".join(parts) if parts else "vLLM is not running and nothing is left to remove"
-    return {"changed": changed, "msg": msg, "stopped": stopped, "removed": removed}
+    return {"changed": bool(stopped) or bool(removed), "msg": msg, "stopped": stopped, "removed": removed, "foreign": foreign}
 
 
 def run(args: dict, ctx: Context) -> dict:

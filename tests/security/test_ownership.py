@@ -42,8 +42,8 @@ def mode_of(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def tool_log(path: Path, text: str = "server output\n", pid: int = 4242) -> Path:
-    """A log as the tool writes it: the start marker first."""
+def tool_log(path: Path, text: str = "server output\n", pid: int = 999999999) -> Path:
+    """A log as the tool writes it: the start marker first (a PID beyond pid_max: no live process)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(marker_line(pid, "abc123def456") + "\n" + text)
     return path
@@ -211,7 +211,7 @@ def test_absent_removes_only_the_files_the_tool_wrote(tmp_path, models):
     assert (run / "vllm.env").read_text() == "MY_OWN=1\n" and foreign_unit.exists()
     assert (run / "vllm.running.json").read_text() == "not a record of ours\n"
     assert sorted(res["foreign"]) == sorted([str(run / "vllm.env"), str(run / "vllm.running.json"), str(foreign_unit)])
-    assert any("left alone" in w for w in res["warnings"])
+    assert any("alone: not written by dflash-provision" in w for w in res["warnings"])
 
 
 def test_absent_refuses_launch_files_outside_the_recorded_root(tmp_path, models):
