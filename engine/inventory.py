@@ -8,12 +8,13 @@ Ansible names and precedence.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.yamlfile import load_yaml
+from engine.yamlfile import check_variable_names, describe_name, load_yaml
 
 
 @dataclass
@@ -52,6 +53,47 @@ class Group:
 _GROUP_KEYS = {"hosts", "vars", "children"}
 
 
+def _check_entry_name(name: Any, where: str, kind: str) -> None:
+    """Host and group names are strings (a bare number is accepted for hosts) that can name a file.
+
+    They name group_vars/NAME and host_vars/NAME files, so a '/' or a leading '.' could reach outside them.
+    """
+    ok = isinstance(name, str) or (kind == "host" and isinstance(name, int) and not isinstance(name, bool))
+    text = str(name)
+    if not ok or not text.strip() or "/" in text or "\0" in text or text.startswith("."):
+        raise UserError(
+            f"{where}: {kind} name {describe_name(name)} is not valid; a {kind} name is a non-empty string without "
+            "'/' that does not start with '.' (quote it if YAML reads it as a number, true/false or null)."
+        )
+
+
+def _named_entries(value: Any, where: str, what: str, kind: str) -> dict:
+    """`hosts:`/`children:` as a mapping of names to bodies (a list of names is accepted too)."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        for item in value:
+            _check_entry_name(item, where, kind)
+        value = {str(item): None for item in value}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: {what} must be a mapping of {kind} names")
+    for item in value:
+        _check_entry_name(item, where, kind)
+    return {str(k): v for k, v in value.items()}
+
+
+def _check_port(host: str, port: Any, path: Path | None) -> None:
+    """`ansible_port` is read as a number when connecting; a bad one is refused before any host is touched."""
+    if port is None:
+        return
+    number = int(port.strip()) if isinstance(port, str) and re.fullmatch(r"[0-9]{1,5}", port.strip()) else port
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+        raise UserError(
+            f"{path or '<inventory>'}: host '{host}': ansible_port must be a port number from 1 to 65535, got "
+            f"{repr(port)[:40]}; fix it in the inventory (host vars, group vars or group_vars/host_vars files)."
+        )
+
+
 class Inventory:
     """Hosts and groups with each host's variables merged in Ansible's order."""
 
@@ -68,6 +110,8 @@ class Inventory:
         where = str(self.path or "<inventory>")
         if not isinstance(data, dict):
             raise UserError(f"{where}: an inventory must be a mapping with a top-level 'all:' key")
+        for name in data:
+            _check_entry_name(name, where, "group")
         unknown_top = [k for k in data if k != "all"]
         for name in unknown_top:  # Ansible allows top-level groups besides 'all'
             self.groups["all"].children.append(name)
@@ -92,29 +136,22 @@ class Inventory:
             raise UserError(
                 f"{where}: group '{name}' has unknown key(s) {', '.join(bad)}; a group may only have hosts, vars and children"
             )
-        hosts = body.get("hosts") or {}
-        if isinstance(hosts, list):
-            hosts = {h: None for h in hosts}
-        if not isinstance(hosts, dict):
-            raise UserError(f"{where}: 'hosts' of group '{name}' must be a mapping of host names")
+        hosts = _named_entries(body.get("hosts"), where, f"'hosts' of group '{name}'", "host")
         for host, hvars in hosts.items():
             host = str(host)
             if hvars is not None and not isinstance(hvars, dict):
                 raise UserError(f"{where}: variables of host '{host}' must be a mapping")
+            check_variable_names(hvars or {}, f"{where}: host '{host}'")
             self._host_inline.setdefault(host, {}).update(hvars or {})
             if host not in group.hosts:
                 group.hosts.append(host)
         gvars = body.get("vars") or {}
         if not isinstance(gvars, dict):
             raise UserError(f"{where}: 'vars' of group '{name}' must be a mapping")
+        check_variable_names(gvars, f"{where}: vars of group '{name}'")
         group.vars.update(gvars)
-        children = body.get("children") or {}
-        if isinstance(children, list):
-            children = {c: None for c in children}
-        if not isinstance(children, dict):
-            raise UserError(f"{where}: 'children' of group '{name}' must be a mapping of groups")
+        children = _named_entries(body.get("children"), where, f"'children' of group '{name}'", "group")
         for child, cbody in children.items():
-            child = str(child)
             if child == name:
                 raise UserError(f"{where}: group '{name}' lists itself as a child")
             if child not in group.children:
@@ -146,6 +183,7 @@ class Inventory:
                 data = load_yaml(f, "variables file") or {}
                 if not isinstance(data, dict):
                     raise UserError(f"{f}: a variables file must be a mapping of names to values")
+                check_variable_names(data, str(f))
                 merged.update(data)
             break
         return merged
@@ -178,6 +216,7 @@ class Inventory:
             merged.update(self._extra_vars_file("group_vars", g))
         merged.update(self._host_inline.get(name, {}))
         merged.update(self._extra_vars_file("host_vars", name))
+        _check_port(name, merged.get("ansible_port"), self.path)
         return Host(name=name, vars=merged, groups=groups)
 
     # -- selection -----------------------------------------------------------------------------

@@ -1,11 +1,22 @@
-"""Load YAML files with errors that point at file:line:column."""
+"""Load YAML files with errors that point at file:line:column, within fixed bounds.
+
+Inventories, playbooks, roles and -e files are input a person (or a copied snippet) controls, so a
+file cannot make the control node run out of memory or stack: it is refused, with one paragraph
+naming the file and the limit, when it is too big (MAX_YAML_BYTES), when its aliases expand too far
+(MAX_YAML_NODES, each alias counted every time it is reached: the "billion laughs"), or when it nests
+too deep (MAX_YAML_DEPTH: the engine walks values recursively). Variable names are checked here too
+(`check_variable_names`) because every variable the engine knows comes from one of these files.
+"""
 
 from __future__ import annotations
 
+import os
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.nodes import MappingNode, SequenceNode
 
 from engine.errors import UserError
 
@@ -14,33 +25,199 @@ try:  # the C loader is several times faster; fall back where libyaml is missing
 except AttributeError:  # pragma: no cover
     _Loader = yaml.SafeLoader
 
+MAX_YAML_BYTES = 8 * 1024 * 1024  # our largest real file is a few KiB; a bigger one is a mistake or an attack
+MAX_YAML_NODES = 1_000_000  # values after expanding every alias (and merge key) each time it is used
+MAX_YAML_DEPTH = 100  # nested lists/mappings; real files nest fewer than 10 levels
+# libyaml composes nodes recursively in C and crashes (SIGSEGV) somewhere past 20,000 levels; below this
+# bound it is safe, above it the nesting is measured on the parser's events (which do not recurse) first.
+_C_COMPOSER_SAFE_DEPTH = 2000
+
 _cache: dict[tuple[str, float], Any] = {}
 
 
 def load_yaml(path: str | Path, what: str = "file") -> Any:
-    """Parse a YAML file; a syntax error becomes a UserError naming file:line:column."""
+    """Parse a YAML file; a syntax error or an unbounded file becomes a UserError naming the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        key = (str(path.resolve()), path.stat().st_mtime)
     except FileNotFoundError:
         raise UserError(f"{path}: {what} not found; check the path") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
-    key = (str(path.resolve()), path.stat().st_mtime)
     if key in _cache:
         return _cache[key]
-    try:
-        data = yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = exc.problem or "invalid YAML"
-        context = f" ({exc.context})" if exc.context else ""
-        raise UserError(
-            f"{where}: malformed YAML: {problem}{context}. Fix the syntax at that line "
-            "(indentation, a missing ':' or an unclosed quote are the usual causes)."
-        ) from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{path}: malformed YAML: {exc}") from None
+    data = _parse(_read_bounded(path, what), path, what)
     _cache[key] = data
     return data
+
+
+def _read_bounded(path: Path, what: str) -> str:
+    """The file's text, read no further than MAX_YAML_BYTES (+1 to notice more) even from /dev/zero."""
+    try:
+        with open(path, "rb") as fh:
+            raw = _read_at_most(fh, MAX_YAML_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found; check the path") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise UserError(
+            f"{path}: the {what} is larger than {MAX_YAML_BYTES // 2**20} MiB (MAX_YAML_BYTES in engine/yamlfile.py), "
+            "so it is refused unread; real inventories, playbooks and variable files are a few KiB. Check that "
+            "the path names the file you meant, or split it (group_vars/, host_vars/, roles)."
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path}: the {what} is not UTF-8 text (invalid byte at offset {exc.start}); save it as UTF-8 "
+            "or check that the path names a YAML file."
+        ) from None
+
+
+def _read_at_most(fh, limit: int) -> bytes:
+    """Up to `limit` bytes; sized by fstat for speed, but a device or pipe (size 0) is read in chunks."""
+    data = fh.read(min(os.fstat(fh.fileno()).st_size, limit))
+    while len(data) < limit:
+        more = fh.read(min(1 << 20, limit - len(data)))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _parse(text: str, path: Path, what: str) -> Any:
+    """Compose the nodes in C, check their expansion and depth, then build the Python values."""
+    if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH:
+        _check_event_depth(text, path, what)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_node_graph(node, path, what)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, path) from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: malformed YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, path: Path) -> UserError:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    problem = exc.problem or "invalid YAML"
+    context = f" ({exc.context})" if exc.context else ""
+    return UserError(
+        f"{where}: malformed YAML: {problem}{context}. Fix the syntax at that line "
+        "(indentation, a missing ':' or an unclosed quote are the usual causes)."
+    )
+
+
+def _nesting_bound(text: str) -> int:
+    """A cheap upper bound on the nesting depth, without parsing.
+
+    Block nesting needs at least one more column every two levels, so it is bounded by twice the
+    longest line; flow nesting needs one bracket per level.
+    """
+    longest = max(map(len, text.splitlines()), default=0)
+    return 2 * (longest + 1) + text.count("[") + text.count("{")
+
+
+def _check_event_depth(text: str, path: Path, what: str) -> None:
+    """Measure the nesting on the parser's events (no recursion) before libyaml composes nodes."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise _too_deep(path, what, event.start_mark)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, path) from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: malformed YAML: {exc}") from None
+
+
+def _too_deep(path: Path, what: str, mark=None) -> UserError:
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return UserError(
+        f"{where}: the {what} nests lists/mappings more than {MAX_YAML_DEPTH} levels deep (MAX_YAML_DEPTH in "
+        "engine/yamlfile.py), or an alias refers to the collection that contains it; flatten the value."
+    )
+
+
+def _check_node_graph(root: Any, path: Path, what: str) -> None:
+    """Refuse aliases that expand too far and nesting that is too deep, before any value is built.
+
+    An alias is the same node object reached again, so walking the graph level by level and counting
+    every node each time it is reached counts the expanded document; the walk stops at the budget.
+    Merge keys (`<<: *a`) are aliases too, so a merge bomb is caught before the constructor copies them.
+    """
+    level, depth, count = [root], 0, 0
+    while level:
+        depth += 1
+        count += len(level)
+        below: list = []
+        for node in level:
+            cls = type(node)
+            if cls is MappingNode:
+                below.extend(chain.from_iterable(node.value))
+            elif cls is SequenceNode:
+                below.extend(node.value)
+            else:
+                continue
+            if depth > MAX_YAML_DEPTH:
+                raise _too_deep(path, what, node.start_mark)
+            if count + len(below) > MAX_YAML_NODES:
+                raise UserError(
+                    f"{path}: the {what}'s aliases (*name) expand too far: more than {MAX_YAML_NODES:,} values "
+                    "once every alias is replaced by what it refers to (MAX_YAML_NODES in engine/yamlfile.py). "
+                    "This is how a 'billion laughs' file exhausts memory; write the values out, or use fewer "
+                    "nested aliases."
+                )
+        level = below
+
+
+def check_nesting(value: Any, where: str) -> None:
+    """Refuse a value (e.g. JSON from -e) that nests deeper than MAX_YAML_DEPTH; iterative, so it cannot recurse."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_YAML_DEPTH:
+                raise UserError(
+                    f"{where}: the value nests lists/mappings more than {MAX_YAML_DEPTH} levels deep "
+                    "(MAX_YAML_DEPTH in engine/yamlfile.py); flatten it."
+                )
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def is_variable_name(name: Any) -> bool:
+    """A name a template can refer to: a string of letters, digits and '_' not starting with a digit."""
+    return isinstance(name, str) and name.isidentifier()
+
+
+def describe_name(name: Any) -> str:
+    """A key as a message shows it: quoted and cut short, with its type when it is not a string."""
+    shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+    if isinstance(name, str):
+        return shown
+    kind = {bool: "a boolean", int: "a number", float: "a number", type(None): "empty (null)"}.get(type(name), type(name).__name__)
+    return f"{shown} ({kind}, not a string)"
+
+
+def check_variable_names(variables: Any, where: str) -> None:
+    """Every key of a mapping of variables is a valid name; otherwise one paragraph naming the file and key."""
+    for name in variables:
+        if not is_variable_name(name):
+            raise UserError(
+                f"{where}: variable name {describe_name(name)} is not valid; a variable name is a string of "
+                "letters, digits and '_' that does not start with a digit (e.g. vllm_port). Rename it "
+                "(e.g. port_1 instead of 1, model_path instead of model-path)."
+            )
