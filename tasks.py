@@ -34,28 +34,40 @@ COMMON_HELP = {
 
 
 def _parse_extra_vars(items: list[str]) -> dict:
+    """-e KEY=VALUE (JSON values) and -e @file.yaml, in order. Errors name the -e by position, never its
+    text: a mistyped -e may be a secret (a token pasted without its KEY=)."""
     from engine.errors import UserError
+    from engine.yamlfile import check_nesting, check_variable_names, load_yaml
 
     out: dict = {}
-    for item in items or []:
+    for number, item in enumerate(items or [], start=1):
+        where = f"-e number {number}"
         if item.startswith("@"):
-            from engine.yamlfile import load_yaml
-
             data = load_yaml(item[1:], "extra vars file")
             if not isinstance(data, dict):
-                raise UserError(f"{item[1:]}: an extra vars file must be a mapping")
+                raise UserError(f"{item[1:]}: an extra vars file must be a mapping of variable names to values")
+            check_variable_names(data, item[1:])
             out.update(data)
             continue
         if "=" not in item:
-            raise UserError(f"-e {item!r}: extra variables are KEY=VALUE (or @file.yaml); e.g. -e vllm_port=8001")
+            raise UserError(
+                f"{where}: extra variables are KEY=VALUE (or @file.yaml), and this one has no '='; e.g. -e vllm_port=8001 "
+                "(its text is not shown: it may be a secret)"
+            )
         key, _, raw = item.partition("=")
         key = key.strip()
         if not key.isidentifier():
-            raise UserError(f"-e {item!r}: '{key}' is not a valid variable name")
+            raise UserError(
+                f"{where}: the text before '=' is not a valid variable name (letters, digits and _, not starting with "
+                "a digit); e.g. -e vllm_port=8001 (its text is not shown: it may be a secret)"
+            )
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
+        except RecursionError:  # nested far deeper than check_nesting allows
+            raise UserError(f"{where} ({key}): the JSON value nests lists/mappings too deep; flatten it") from None
+        check_nesting(value, f"{where} ({key})")
         out[key] = value
     return out
 
