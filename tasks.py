@@ -29,6 +29,7 @@ COMMON_HELP = {
     "report": "write a JSON report to this file",
     "junit": "write a JUnit XML report to this file",
     "inventory": "inventory file (default: inventory.yaml)",
+    "lock_wait": "seconds to wait for another run's host lock before failing that host (default 60)",
     "verbose": "more output (-v: messages of ok tasks and progress, -vv: tracebacks of module crashes)",
 }
 
@@ -101,6 +102,7 @@ def _play(
     inventory=None,
     verbose=0,
     more_vars=None,
+    lock_wait=60,
 ) -> None:
     from engine.api import run_playbook
     from engine.errors import UserError
@@ -122,6 +124,7 @@ def _play(
             junit=junit,
             verbose=int(verbose or 0),
             quiet=False,
+            lock_wait=float(lock_wait),
         )
     except UserError as exc:
         raise _fail_user(exc) from None
@@ -151,17 +154,20 @@ def play(
     junit=None,
     inventory=None,
     verbose=0,
+    lock_wait=60,
 ):
     """Run any playbook (a path, or a name in playbooks/)."""
-    _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+    _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose,
+          lock_wait=lock_wait)
 
 
 def _playbook_task(playbook: str, doc: str):
     """An Invoke task that runs playbooks/PLAYBOOK.yaml with the common options (one signature for all)."""
 
     def run(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-            skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0):
-        _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose)
+            skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, lock_wait=60):
+        _play(playbook, host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory, verbose,
+              lock_wait=lock_wait)
 
     run.__name__ = run.__qualname__ = playbook.replace("-", "_")
     run.__doc__ = doc
@@ -179,10 +185,10 @@ rebuild = _playbook_task("rebuild", "Nightly: fresh environment beside the curre
     incrementable=["verbose"],
 )
 def teardown(c, host=None, group=None, limit=None, check=False, diff=False, extra_vars=None, tags=None,
-             skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, purge=False):
+             skip_tags=None, forks=8, report=None, junit=None, inventory=None, verbose=0, purge=False, lock_wait=60):
     """Stop the server and free the GPU; --purge also removes environments and generated configs."""
     _play("teardown", host, group, limit, check, diff, extra_vars, tags, skip_tags, forks, report, junit, inventory,
-          verbose, more_vars={"teardown_purge": bool(purge)})
+          verbose, more_vars={"teardown_purge": bool(purge)}, lock_wait=lock_wait)
 
 
 @task(

@@ -78,6 +78,7 @@ def run_playbook(
     quiet: bool = True,
     console: Console | None = None,
     raise_user_errors: bool = False,
+    lock_wait: float = 60.0,
 ) -> RunResult:
     started = time.monotonic()
     try:
@@ -96,6 +97,7 @@ def run_playbook(
             forks=forks,
             limit=limit,
             console=console,
+            lock_wait=lock_wait,
         )
         hosts = []
         for play in plays:

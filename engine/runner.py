@@ -8,15 +8,19 @@ the output reads as a runbook. A failed host stops; the others go on. Unreachabl
 from __future__ import annotations
 
 import functools
+import getpass
 import hashlib
 import os
 import re
+import socket
 import sys
 import threading
 import time
+import uuid
 from collections import ChainMap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,24 @@ from engine.playbook import LIBRARY, Play, Task, module_args_spec, modules
 from engine.secrets import Secrets, has_value, is_secret_name
 from engine.templating import Templar, is_template, to_bool, undefined_name
 from engine.transport import Transport, WorkerDied, connect
+
+# The host lock: a file under dfp_root (or the tool's cache folder for plays that define no dfp_root).
+LOCK_NAME = ".dflash-provision.lock"
+NO_ROOT_LOCK = f"~/.cache/dflash-provision/{LOCK_NAME}"
+
+
+def describe_holder(holder: Any) -> str:
+    """One line about the run that holds (or held) a host lock, from the record it wrote."""
+    if not isinstance(holder, dict) or not holder:
+        return "a run that left no record"
+    if "error" in holder or "unreachable" in holder:
+        return f"(could not read the lock: {holder})"
+    return (
+        f"playbook {holder.get('playbook')} from control node {holder.get('control_node')} (user "
+        f"{holder.get('user')}, pid {holder.get('pid')}), started {holder.get('started')}, worker pid "
+        f"{holder.get('worker_pid')} on the host"
+    )
+
 
 STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
 # Names every task may use besides variables: the `magic` layer of Runner.variables, facts, and the
@@ -143,6 +165,7 @@ class Runner:
         forks: int = 8,
         limit: str | None = None,
         console=None,
+        lock_wait: float = 60.0,
     ) -> None:
         self.inventory = inventory
         self.extra_vars = extra_vars or {}
@@ -159,6 +182,14 @@ class Runner:
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self.secrets = Secrets()
+        self.lock_wait = max(0.0, float(lock_wait))
+        self._lock_record = {
+            "control_node": socket.gethostname(),
+            "user": getpass.getuser(),
+            "pid": os.getpid(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "run_id": uuid.uuid4().hex,  # two inventory names of one machine share this run's lock
+        }
         self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
         self._refs_cache: dict[str, set[str]] = {}
 
@@ -388,23 +419,72 @@ class Runner:
         transport.hello = hello  # type: ignore[attr-defined]
 
     def _call(self, state: HostState, payload: dict, progress=None) -> dict:
-        """One request to the host's worker; a dropped connection is reopened and the request sent again."""
-        for attempt in range(2):
-            transport = state.transport
-            if transport is None:
-                self._connect(state)
-                transport = state.transport
-            sources = module_sources(payload["module"], transport.sent_sources) if "module" in payload else {}
-            try:
-                reply = transport.request(dict(payload, sources=sources), progress)
-                transport.sent_sources |= set(sources)
-                return reply
-            except WorkerDied as exc:
-                transport.close()
-                state.transport = None
-                if attempt == 1:
-                    raise HostUnreachable(f"lost the connection to {state.host.name}: {exc}") from None
-        raise AssertionError("unreachable")
+        """One request to the host's worker, sent at most once.
+
+        A dropped connection is never answered by sending the request again: the first copy may still be
+        running on the host. The host is unreachable for the rest of the run; the next run converges.
+        """
+        if state.transport is None:
+            self._connect(state)
+        transport = state.transport
+        sources = module_sources(payload["module"], transport.sent_sources) if "module" in payload else {}
+        try:
+            reply = transport.request(dict(payload, sources=sources), progress)
+        except WorkerDied as exc:
+            transport.close()
+            state.transport = None
+            what = f"module {payload['module']}" if "module" in payload else f"'{payload.get('op')}'"
+            raise HostUnreachable(
+                f"lost the connection to {state.host.name} while it ran {what}: {exc}. The request was sent once "
+                "and is not sent again (it may have finished on the host); the host is out of this run. Run again "
+                "to converge."
+            ) from None
+        transport.sent_sources |= set(sources)
+        return reply
+
+    # -- the host lock ------------------------------------------------------------------------------
+    def _lock_path(self, state: HostState, play: Play) -> str | None:
+        """Where this host's lock lives (under dfp_root), or None when the play opts out (read-only plays)."""
+        view = self.variables(state, play, None)
+        try:
+            if not to_bool(view.get("dfp_host_lock", True)):
+                return None
+            root = view.get("dfp_root")
+        except Exception:  # an undefined name in dfp_root: preflight did not need it, so neither do we
+            root = None
+        if not isinstance(root, str) or not root.strip():
+            return NO_ROOT_LOCK
+        return f"{root.rstrip('/')}/{LOCK_NAME}"
+
+    def _lock_host(self, state: HostState, play: Play) -> bool:
+        """Take the host lock for the whole run; False (host failed, holder named) when another run keeps it."""
+        path = self._lock_path(state, play)
+        if path is None:
+            return True
+        started = time.monotonic()
+        progress = None
+        if self.console:
+            progress = lambda msg, h=state.host.name: self.console.progress(h, msg)  # noqa: E731
+        record = dict(self._lock_record, playbook=str(play.source))
+        try:
+            reply = self._call(state, {"op": "lock", "path": path, "wait_s": self.lock_wait, "record": record}, progress)
+        except HostUnreachable as exc:
+            self._unreachable(state, "Host lock", str(exc))
+            return False
+        if "error" in reply or "locked" not in reply:
+            reply = {"locked": False, "holder": {"error": reply.get("error") or reply.get("result")}}
+        duration = time.monotonic() - started
+        if not reply["locked"]:
+            state.failed = True
+            msg = (f"{state.host.name} is locked by another run: {describe_holder(reply.get('holder'))}; waited "
+                   f"{self.lock_wait:g} s (--lock-wait). Let that run finish, or wait longer with --lock-wait.")
+            self._record(state, TaskResult(state.host.name, "Host lock", None, "-", "failed", False, msg, duration))
+            return False
+        if reply.get("stale"):
+            msg = f"took over the host lock {reply.get('path')} left by a run that died: {describe_holder(reply['stale'])}"
+            self._record(state, TaskResult(state.host.name, "Host lock", None, "-", "ok", False, msg, duration,
+                                           {"warnings": [msg]}))
+        return True
 
     # -- executing --------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:
@@ -456,6 +536,8 @@ class Runner:
                     self._connect(state)
                 except HostUnreachable as exc:
                     self._unreachable(state, "Gathering facts" if play.gather_facts else "Connecting", str(exc))
+                    return
+                if not self._lock_host(state, play):
                     return
             if play.gather_facts and state.facts is None and "facts" in modules():
                 self._gather_facts(state, play)

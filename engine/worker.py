@@ -5,8 +5,9 @@ bootstrap command, so nothing is ever interpolated into a shell), then JSON requ
 
   {"id", "op": "hello", "runtime": KEY}            -> python, platform, missing runtime packages
   {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack psutil/tenacity into the user's cache
-  {"id", "op": "run", "module", "args", "check", "diff", "sources": {name: source}}
-  {"id", "op": "exit"}
+  {"id", "op": "lock", "path", "wait_s", "record"} -> {"locked", "holder" | "stale"}: the host lock
+  {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "sources": {name: source}}
+  {"id", "op": "exit"}                             -> releases the host lock, then exits
 
 and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
 Standard library only: the host needs nothing but python3 >= 3.9.
@@ -124,6 +125,85 @@ def install_runtime(key, blob):
     return missing_packages()
 
 
+class TaskTimeout(BaseException):
+    """Raised in a module when its task's `timeout` runs out (BaseException: modules' `except Exception` pass it on)."""
+
+
+def run_with_timeout(timeout_s, fn, *args):
+    """fn(*args) under a wall-clock limit (the task keyword `timeout`), like Ansible's; None = no limit."""
+    if not timeout_s:
+        return fn(*args)
+    import signal
+
+    def expired(signum, frame):
+        raise TaskTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class HostLock:
+    """flock on a file under the tool's root, held for the worker's whole life (one run per host at a time).
+
+    The file holds a JSON record of the run that holds it. The kernel drops the flock when the holder
+    dies, but the record stays: finding one when the lock is free means a run died holding it.
+    """
+
+    def __init__(self):
+        self.fd = None
+
+    @staticmethod
+    def _read(fd):
+        try:
+            os.lseek(fd, 0, 0)
+            data = os.read(fd, 65536)
+            return json.loads(data.decode("utf-8")) if data.strip() else None
+        except (OSError, ValueError):
+            return {"unreadable": True}
+
+    def take(self, path, wait_s, record, progress):
+        import fcntl
+
+        path = os.path.expanduser(path)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        deadline = time.monotonic() + max(0.0, float(wait_s))
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = self._read(fd)
+                if isinstance(holder, dict) and record.get("run_id") and holder.get("run_id") == record.get("run_id"):
+                    os.close(fd)  # this run holds it already: another inventory name of the same machine
+                    return {"locked": True, "shared_with": holder.get("worker_pid"), "path": path}
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return {"locked": False, "holder": holder}
+                if not told:
+                    progress(f"waiting for the host lock held by {json.dumps(holder)}")
+                    told = True
+                time.sleep(0.1)
+        stale = self._read(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(dict(record, worker_pid=os.getpid())).encode("utf-8"), 0)
+        os.fsync(fd)
+        self.fd = fd
+        return {"locked": True, "stale": stale, "path": path}
+
+    def release(self):
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)  # a clean end leaves no record; a dead run's record is what "stale" means
+            os.close(self.fd)
+            self.fd = None
+
+
 def main():
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     # Anything a module or its children print goes to stderr, never into the protocol stream.
@@ -132,6 +212,7 @@ def main():
     finder = SourceFinder()
     sys.meta_path.insert(0, finder)
     loaded = {}
+    lock = HostLock()
 
     def send(obj):
         out.write(json.dumps(obj, default=str) + "\n")
@@ -180,10 +261,20 @@ def main():
                     progress=lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)}),
                 )
                 started = time.monotonic()
-                result = common.execute(mod.ARGS, mod.run, req.get("args") or {}, ctx, name)
+                try:
+                    args = req.get("args") or {}
+                    result = run_with_timeout(req.get("timeout_s"), common.execute, mod.ARGS, mod.run, args, ctx, name)
+                except TaskTimeout:
+                    result = {"failed": True, "changed": False, "timed_out": True,
+                              "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped; "
+                                     "what it had done so far stays".format(req.get("timeout_s"))}
                 result["_duration_s"] = round(time.monotonic() - started, 6)
                 send({"id": rid, "result": result})
+            elif op == "lock":
+                progress = lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)})  # noqa: E731
+                send(dict(lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, progress), id=rid))
             elif op == "exit":
+                lock.release()
                 send({"id": rid, "bye": True})
                 return
             else:

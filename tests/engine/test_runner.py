@@ -96,16 +96,26 @@ def test_secrets_never_reach_reports(target, tmp_path):
     assert "********" in report.read_text()
 
 
-def test_dropped_worker_is_reconnected_and_the_task_resent(target, tmp_path):
+def test_dropped_worker_makes_the_host_unreachable_and_the_task_is_not_resent(target, tmp_path):
+    """A task is sent at most once: after a dropped worker the host is out of the run (exit 3); the next run converges."""
     inv, base = target
     mark = base / "killed-once"
-    # The first attempt kills its own worker (the command's parent) mid-request; the engine must reconnect.
-    tasks = [{"name": "Drop the worker once", "command": {"argv": ["sh", "-c", f"test -e {mark} || {{ touch {mark}; kill -9 $PPID; }}"]}},
+    runs = base / "runs"
+    # The first run kills its own worker (the command's parent) mid-request; a resend would append a second line.
+    tasks = [{"name": "Drop the worker once", "command": {"argv": ["sh", "-c", f"echo run >> {runs}; test -e {mark} || {{ touch {mark}; kill -9 $PPID; }}"]}},
              {"name": "Still talking", "debug": {"msg": "after"}}]
     res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
     assert mark.exists()
-    assert res.exit_code == 0, res.tasks
-    assert [r.status for r in res.results] == ["changed", "ok"]
+    assert res.exit_code == 3, res.tasks
+    assert runs.read_text() == "run\n"
+    assert [r.status for r in res.results] == ["unreachable"]
+    assert "not sent again" in res.results[0].msg
+    again = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert again.exit_code == 0, again.tasks
+    # The killed worker died holding the host lock: the next run takes it over and says so.
+    assert [(r.task, r.status) for r in again.results][0] == ("Host lock", "ok")
+    assert "took over" in again.results[0].msg
+    assert [r.status for r in again.results[1:]] == ["changed", "ok"]
 
 
 @pytest.mark.ssh
