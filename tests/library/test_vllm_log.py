@@ -29,6 +29,7 @@ from _vllm_log import (
     split_prefix,
 )
 
+NO_PID = 999999999  # start markers of logs no process wrote (beyond pid_max: never a live PID)
 LOGS = Path(__file__).resolve().parent.parent / "fakes" / "vllm_logs"
 
 
@@ -160,7 +161,7 @@ def test_prune_plan_table(files, keep, held, delete, kept):
 def test_rotation_renames_keeps_n_and_never_deletes_a_file_a_process_writes(tmp_path):
     log = tmp_path / "vllm.log"
     for i in range(4):
-        (tmp_path / f"vllm.log.20261130-10000{i}").write_text(f"old {i}\n")
+        (tmp_path / f"vllm.log.20261130-10000{i}").write_text(marker_line(NO_PID, "old") + f"\nold {i}\n")
     # an orphan still writes the oldest rotated log
     writer = subprocess.Popen(
         [
@@ -174,9 +175,9 @@ def test_rotation_renames_keeps_n_and_never_deletes_a_file_a_process_writes(tmp_
         deadline = time.time() + 5
         while not files_held_open([str(tmp_path / "vllm.log.20261130-100000")]) and time.time() < deadline:
             time.sleep(0.05)
-        log.write_text("current\n")
+        log.write_text(marker_line(NO_PID, "cur") + "\ncurrent\n")
         res = rotate(str(log), keep=2)
-        assert not log.exists() and Path(res["rotated_to"]).read_text() == "current\n"
+        assert not log.exists() and Path(res["rotated_to"]).read_text().endswith("\ncurrent\n")
         assert res["kept_open"] == [str(tmp_path / "vllm.log.20261130-100000")]
         left = rotated_files(str(log))
         assert str(tmp_path / "vllm.log.20261130-100000") in left  # held open: kept beyond log_keep
@@ -188,9 +189,9 @@ def test_rotation_renames_keeps_n_and_never_deletes_a_file_a_process_writes(tmp_
 
 def test_rotation_in_check_mode_changes_nothing(tmp_path):
     log = tmp_path / "vllm.log"
-    log.write_text("current\n")
+    log.write_text(marker_line(NO_PID, "cur") + "\ncurrent\n")
     for i in range(3):
-        (tmp_path / f"vllm.log.20261130-10000{i}").write_text("old\n")
+        (tmp_path / f"vllm.log.20261130-10000{i}").write_text(marker_line(NO_PID, "old") + "\nold\n")
     before = sorted(os.listdir(tmp_path))
     res = rotate(str(log), keep=1, check=True)
     assert res["rotated_to"] and len(res["removed"]) == 3

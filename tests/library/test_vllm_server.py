@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import _vllm_log as vllm_log
 import psutil
 import pytest
 import vllm_server
@@ -320,7 +321,8 @@ def test_port_taken_by_another_program_fails_before_launch_naming_it(fake):
 
 def test_rotation_while_an_orphan_writes_the_old_log_keeps_checks_on_the_new_log(fake):
     fake.log.parent.mkdir(parents=True)
-    fake.log.write_text("old server output\n")
+    # a log of an earlier server of ours: it starts with the tool's start marker (no live PID: beyond pid_max)
+    fake.log.write_text(vllm_log.marker_line(999999999, "old") + "\nold server output\n")
     # an orphan of the old server keeps writing (even a Traceback) into the old log through its open fd
     orphan = subprocess.Popen(
         [
@@ -339,7 +341,7 @@ def test_rotation_while_an_orphan_writes_the_old_log_keeps_checks_on_the_new_log
         rotated = Path(res["rotated_log"])
         time.sleep(0.1)
         assert "ORPHAN" not in fake.new_log()
-        assert rotated.read_text().count("ORPHAN") > 5 and rotated.read_text().startswith("old server output")
+        assert rotated.read_text().count("ORPHAN") > 5 and rotated.read_text().splitlines()[1] == "old server output"
         # the next start rotates again; the file the orphan holds is never deleted, even beyond log_keep
         for _ in range(4):
             assert not fake.call("restarted", log_keep=1)["failed"]
