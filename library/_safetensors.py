@@ -5,39 +5,171 @@ tensor (dtype, shape, data_offsets), then the raw data. Everything a config need
 so a multi-GB checkpoint is described by reading a few kilobytes. Sharded checkpoints list their
 files in `model.safetensors.index.json` (`weight_map`: tensor name -> shard file).
 
+A header is hostile until checked: its size, nesting, entry count, dtypes, shapes, offsets and the
+indices in tensor names are bounded before anything is built per what it declares, and every way a
+file can be wrong is a ModuleError naming the file. `loads_untrusted` is the same guard for any JSON
+file a host did not write itself (config.json, the index).
+
 Used by drafter_config; standard library only (runs on the host through the worker).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import stat
 import struct
 
 from _common import ModuleError
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library refuses larger headers too
+MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit; a 3.5 GB drafter's header is ~9 KB
+MAX_JSON_FILE_BYTES = MAX_HEADER_BYTES  # an index of a 1T-parameter model is ~10 MB
+# Per file and per checkpoint. A whole 1T-parameter MoE (Kimi K2, DeepSeek-V3) names < 150,000 tensors
+# across all its shards; one shard names a few thousand.
+MAX_TENSORS = 500_000
+MAX_JSON_DEPTH = 8  # a header nests 3 deep ({name: {"shape": [...]}}), an index 3 ({"weight_map": {...}})
+# Before json.loads builds anything: objects and lists (entry, shape, offsets per tensor) and commas
+# (fields, dimensions, offsets per tensor). Empty lists cost ~20 times their text once built.
+MAX_JSON_CONTAINERS = 3 * MAX_TENSORS + 64
+MAX_JSON_COMMAS = 16 * MAX_TENSORS
+MAX_NUMBER_DIGITS = 20  # 2**64 has 20; int() of thousands of digits is slow or refused
+MAX_RANK = 8
+MAX_DIM = 2**40  # ~10**12 elements in one dimension; real ones stay below 10**7
+MAX_INDEX = 10_000  # a numeric part of a tensor name (layer, expert, block); real ones stay below 1,000
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 
-DTYPE_BYTES = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
+# Every dtype safetensors 0.8 knows, in bits per element (F4 and F6 pack below a byte).
+DTYPE_BITS = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
 }
+
+# ----------------------------------------------------------------------------------------------
+# JSON that nobody on this host wrote
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_INNERMOST = re.compile(rb"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+_NUMERIC_PART = re.compile(r"(?:^|\.)(\d+)(?=\.|\Z)")
+
+
+class UnsafeJSON(ValueError):
+    """JSON (or almost JSON) that no checkpoint or config holds; the message says what, in words."""
+
+
+def _parse_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_NUMBER_DIGITS:
+        raise UnsafeJSON(f"a number has {digits} digits")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise UnsafeJSON(f"the number {text[:24]} is too large for a float")
+    return value
+
+
+def _parse_constant(name: str):
+    raise UnsafeJSON(f"{name} is not a JSON value")
+
+
+def _unique_keys(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise UnsafeJSON(f"it names {brief_repr(twice)} twice")
+    return out
+
+
+def _check_json_shape(raw: bytes, max_depth: int) -> None:
+    """Refuse nesting and entry counts no checkpoint or config has, before json.loads builds them.
+
+    Deep nesting would raise RecursionError inside json; a million empty lists cost ~60 MB for 3 MB
+    of text. Strings are blanked first so brackets and commas inside them do not count.
+    """
+    skeleton = _JSON_STRING.sub(b"0", raw)
+    containers = skeleton.count(b"{") + skeleton.count(b"[")
+    if containers > MAX_JSON_CONTAINERS:
+        raise UnsafeJSON(f"it holds {containers} objects and lists, more objects and lists than {MAX_TENSORS} tensors need")
+    commas = skeleton.count(b",")
+    if commas > MAX_JSON_COMMAS:
+        raise UnsafeJSON(f"it holds {commas} values, more values than {MAX_TENSORS} tensors need")
+    for _ in range(max_depth):
+        skeleton, found = _INNERMOST.subn(b"0", skeleton)
+        if not found:
+            break
+    else:
+        found = _INNERMOST.search(skeleton)
+        if found:
+            raise UnsafeJSON(f"its objects and lists nest deeper than {max_depth} levels")
+    if any(b in skeleton for b in (b"{", b"[", b"]", b"}")):
+        raise UnsafeJSON("its brackets or quotes do not pair up")
+
+
+def loads_untrusted(raw: bytes, max_depth: int = MAX_JSON_DEPTH, unique_keys: bool = False):
+    """json.loads for bytes a host did not write itself: UTF-8, bounded nesting and entry counts, no
+    NaN/Infinity, no number of more than 20 digits, optionally no key given twice.
+
+    Raises ValueError (UnicodeDecodeError, json.JSONDecodeError or UnsafeJSON) saying what is wrong.
+    """
+    text = raw.decode("utf-8")
+    _check_json_shape(raw, max_depth)
+    return json.loads(
+        text,
+        parse_int=_parse_int,
+        parse_float=_parse_float,
+        parse_constant=_parse_constant,
+        object_pairs_hook=_unique_keys if unique_keys else None,
+    )
+
+
+def load_json_file(path: str, max_bytes: int = MAX_JSON_FILE_BYTES, max_depth: int = MAX_JSON_DEPTH, unique_keys: bool = False):
+    """loads_untrusted on a regular file of at most max_bytes. Raises OSError or ValueError saying why."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):  # a FIFO would block the read forever
+        raise UnsafeJSON("it is not a regular file")
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        # read(n) allocates n bytes up front: ask for what the file holds (+1 to see it grow), never max_bytes
+        raw = fh.read(min(size, max_bytes) + 1)
+    if len(raw) > max_bytes or size > max_bytes:
+        raise UnsafeJSON(f"it is larger than {max_bytes} bytes, more than such a file ever is")
+    return loads_untrusted(raw, max_depth, unique_keys)
+
+
+def brief_repr(value, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters: a hostile name or shape may be megabytes long."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# One file's header
 
 
 def _read_exact(fh, n: int) -> bytes:
@@ -60,22 +192,45 @@ def read_header(path: str) -> dict:
     wrong (too short, not safetensors, truncated, bad JSON, bad entries) is a ModuleError naming it.
     """
     try:
-        size = os.path.getsize(path)
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ModuleError(f"{path}: not a regular file; point 'drafter' at the checkpoint's .safetensors file or folder")
+        size = info.st_size
         with open(path, "rb", buffering=0) as fh:
             length, raw = _read_length_and_header(path, fh, size)
     except FileNotFoundError:
         raise ModuleError(f"{path}: no such file; point 'drafter' at the drafter's folder or .safetensors file")
     except OSError as exc:
         raise ModuleError(f"{path}: cannot read the safetensors file ({exc.strerror}); check its permissions")
-    bytes_read = 8 + len(raw)
     if len(raw) != length:
         raise ModuleError(f"{path}: truncated header: declared {length} bytes, read {len(raw)}; download it again")
+    header = _parse_header(path, raw)
+    metadata = _check_metadata(path, header.pop("__metadata__", None))
+    if len(header) > MAX_TENSORS:
+        raise ModuleError(
+            f"{path}: the safetensors header names {len(header)} tensors, more than the {MAX_TENSORS} any real "
+            f"checkpoint file holds; the file is damaged or crafted"
+        )
+    data_size = size - 8 - length
+    tensors = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
+    return {
+        "tensors": tensors,
+        "metadata": metadata,
+        "bytes_read": 8 + len(raw),
+        "file_size": size,
+    }
+
+
+def _parse_header(path: str, raw: bytes) -> dict:
+    """The header's JSON object, or a ModuleError saying why it is not one."""
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = loads_untrusted(raw, unique_keys=True)
     except UnicodeDecodeError as exc:
         raise ModuleError(
-            f"{path}: not a safetensors file: its {length}-byte header is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            f"{path}: not a safetensors file: its {len(raw)}-byte header is not UTF-8 text ({exc.reason} at byte {exc.start})"
         )
+    except UnsafeJSON as exc:
+        raise ModuleError(f"{path}: the safetensors header is not one a checkpoint has: {exc}; the file is damaged or crafted")
     except ValueError as exc:
         raise ModuleError(f"{path}: the safetensors header is not valid JSON ({exc}); the file is damaged")
     if not isinstance(header, dict):
@@ -83,17 +238,7 @@ def read_header(path: str) -> dict:
             f"{path}: the safetensors header is JSON but not an object (got {type(header).__name__}); "
             f"the file is damaged or not a safetensors file"
         )
-    metadata = header.pop("__metadata__", None) or {}
-    data_size = size - 8 - length
-    tensors = {}
-    for name, entry in header.items():
-        tensors[name] = _check_entry(path, name, entry, data_size)
-    return {
-        "tensors": tensors,
-        "metadata": metadata,
-        "bytes_read": bytes_read,
-        "file_size": size,
-    }
+    return header
 
 
 def _read_length_and_header(path: str, fh, size: int) -> tuple:
@@ -127,42 +272,89 @@ def _length_error(path: str, fh, length: int, size: int) -> str:
     )
 
 
+def _check_metadata(path: str, metadata) -> dict:
+    """__metadata__ is optional, and a mapping of text to text (the safetensors library refuses anything else)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ModuleError(
+            f"{path}: the safetensors header's __metadata__ is a {type(metadata).__name__}, not a mapping of text "
+            f"to text; the file is damaged or crafted"
+        )
+    bad = next((key for key, value in metadata.items() if not isinstance(value, str)), None)
+    if bad is not None:
+        raise ModuleError(
+            f"{path}: the safetensors header's __metadata__ gives {brief_repr(bad)} a {type(metadata[bad]).__name__}, "
+            f"not text; the file is damaged or crafted"
+        )
+    return metadata
+
+
+def _check_name(path: str, name: str) -> None:
+    """A numeric part of a tensor name (layers.N., experts.N.) is at most MAX_INDEX: readers index by it."""
+    for match in _NUMERIC_PART.finditer(name):
+        digits = match.group(1)
+        if len(digits) > len(str(MAX_INDEX)) or int(digits) > MAX_INDEX:
+            shown = digits if len(digits) <= 12 else f"{digits[:12]}... ({len(digits)} digits)"
+            raise ModuleError(
+                f"{path}: tensor {brief_repr(name)} has the index {shown}, above the {MAX_INDEX} any real checkpoint "
+                f"uses for a layer, expert or block; the file is damaged or crafted"
+            )
+
+
+def _check_shape(where: str, shape) -> list:
+    if not isinstance(shape, list) or len(shape) > MAX_RANK:
+        rank = f" of {len(shape)} dimensions" if isinstance(shape, list) else ""
+        raise ModuleError(f"{where} has a bad shape {brief_repr(shape)}{rank} (at most {MAX_RANK}); the file is damaged")
+    for d in shape:
+        if type(d) is not int or not 0 <= d < MAX_DIM:
+            raise ModuleError(
+                f"{where} has a bad shape {brief_repr(shape)}: each dimension must be a whole number from 0 to "
+                f"{MAX_DIM - 1}; the file is damaged"
+            )
+    return list(shape)
+
+
 def _check_entry(path: str, name: str, entry, data_size: int) -> dict:
-    where = f"{path}: tensor {name!r} in the safetensors header"
+    _check_name(path, name)
+    where = f"{path}: tensor {brief_repr(name)} in the safetensors header"
     if not isinstance(entry, dict):
         raise ModuleError(f"{where} is not an object; the file is damaged")
-    dtype, shape, offsets = (
-        entry.get("dtype"),
-        entry.get("shape"),
-        entry.get("data_offsets"),
-    )
+    dtype, offsets = entry.get("dtype"), entry.get("data_offsets")
     if not isinstance(dtype, str):
         raise ModuleError(f"{where} has no dtype; the file is damaged")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ModuleError(f"{where} has a bad shape {shape!r}; the file is damaged")
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        raise ModuleError(
+            f"{where} has dtype {brief_repr(dtype)}, which safetensors does not know (it knows "
+            f"{', '.join(DTYPE_BITS)}); the file is damaged or crafted"
+        )
+    shape = _check_shape(where, entry.get("shape"))
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
-        or not all(isinstance(o, int) for o in offsets)
+        or not all(type(o) is int for o in offsets)
         or not 0 <= offsets[0] <= offsets[1]
     ):
-        raise ModuleError(f"{where} has bad data_offsets {offsets!r}; the file is damaged")
+        raise ModuleError(f"{where} has bad data_offsets {brief_repr(offsets)}; the file is damaged")
     if offsets[1] > data_size:
         raise ModuleError(
-            f"{path}: truncated file: tensor {name!r} ends at data byte {offsets[1]} but the file holds only "
+            f"{path}: truncated file: tensor {brief_repr(name)} ends at data byte {offsets[1]} but the file holds only "
             f"{data_size} data bytes (an interrupted download?); download the file again"
         )
-    width = DTYPE_BYTES.get(dtype)
-    if width is not None:
-        count = 1
-        for d in shape:
-            count *= d
-        if offsets[1] - offsets[0] != count * width:
-            raise ModuleError(
-                f"{where} declares shape {shape} of {dtype} ({count * width} bytes) but spans "
-                f"{offsets[1] - offsets[0]} bytes; the file is damaged"
-            )
-    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}
+    count = math.prod(shape)
+    if count * bits % 8:
+        raise ModuleError(f"{where} declares {count} {dtype} elements, which do not end on a byte boundary; the file is damaged")
+    if offsets[1] - offsets[0] != count * bits // 8:
+        raise ModuleError(
+            f"{where} declares shape {shape} of {dtype} ({count * bits // 8} bytes) but spans "
+            f"{offsets[1] - offsets[0]} bytes; the file is damaged"
+        )
+    return {"dtype": dtype, "shape": shape, "data_offsets": list(offsets)}
+
+
+# ----------------------------------------------------------------------------------------------
+# A whole checkpoint: one file, a folder of files, or an index and its shards
 
 
 def checkpoint_files(location: str) -> tuple[str, list[str], str | None, dict | None]:
@@ -196,8 +388,7 @@ def checkpoint_files(location: str) -> tuple[str, list[str], str | None, dict | 
 def _from_index(index: str) -> tuple[str, list[str], str, dict]:
     folder = os.path.dirname(index)
     try:
-        with open(index, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = load_json_file(index, unique_keys=True)
     except ValueError as exc:
         raise ModuleError(f"{index}: not valid JSON ({exc}); download the index file again")
     except OSError as exc:
@@ -205,7 +396,12 @@ def _from_index(index: str) -> tuple[str, list[str], str, dict]:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModuleError(f"{index}: no 'weight_map' object (tensor name -> shard file); the index is damaged")
-    bad = sorted({repr(s) for s in weight_map.values() if not isinstance(s, str) or os.path.basename(s) != s})
+    if len(weight_map) > MAX_TENSORS:
+        raise ModuleError(
+            f"{index}: weight_map names {len(weight_map)} tensors, more than the {MAX_TENSORS} any real checkpoint "
+            f"has; the index is damaged or crafted"
+        )
+    bad = sorted({brief_repr(s) for s in weight_map.values() if not isinstance(s, str) or os.path.basename(s) != s})
     if bad:
         raise ModuleError(f"{index}: weight_map names shard files that are not plain file names: {bad[:3]}")
     shards = sorted(set(weight_map.values()))
@@ -232,10 +428,16 @@ def read_checkpoint(location: str) -> dict:
         head = read_header(path)
         bytes_read += head["bytes_read"]
         metadata.update(head["metadata"])
+        if len(tensors) + len(head["tensors"]) > MAX_TENSORS:
+            raise ModuleError(
+                f"{path}: with it the checkpoint names more than {MAX_TENSORS} tensors, more than any real "
+                f"checkpoint has; the folder is damaged or crafted"
+            )
         for name, entry in head["tensors"].items():
             if name in tensors:
                 raise ModuleError(
-                    f"{path}: tensor {name!r} also appears in {tensors[name]['file']}; the folder mixes two checkpoints; keep one"
+                    f"{path}: tensor {brief_repr(name)} also appears in {tensors[name]['file']}; the folder mixes two "
+                    f"checkpoints; keep one"
                 )
             tensors[name] = dict(entry, file=path)
     if weight_map is not None:
@@ -243,7 +445,7 @@ def read_checkpoint(location: str) -> dict:
             entry = tensors.get(name)
             if entry is None or os.path.basename(entry["file"]) != shard:
                 raise ModuleError(
-                    f"{index}: tensor {name!r} is listed in shard {shard} but that shard's header does not hold "
+                    f"{index}: tensor {brief_repr(name)} is listed in shard {shard} but that shard's header does not hold "
                     f"it; the index and the shards come from different downloads"
                 )
     return {

@@ -24,7 +24,7 @@ import re
 import time
 
 from _common import Context, ModuleError, atomic_write, main
-from _safetensors import read_checkpoint
+from _safetensors import MAX_DIM, MAX_INDEX, brief_repr, load_json_file, read_checkpoint
 
 ARGS = {
     "drafter": {"type": "path", "required": True},
@@ -47,6 +47,10 @@ SHAPE_FIELDS = (
     "attention_bias",
 )
 DEFAULT_BLOCK_SIZE = 16
+MAX_BLOCK_SIZE = 1024  # DFlash drafts block_size - 1 tokens a step; published drafters use 8 or 16
+MAX_VOCAB = 2**31 - 1  # token ids are 32-bit in tokenizers and vLLM
+MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few KB; one with a label map a few MB
+MAX_CONFIG_DEPTH = 64  # quantization_config nests ~6 deep
 # Rope keys of a multimodal (M-RoPE, partial rotary) target that a Qwen3 drafter must not inherit.
 TARGET_ONLY_ROPE_KEYS = ("mrope_section", "mrope_interleaved", "partial_rotary_factor")
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -129,7 +133,7 @@ def parse_layer_ids(value) -> list | None:
             break
         try:
             ids.append(int(str(item).strip()) if isinstance(item, str) else int(item))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: YAML's .inf
             ids = None
             break
         if not isinstance(item, str) and item != int(item):
@@ -169,20 +173,8 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
         raise ModuleError(f"{where}: fc.weight has shape {fc['shape']}, expected 2 dimensions [H, H*k]")
     hidden, fc_width = fc["shape"]
 
-    layers: dict = {}
-    for name, entry in names.items():
-        m = LAYER_RE.match(name)
-        if m:
-            layers.setdefault(int(m.group(1)), {})[m.group(2)] = entry["shape"]
-    if not layers:
-        raise ModuleError(f"{where}: no decoder layer tensors (layers.N.*) next to fc.weight; the checkpoint is incomplete")
-    count = max(layers) + 1
-    absent = [i for i in range(count) if i not in layers]
-    if absent:
-        raise ModuleError(
-            f"{where}: decoder layers are not numbered 0..{count - 1}: layer(s) {absent} missing; the checkpoint "
-            f"is incomplete (a missing shard?)"
-        )
+    layers = _layer_shapes(names, where)
+    count = len(layers)
     first = layers[0]
     for i in range(count):
         for t in LAYER_TENSORS:
@@ -230,6 +222,17 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
         if len(sizes) != 1 or len(next(iter(sizes))) != 1:
             raise ModuleError(f"{where}: layers.0 q_norm {q_norm} and k_norm {k_norm} must both be [head_dim]")
         head_dim = next(iter(sizes))[0]
+    _require_sizes(
+        where,
+        {
+            "hidden size (fc.weight rows)": hidden,
+            "fc.weight width": fc_width,
+            "q_proj rows": q_rows,
+            "k_proj rows": k_rows,
+            "intermediate size (gate_proj rows)": gate_rows,
+            "head_dim (q_norm/k_norm size)": 1 if head_dim is None else head_dim,
+        },
+    )
 
     embed, lm_head = names.get("embed_tokens.weight"), names.get("lm_head.weight")
     for label, entry in (("embed_tokens.weight", embed), ("lm_head.weight", lm_head)):
@@ -254,6 +257,47 @@ def infer_drafter_shape(tensors: dict, where: str) -> dict:
     }
 
 
+def _layer_shapes(names: dict, where: str) -> dict:
+    """{layer index: {tensor suffix: shape}} for layers 0..N-1, every index in between present.
+
+    An index above MAX_INDEX is refused before any per-index work, so a header declaring
+    layers.100000000.* costs nothing (it once built a list of 100 million missing indices).
+    """
+    layers: dict = {}
+    for name, entry in names.items():
+        m = LAYER_RE.match(name)
+        if not m:
+            continue
+        digits = m.group(1)
+        if len(digits) > len(str(MAX_INDEX)) or int(digits) > MAX_INDEX:
+            shown = digits if len(digits) <= 12 else f"{digits[:12]}... ({len(digits)} digits)"
+            raise ModuleError(
+                f"{where}: tensor layers.{shown}.* names a layer above {MAX_INDEX}, more layers than any drafter "
+                f"has; the checkpoint is damaged or crafted"
+            )
+        layers.setdefault(int(digits), {})[m.group(2)] = entry["shape"]
+    if not layers:
+        raise ModuleError(f"{where}: no decoder layer tensors (layers.N.*) next to fc.weight; the checkpoint is incomplete")
+    count = max(layers) + 1
+    if len(layers) != count:
+        absent = [i for i in range(count) if i not in layers]
+        shown = ", ".join(map(str, absent[:10])) + (f" and {len(absent) - 10} more" if len(absent) > 10 else "")
+        raise ModuleError(
+            f"{where}: decoder layers are not numbered 0..{count - 1}: layer(s) {shown} missing; the checkpoint "
+            f"is incomplete (a missing shard?)"
+        )
+    return layers
+
+
+def _require_sizes(where: str, sizes: dict) -> None:
+    """Every size the config takes from the weights is at least 1 (a 0 would be divided by, or written)."""
+    for label, size in sizes.items():
+        if size < 1:
+            raise ModuleError(
+                f"{where}: the drafter's {label} is {size}; a layer of size 0 is not a model, the checkpoint is damaged"
+            )
+
+
 def _matrix(layer: dict, name: str, where: str) -> tuple:
     shape = layer[name]
     if len(shape) != 2:
@@ -268,14 +312,14 @@ def resolve_heads(shape: dict, existing: dict, where: str, existing_where: str) 
     if head_dim is None:
         head_dim = existing.get("head_dim")
         source = f"head_dim in {existing_where}"
-        if not isinstance(head_dim, int) or head_dim <= 0:
+        if not _is_int(head_dim) or head_dim <= 0:
             raise ModuleError(
                 f"{where}: no q_norm/k_norm tensors to read head_dim from, and no existing config gives head_dim; "
                 f"write a config.json with head_dim next to the weights (or is this not a Qwen3-style drafter?)"
             )
     q_rows, kv_rows = shape["q_proj_rows"], shape["kv_proj_rows"]
     heads = existing.get("num_attention_heads") if shape["head_dim"] is None else None
-    if isinstance(heads, int) and heads * head_dim != q_rows:
+    if _is_int(heads) and heads * head_dim != q_rows:
         raise ModuleError(
             f"{existing_where}: num_attention_heads {heads} x head_dim {head_dim} = {heads * head_dim}, but "
             f"q_proj in {where} has {q_rows} rows; fix num_attention_heads or head_dim"
@@ -288,26 +332,49 @@ def resolve_heads(shape: dict, existing: dict, where: str, existing_where: str) 
     return head_dim, q_rows // head_dim, kv_rows // head_dim
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# The target's numbers the drafter's config takes: key -> (required, check, what it must be).
+TARGET_NUMBERS = {
+    "num_hidden_layers": (True, lambda v: _is_int(v) and 1 <= v <= MAX_INDEX, f"a whole number from 1 to {MAX_INDEX}"),
+    "hidden_size": (True, lambda v: _is_int(v) and 1 <= v < MAX_DIM, f"a whole number from 1 to {MAX_DIM - 1}"),
+    "vocab_size": (False, lambda v: _is_int(v) and 1 <= v <= MAX_VOCAB, f"a whole number from 1 to {MAX_VOCAB}"),
+    "max_position_embeddings": (False, lambda v: _is_int(v) and 1 <= v < MAX_DIM, f"a whole number from 1 to {MAX_DIM - 1}"),
+    "rms_norm_eps": (
+        False,
+        lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
+        "a number between 0 and 1",
+    ),
+}
+
+
 def target_facts(config: dict, where: str) -> dict:
-    """The target's text-model fields, looking under text_config first (multimodal checkpoints)."""
+    """The target's text-model fields, looking under text_config first (multimodal checkpoints).
+
+    Each number the drafter's config takes from the target is checked here: a config.json saying
+    vocab_size "lots" (or 0, or 2**63) is refused by name instead of failing later as a TypeError.
+    """
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
 
     def get(key):
         return text[key] if key in text else config.get(key)
 
+    looked = f"looked at the top level{' and under text_config' if text else ''}"
     facts = {"multimodal": is_multimodal_target(config)}
-    for key in ("num_hidden_layers", "hidden_size"):
+    for key, (required, ok, must) in TARGET_NUMBERS.items():
         value = get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            found = "missing" if value is None else f"{value!r}"
+        if value is None and not required:
+            facts[key] = None
+        elif value is None or not ok(value):
+            found = "missing" if value is None else brief_repr(value)
             raise ModuleError(
-                f"{where}: the target config has no usable {key} ({found}; looked at the top level"
-                f"{' and under text_config' if text else ''}); set target_model to the target model's own "
-                f"config.json"
+                f"{where}: the target config has no usable {key} ({found}; {looked}); it must be {must}; set "
+                f"target_model to the target model's own config.json"
             )
-        facts[key] = value
-    for key in ("vocab_size", "rms_norm_eps", "max_position_embeddings"):
-        facts[key] = get(key)
+        else:
+            facts[key] = value
     facts["dtype"] = get("dtype") or get("torch_dtype")
     facts["rope"] = target_rope(text, config)
     return facts
@@ -531,9 +598,9 @@ def config_warnings(cfg: dict, shape: dict, target: dict, ids: list, where: str)
 
 
 def read_json(path: str, what: str, fix: str) -> dict:
+    """A config.json as an object; size and nesting bounded (a crafted one once raised RecursionError)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = load_json_file(path, MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH)
     except FileNotFoundError:
         raise ModuleError(f"{path}: no such file; {fix}")
     except ValueError as exc:
@@ -679,6 +746,11 @@ def run(args: dict, ctx: Context) -> dict:
     block_size, block_rule, layout = choose_block_size(args["block_size"], existing)
     if block_size < 2:
         raise ModuleError(f"block_size {block_size} ({RULE_TEXT[block_rule]}) must be at least 2 (the bonus token and one mask)")
+    if block_size > MAX_BLOCK_SIZE:
+        raise ModuleError(
+            f"block_size {block_size} ({RULE_TEXT[block_rule]}) is more than {MAX_BLOCK_SIZE}; DFlash drafters use 8 "
+            f"or 16: give the drafter's own block_size (role variable drafter_block_size)"
+        )
     if not shape["dtype"]:
         ctx.warn(f"{where}: fc.weight dtype {shape['safetensors_dtype']} has no torch_dtype name; left unset")
     if any(a >= b for a, b in zip(ids, ids[1:])):
