@@ -4,6 +4,10 @@ Everything here is a pure decision (no process is started): given the role's var
 line, environment and unit should run, and is the input sane? Secrets (API key, HF token) go only into
 the environment file (mode 0600), never into argv, the unit, a message or a diff.
 
+Every value that reaches the unit, the environment file or argv is one line of text, checked in
+`resolve` before anything is written: a newline in served_model_name once added an `ExecStartPre=` to
+the unit, and systemd's EnvironmentFile= parser also breaks lines at a carriage return.
+
 Standard library only; used by vllm_server.
 """
 
@@ -15,6 +19,7 @@ import os
 import re
 
 from _common import ModuleError
+from _safetensors import load_json_file
 
 SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "SECRET")
 MASK = "********"
@@ -51,9 +56,36 @@ FLAVOR_DEFAULTS["none"] = FLAVOR_DEFAULTS["cuda"]  # the venv role's flavor for 
 COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let a final newline through
 _NUMBER = re.compile(r"^-\d+(\.\d+)?$")
 _FLAG = re.compile(r"^--[a-z0-9][a-z0-9._-]*(=.*)?$", re.S)
+# Line breaks for systemd (\n, and \r in EnvironmentFile=), for str.splitlines (parse_env_file: also
+# \v \f \x1c-\x1e \x85 U+2028 U+2029), NUL (execve), and the other control characters. Tab is fine.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CHAR_NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte"}
+# A unit name we write as UNIT_DIR/NAME.service and pass to systemctl (a leading '-' would be an option).
+_UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")
+MAX_MODEL_CONFIG_BYTES = 16 * 2**20
+MAX_MODEL_CONFIG_DEPTH = 64
+
+# Role variables (module argument, the variable a person sets) that reach argv, the environment file
+# or the unit as plain text. vllm_extra_args, vllm_env and the secrets are checked where they are read.
+LINE_VALUES = (
+    ("served_model_name", "served_model_name"),
+    ("host", "vllm_host"),
+    ("venv_python", "venv_python"),
+    ("target_model", "target_model"),
+    ("drafter_model", "drafter_model"),
+    ("speculative_method", "speculative_method"),
+    ("draft_attention_backend", "draft_attention_backend"),
+    ("dtype", "dtype"),
+    ("cache_root", "vllm_cache_root"),
+    ("pidfile", "vllm_pidfile"),
+    ("log", "vllm_log"),
+    ("unit_dir", "vllm_unit_dir"),
+)
+# Values placed where vLLM's argument parser reads a leading '-' as a flag of its own.
+FLAG_SLOT_VALUES = (("served_model_name", "served_model_name"), ("host", "vllm_host"), ("target_model", "target_model"))
 
 
 def is_secret_name(name: str) -> bool:
@@ -73,6 +105,59 @@ def looks_like_path(model: str) -> bool:
 # --------------------------------------------------------------------------- validation
 
 
+def line_problem(text: str) -> str | None:
+    """What keeps `text` from being one line of text in a unit, an env file or argv, in words; else None."""
+    found = _CONTROL.search(text)
+    if found:
+        char = found.group()
+        name = _CHAR_NAMES.get(char, f"the control character U+{ord(char):04X}")
+        return f"contains {name} (at character {found.start()})"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains an unpaired surrogate (U+{ord(text[exc.start]):04X}), which is not UTF-8 text"
+    return None
+
+
+def check_line(value, var: str) -> None:
+    """Refuse a value with a line break or control character, naming the variable and never the value."""
+    problem = line_problem(str(value))
+    if problem:
+        raise ModuleError(
+            f"{var} {problem}; a value that reaches the systemd unit, the environment file or vLLM's command "
+            f"line must be one line of text (a line break there adds lines of its own to the unit); remove it"
+        )
+
+
+def check_launch_values(args: dict) -> None:
+    """Every plain value bound for argv, the env file or the unit: one line, no flag look-alikes, a plain unit name."""
+    for arg, var in LINE_VALUES:
+        if args.get(arg) is not None:
+            check_line(args[arg], var)
+    for arg, var in FLAG_SLOT_VALUES:
+        value = args.get(arg)
+        if isinstance(value, str) and value.startswith("-"):
+            raise ModuleError(
+                f"{var} is {value!r}, which starts with '-': vLLM would read it as a flag of its own, not as the "
+                f"value of {var}; fix {var}"
+            )
+    if args.get("service_name") is not None:
+        name = str(args["service_name"])
+        if not _UNIT_NAME.fullmatch(name):
+            raise ModuleError(
+                f"vllm_service_name is {name!r}: it names the unit file (vllm_unit_dir/NAME.service) and is passed to "
+                f"systemctl, so it must be letters, digits, '_', '.', ':' and '-', starting with a letter or digit, "
+                f"at most 200 characters; e.g. dflash-vllm"
+            )
+    if args.get("pidfile"):
+        folder = os.path.dirname(os.path.abspath(os.path.expanduser(str(args["pidfile"]))))
+        if folder.endswith("\\"):
+            raise ModuleError(
+                f"vllm_pidfile's folder {folder!r} ends with a backslash, which systemd reads as a line continuation "
+                f"in the unit's WorkingDirectory= line; rename the folder or choose another vllm_pidfile"
+            )
+
+
 def check_extra_args(extra: list) -> list:
     """Shape-check vllm_extra_args: flags start with --, values follow a flag, no managed flags."""
     out = []
@@ -84,8 +169,7 @@ def check_extra_args(extra: list) -> list:
                 "or the value after a flag"
             )
         text = str(item)
-        if "\n" in text or "\x00" in text:
-            raise ModuleError(f"vllm_extra_args[{i}] contains a newline or NUL byte; remove it")
+        check_line(text, f"vllm_extra_args[{i}]")
         if text.startswith("-") and not (expect_value_ok and _NUMBER.match(text)):
             if not _FLAG.match(text):
                 raise ModuleError(
@@ -117,7 +201,7 @@ def check_env(env: dict, var: str = "vllm_env") -> dict:
         raise ModuleError(f"{var} must be a mapping of NAME: value, got {type(env).__name__}")
     out = {}
     for key, value in env.items():
-        if not isinstance(key, str) or not _ENV_NAME.match(key):
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
             raise ModuleError(f"{var} has the name {key!r}, which is not a valid environment variable name")
         if value is None:
             continue
@@ -126,8 +210,7 @@ def check_env(env: dict, var: str = "vllm_env") -> dict:
         if isinstance(value, (dict, list)):
             value = json.dumps(value, separators=(",", ":"))
         text = str(value)
-        if "\n" in text or "\x00" in text:
-            raise ModuleError(f"{var}.{key} contains a newline or NUL byte; environment values must be one line")
+        check_line(text, f"{var}.{key}")
         out[key] = text
     return out
 
@@ -144,8 +227,7 @@ def read_model_config(model: str, var: str) -> dict | None:
         )
     cfg_path = os.path.join(path, "config.json")
     try:
-        with open(cfg_path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = load_json_file(cfg_path, MAX_MODEL_CONFIG_BYTES, MAX_MODEL_CONFIG_DEPTH)
     except FileNotFoundError:
         hint = " (the drafter-config role writes it: run it before vllm-service)" if var == "drafter_model" else ""
         raise ModuleError(f"{var} {path} has no config.json; vLLM cannot load it{hint}")
@@ -188,8 +270,8 @@ def read_secret(value: str | None, file: str | None, var: str) -> str | None:
             raise ModuleError(f"{var}_file {path} cannot be read ({exc.strerror}); fix the path or its permissions")
         if not value:
             raise ModuleError(f"{var}_file {path} is empty; put the secret in it or unset {var}_file")
-    if value is not None and ("\n" in value or "\x00" in value):
-        raise ModuleError(f"{var} contains a newline or NUL byte; a secret must be one line")
+    if value is not None:
+        check_line(value, var)  # the message names the variable, never the secret
     return value or None
 
 
@@ -210,6 +292,7 @@ def resolve(args: dict, is_multimodal=None) -> dict:
 
     Reads the models' config.json (host I/O limited to that); everything else is pure.
     """
+    check_launch_values(args)
     flavor = args.get("flavor") or "cuda"
     if flavor not in FLAVOR_DEFAULTS:
         raise ModuleError(f"vllm_flavor is {flavor!r}; choose one of: {', '.join(sorted(FLAVOR_DEFAULTS))}")
@@ -334,6 +417,7 @@ def resolve(args: dict, is_multimodal=None) -> dict:
         archs = drafter_cfg.get("architectures") or ["DFlashDraftModel"]
         expected.append(str(archs[0]))
 
+    check_assembled(argv, env)
     return {
         "flavor": flavor,
         "argv": argv,
@@ -346,6 +430,20 @@ def resolve(args: dict, is_multimodal=None) -> dict:
         "expected_architectures": expected,
         "models": {"target": model_stat(model), "drafter": model_stat(drafter) if drafter else None},
     }
+
+
+def check_assembled(argv: list, env: dict) -> None:
+    """The assembled launch once more, for what no variable check sees: venv_python through a symlink whose
+    target's name holds a newline, a ~ that expands to one, a value added here later without a check."""
+    for i, word in enumerate(argv):
+        problem = line_problem(word)
+        if problem:
+            what = "venv_python's real path (symlinks resolved)" if i == 0 else f"word {i} of vLLM's command line"
+            raise ModuleError(f"{what} {problem}; it would reach the systemd unit; fix the path or the variable behind it")
+    for key, value in env.items():
+        problem = line_problem(value)
+        if problem:
+            raise ModuleError(f"the server's environment variable {key} {problem}; fix the variable that sets it")
 
 
 def _env_quote(value: str) -> str:
@@ -385,6 +483,28 @@ def _unit_quote(arg: str) -> str:
     return f'"{text}"'
 
 
+def _unit_setting(setting: str, value: str) -> str:
+    """A value for `Setting=value` outside ExecStart: systemd resolves % specifiers there (so % is written
+    %%), strips surrounding blanks, and joins a line ending in a backslash to the next one."""
+    problem = line_problem(value)
+    if problem is None and value != value.strip():
+        problem = "starts or ends with a blank, which systemd strips"
+    if problem is None and value.endswith("\\"):
+        problem = "ends with a backslash, which systemd reads as a line continuation"
+    if problem:
+        raise ModuleError(f"the unit's {setting}= value {problem}; fix the variable that sets it (vllm_pidfile for the folders)")
+    return value.replace("%", "%%")
+
+
+def _exec_start(words: list) -> str:
+    """ExecStart's value: every word quoted; a word that cannot be one line in the unit is refused."""
+    for i, word in enumerate(words):
+        problem = line_problem(word)
+        if problem:
+            raise ModuleError(f"word {i} of the unit's ExecStart {problem}; every value on vLLM's command line must be one line")
+    return " ".join(_unit_quote(w) for w in words)
+
+
 def render_unit(
     argv: list,
     env_file: str,
@@ -404,12 +524,11 @@ def render_unit(
         'printf "%s\\n" "=== dflash-provision: vLLM server start pid=$$ launch=$1" >> "$0"; '
         'shift; "$@" 2>&1 | tee -a "$0"'
     )
-    words = ["/bin/bash", "-c", script, log, launch_id] + list(argv)
-    exec_start = " ".join(_unit_quote(w) for w in words)
+    exec_start = _exec_start(["/bin/bash", "-c", script, log, launch_id] + list(argv))
     lines = [
         "# Managed by dflash-provision (vllm-service role); changes here are overwritten.",
         "[Unit]",
-        f"Description={description}",
+        f"Description={_unit_setting('Description', description)}",
         "After=network-online.target",
         "Wants=network-online.target",
         "",
@@ -417,10 +536,10 @@ def render_unit(
         "Type=simple",
     ]
     if user:
-        lines.append(f"User={user}")
+        lines.append(f"User={_unit_setting('User', user)}")
     lines += [
-        f"WorkingDirectory={workdir}",
-        f"EnvironmentFile={env_file}",
+        f"WorkingDirectory={_unit_setting('WorkingDirectory', workdir)}",
+        f"EnvironmentFile={_unit_setting('EnvironmentFile', env_file)}",
         f"ExecStart={exec_start}",
         "Restart=on-failure",
         "RestartSec=10",
