@@ -145,7 +145,7 @@ class Play:
 # the keyword and the fix. They run at load time, so a wrongly typed keyword changes no host.
 
 _BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
-# The runner reads these flags before any variable is known (and as plain booleans), so a template is refused.
+# The runner reads these flags as plain booleans (it does not render them), so a template is refused.
 _FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts")
 LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
 MAX_DELAY_S = 86400.0
@@ -196,8 +196,8 @@ def _flag(value: Any, where: str, key: str) -> bool:
         return _BOOL_STRINGS[value.strip().lower()]
     if isinstance(value, str) and is_template(value):
         raise UserError(
-            f"{where}: '{key}' is a template ({_shown(value)}), which is not supported for '{key}': it is decided "
-            f"before variables are known. Write {key}: true or {key}: false (or use a `when:` on the task)."
+            f"{where}: '{key}' is a template ({_shown(value)}), which is not supported for '{key}' (the engine "
+            f"reads it as a plain true/false). Write {key}: true or {key}: false."
         )
     raise _wrong(where, key, "true or false (or yes/no, on/off, 1/0)", value, "true")
 
@@ -329,13 +329,13 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
 
 
 def _check_module_args(module: str, args: dict, label: str) -> None:
-    bad_names = [a for a in args if not isinstance(a, str)]
-    if bad_names:
-        raise UserError(f"{label}: argument name {describe_name(bad_names[0])} of '{module}' must be a string; fix that key")
     spec = module_args_spec(module)
     if spec is None:  # set_fact: its arguments become variables
         check_variable_names(args, f"{label}: '{module}'")
         return
+    bad_names = [a for a in args if not isinstance(a, str)]
+    if bad_names:
+        raise UserError(f"{label}: argument name {describe_name(bad_names[0])} of '{module}' must be a string; fix that key")
     if module == "copy":  # `src:` on the control node is handled by the engine (see Runner._action_copy)
         spec = dict(spec, src={"type": "str"})
     unknown_args = sorted(set(args) - set(spec))

@@ -208,7 +208,7 @@ def describe_name(name: Any) -> str:
     shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
     if isinstance(name, str):
         return shown
-    kind = {bool: "a boolean", int: "a number", float: "a number", type(None): "empty (null)"}.get(type(name), type(name).__name__)
+    kind = {bool: "a boolean", int: "a number", float: "a number", type(None): "null"}.get(type(name), type(name).__name__)
     return f"{shown} ({kind}, not a string)"
 
 
