@@ -431,6 +431,7 @@ def test_a_header_of_two_million_empty_lists_is_refused_before_it_is_built(tmp_p
     assert peak < 32 * 2**20, f"{peak / 2**20:.0f} MiB"  # the text and its copy without strings, no lists
 
 
+@pytest.mark.slow  # ~5 s: the 500,001-entry header is parsed before it is counted
 def test_more_tensors_than_any_checkpoint_has_are_refused(tmp_path):
     from _safetensors import MAX_TENSORS
 
