@@ -851,7 +851,15 @@ class Runner:
             for rel in plan["needed"]:
                 path, digest = by_rel[rel]
                 remote = f"{stage_root}/{digest}"
-                state.transport.put(str(path), remote)
+                try:
+                    state.transport.put(str(path), remote)
+                except OSError as exc:  # a full disk or a permission on the host: dest is untouched
+                    self._module(state, "file", {"path": stage_root, "state": "absent", "recurse": True}, False, task)
+                    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                    raise TaskError(
+                        f"{task.source} ('{task.name}'): uploading {path} to {dest_dir} failed: {reason}. {dest} is "
+                        "unchanged; free space or fix the permissions there and run again."
+                    ) from None
                 staged[rel] = remote
         install = {"dest": dest_dir, "manifest": manifest, "phase": "install", "staged": staged, **extra}
         result = self._module(state, "copy", install, check, task)

@@ -105,11 +105,6 @@ def test_copy_and_template_on_a_full_disk_keep_the_old_file(tmp_path, small_disk
     failed_cleanly(res, "write it", dest, OLD.encode())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/runner.py _action_copy: an upload into .dfp-staging that fails is not caught (the task fails "
-    "with a bare OSError) and the staging folder stays; see docs/RELIABILITY.md. Remove once fixed",
-)
 def test_copying_a_control_node_file_onto_a_full_disk_keeps_the_old_file(tmp_path, small_disk, inventory_file):
     disk, fill = small_disk
     dest = disk / "app.conf"
