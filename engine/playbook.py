@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.templating import is_template
 from engine.yamlfile import check_variable_names, describe_name, is_variable_name, load_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -151,6 +150,13 @@ LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner impleme
 MAX_DELAY_S = 86400.0
 
 
+def _is_template(value: Any) -> bool:
+    """engine.templating.is_template, imported when needed: it loads Jinja2, which checking a playbook does not need."""
+    from engine.templating import is_template
+
+    return isinstance(value, str) and is_template(value)
+
+
 def _shown(value: Any) -> str:
     """A keyword's value in a message: short strings quoted, anything else by its type."""
     if isinstance(value, str):
@@ -194,7 +200,7 @@ def _flag(value: Any, where: str, key: str) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
         return _BOOL_STRINGS[value.strip().lower()]
-    if isinstance(value, str) and is_template(value):
+    if _is_template(value):
         raise UserError(
             f"{where}: '{key}' is a template ({_shown(value)}), which is not supported for '{key}' (the engine "
             f"reads it as a plain true/false). Write {key}: true or {key}: false."
@@ -247,7 +253,7 @@ def _loop(raw: dict, where: str) -> Any:
     if not keys:
         return None
     value = raw[keys[0]]
-    if isinstance(value, list) or (isinstance(value, str) and is_template(value)):
+    if isinstance(value, list) or _is_template(value):
         return value
     raise _wrong(where, keys[0], "a list, or a template that gives one", value, '"{{ models }}"')
 
