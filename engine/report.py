@@ -308,13 +308,34 @@ def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] 
 def _phase_summary(name: str, tasks: list[TaskResult]) -> dict:
     ran = [r for r in tasks if r.status != "skipped"]
     failed = [r for r in ran if _failed(r)]
-    return {
+    out = {
         "name": name,
         "status": "failed" if failed else "passed" if ran else "skipped",
         "duration_s": round(sum(r.duration_s for r in tasks), 3),
         "tasks": len(ran),
         "msg": failed[0].msg[len(ACCEPTED):] if failed and failed[0].msg.startswith(ACCEPTED) else failed[0].msg if failed else "",
     }
+    server = _server_steps(ran)
+    if server:
+        out["server"] = server
+    return out
+
+
+def _server_steps(tasks: list[TaskResult]) -> dict:
+    """The last server start of a phase, step by step: stopping the old one, readiness, smoke, acceptance."""
+    starts = [r.result for r in tasks if r.module == "vllm_server" and ("ready_s" in r.result or r.result.get("start_failed"))]
+    if not starts:
+        return {}
+    res = starts[-1]
+    steps = {
+        "stop_s": (res.get("stopped") or {}).get("seconds"),
+        "ready_s": res.get("ready_s"),
+        "smoke_s": res.get("smoke_s"),
+        "after_ready_s": round(res["total_s"] - res["ready_s"], 3) if "total_s" in res and "ready_s" in res else None,
+        "acceptance_rate": res.get("acceptance_rate"),
+        "start_failed": bool(res.get("start_failed")),
+    }
+    return {k: v for k, v in steps.items() if v is not None}
 
 
 def serving_downtime(items: list[TaskResult]) -> tuple[float, bool]:

@@ -145,6 +145,7 @@ def test_a_newer_version_the_pins_allow_that_breaks_the_server_is_rolled_back(tm
         "serve": "failed", "switch": "skipped", "rollback": "passed", "verdict": "failed",
     }, night2["phases"]
     assert junit_cases(junit) == status
+    assert phases(night2)["serve"]["server"]["start_failed"] and phases(night2)["rollback"]["server"]["ready_s"] > 0
 
     # The pin tightened to exclude the broken version: the next night converges again.
     third, night3, _ = rebuild(inv, tmp_path, 3, extra_requirements=["dfp-a>=1.0,<2"])
@@ -170,6 +171,7 @@ def test_unchanged_pins_build_a_new_environment_every_night_and_keep_the_previou
         timed = phases(section)
         assert list(timed) == ["prepare", "build", "flash-attn", "models", "serve", "switch", "rollback", "verdict"]
         assert timed["rollback"]["status"] == "skipped" and timed["build"]["duration_s"] > 0
+        assert timed["serve"]["server"]["ready_s"] > 0 and timed["serve"]["server"]["smoke_s"] > 0
         assert set(junit_cases(junit).values()) == {"passed", "skipped"}
     assert len(set(envs)) == 3 and all(e.startswith(envs[0][:16]) for e in envs)  # same hash, new folder
     # keep 1: the previous one stays for rollback, the one before is pruned
