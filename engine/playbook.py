@@ -36,6 +36,7 @@ TASK_KEYWORDS = {
     "vars",
     "listen",
     "check_mode",
+    "timeout",
 }
 PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks"}
 
@@ -114,6 +115,7 @@ class Task:
     retries: int | None = None
     until: Any = None
     delay: float = 5.0
+    timeout: float | None = None  # seconds on the host; the worker stops the module past it
     notify: list[str] = field(default_factory=list)
     tags: set[str] = field(default_factory=set)
     ignore_errors: bool = False
@@ -220,6 +222,13 @@ def _delay(value: Any, where: str) -> float:
     return float(value)
 
 
+def _timeout(value: Any, where: str) -> float:
+    """`timeout`: seconds a task may run on the host before the worker stops it (as Ansible's keyword)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DELAY_S:
+        raise _wrong(where, "timeout", f"a number of seconds above 0, at most {MAX_DELAY_S:.0f}", value, "600")
+    return float(value)
+
+
 def _names(value: Any, where: str, key: str) -> list[str]:
     """`notify`/`tags`/`listen`: a string or a list of strings."""
     items = value if isinstance(value, list) else [value]
@@ -295,6 +304,8 @@ def _task_keywords(raw: dict, where: str) -> dict:
         out["retries"] = _retries(raw["retries"], where)
     if "delay" in raw:
         out["delay"] = _delay(raw["delay"], where)
+    if "timeout" in raw:
+        out["timeout"] = _timeout(raw["timeout"], where)
     out["vars"] = _variables(raw.get("vars"), where)
     return out
 

@@ -765,7 +765,9 @@ class Runner:
         progress = None
         if self.console and task is not None and not task.no_log:
             progress = lambda msg, h=state.host.name: self.console.progress(h, self.redact(msg))  # noqa: E731
-        reply = self._call(state, {"op": "run", "module": module, "args": args, "check": check, "diff": self.diff}, progress)
+        timeout = task.timeout if task is not None else None
+        payload = {"op": "run", "module": module, "args": args, "check": check, "diff": self.diff, "timeout_s": timeout}
+        reply = self._call(state, payload, progress)
         if "result" not in reply:
             raise TaskError(f"the worker answered without a result: {reply}")
         return reply["result"]

@@ -188,6 +188,9 @@ def execute_argv(argv: list[str], cwd: str | None, env: dict, stdin: str | None,
     except subprocess.TimeoutExpired:
         timed_out = True
         _stop_group(proc)
+    except BaseException:  # the task's own `timeout` (the worker interrupts the module): leave no process behind
+        _stop_group(proc)
+        raise
     held_open = False
     for t in readers:
         t.join(PIPE_DRAIN_S)
