@@ -11,6 +11,7 @@ from engine.inventory import Inventory
 from engine.playbook import PROJECT_ROOT, load_playbook
 from engine.report import Console, json_report, recap_of, write_json, write_junit
 from engine.runner import Runner, TaskResult
+from engine.yamlfile import check_variable_names
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -82,6 +83,7 @@ def run_playbook(
 ) -> RunResult:
     started = time.monotonic()
     try:
+        check_variable_names(extra_vars or {}, "extra variables (-e)")
         inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
         path = resolve_playbook(playbook)
         plays = load_playbook(path)
