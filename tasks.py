@@ -287,4 +287,4 @@ def test(c, k=None, fast=False):
         argv += ["-m", "not slow and not e2e"]
     if k:
         argv += ["-k", k]
-    os.execv(sys.executable, argv)
+    os.execv(sys.executable, argv)  # noqa: S606 - this python with a fixed pytest argv, no shell

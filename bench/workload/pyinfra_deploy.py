@@ -20,6 +20,6 @@ if not host.get_fact(File, path=f"{base}/marker"):
     server.shell(name="Command with creates", commands=[f"touch {base}/marker"])
 one = host.get_fact(File, path=f"{base}/a/one.txt")  # the stat
 # the assert (on a first run the file is made by the operations above, after facts were read)
-assert one is None or one["size"] == 4, f"{base}/a/one.txt: {one}"
+assert one is None or one["size"] == 4, f"{base}/a/one.txt: {one}"  # noqa: S101 - the workload's assert task, in pyinfra's idiom
 files.line(name="A line in a file", path=f"{base}/settings.conf", line="bench=1", present=True)
 server.shell(name="Read-only command", commands=["uname -r"])
