@@ -109,8 +109,7 @@ def run_cmd(
         timer.start()
     lines = []
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             lines.append(line)
             if on_line:
                 on_line(line.rstrip("\n"))
@@ -386,7 +385,8 @@ def index_reachable(url: str, timeout: float = 5) -> bool:
     if url.startswith("file://"):
         return os.path.isdir(url[len("file://") :])
     try:
-        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)
+        # the package index the user configured (http/https; file:// is answered above): only whether it answers
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout)  # noqa: S310
         return True
     except urllib.error.HTTPError:
         return True  # it answered

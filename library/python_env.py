@@ -55,6 +55,7 @@ absent: removed, left (paths under root the tool did not make and left alone).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -666,10 +667,8 @@ def build(root: str, name: str, h: str, plan: dict, py: dict, args: dict, ctx: C
         atomic_write(os.path.join(path, ENV_MARKER), (json.dumps(marker, indent=1) + "\n").encode())
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)  # made by this build (clear_incomplete left nothing there)
-        try:
+        with contextlib.suppress(ModuleError, OSError):  # if not, the entry stays and the next run clears it
             mark_building(root, name, False)
-        except Exception:
-            pass  # the journal entry stays: the next run removes the folder if anything is left of it
         raise
     mark_building(root, name, False)
     return marker
@@ -967,7 +966,8 @@ def purge(args: dict, ctx: Context) -> dict:
     symlink, lock, history and pushed wheelhouse; leave everything else there and name it."""
     root = args["root"]
     if not os.path.isdir(root):
-        return {"changed": False, "msg": f"{root} does not exist; nothing to purge", "removed": [], "left": []}
+        what = "is not a folder (left as it is)" if os.path.lexists(root) else "does not exist"
+        return {"changed": False, "msg": f"{root} {what}; nothing to purge", "removed": [], "left": []}
     remove, left = purge_plan(root)
     gone = [p for p, _ in remove]
     note = f"; left {len(left)} thing(s) the tool did not make: {', '.join(left)}" if left else ""
