@@ -353,7 +353,7 @@ def render(args: dict, ctx: Context) -> dict:
         if unit_path and old_unit != unit_text.encode():
             atomic_write(unit_path, unit_text.encode(), mode=0o644)
             _systemctl(["daemon-reload"])
-            _systemctl(["enable", args["service_name"]])
+            _systemctl(["enable", "--", args["service_name"]])
             result["daemon_reload"] = True
     before = {"argv": (old or {}).get("argv"), "env": (old or {}).get("env"), "mode": (old or {}).get("mode")}
     after = {"argv": spec["argv"], "env": launch["env"], "mode": mode}
@@ -474,8 +474,11 @@ class ProcessServer:
         self.pid = self.popen.pid
         try:
             _proc.write_pidfile(self.p["pidfile"], psutil.Process(self.pid))
-        except (psutil.Error, ModuleError):
-            pass  # exited already: the readiness watch reports it with the log
+        except (psutil.Error, ModuleError) as exc:
+            if self.popen.poll() is None:  # it runs, and no pidfile would record it: start() stops it
+                why = exc.msg if isinstance(exc, ModuleError) else str(exc)
+                raise ModuleError(f"the new server (PID {self.pid}) could not be recorded in its pidfile: {why}") from None
+            # it exited already: the readiness watch reports that with the log
         return self.pid
 
     def exit_code(self) -> int | None:
@@ -506,7 +509,7 @@ class SystemdServer:
         self.pid: int | None = None
 
     def show(self) -> dict:
-        res = _systemctl(["show", self.name, "-p", "ActiveState,MainPID,ExecMainStatus,LoadState"], check=False)
+        res = _systemctl(["show", "-p", "ActiveState,MainPID,ExecMainStatus,LoadState", "--", self.name], check=False)
         out = {}
         for line in res.stdout.splitlines():
             if "=" in line:
@@ -524,11 +527,11 @@ class SystemdServer:
         st = self.show()
         if st.get("LoadState") == "not-found" or st.get("ActiveState") in ("inactive", "failed", None):
             return None
-        _systemctl(["stop", self.name])
+        _systemctl(["stop", "--", self.name])
         return {"stopped": [{"unit": self.name}]}
 
     def spawn(self, env: dict) -> int:
-        _systemctl(["restart", self.name])
+        _systemctl(["restart", "--", self.name])
         for _ in range(100):
             st = self.show()
             pid = int(st.get("MainPID") or 0)
@@ -568,6 +571,17 @@ class Follower:
         self.tail: VL.LogTail | None = None
         self.started = False
         self.lines: list = []
+
+    @classmethod
+    def from_now(cls, path: str, pid: int) -> Follower:
+        """The lines a running server writes from now on (what it wrote before is checked separately)."""
+        follower = cls(path, pid)
+        follower.started = True
+        try:
+            follower.tail = VL.LogTail(path, os.path.getsize(path))
+        except OSError:
+            pass  # no log at the path (deleted while the server runs): nothing new can be read
+        return follower
 
     def poll(self) -> list:
         if self.tail is None:
@@ -613,7 +627,10 @@ class Watch:
         if code is not None:
             time.sleep(0.05)  # let the last lines reach the file
             self.follower.poll()
-            what = f"the vLLM process exited with code {code}"
+            if not getattr(self.server, "exit_code_known", True):  # not our child: no status to quote
+                what, code = f"the vLLM process (PID {self.follower.pid}) exited", None
+            else:
+                what = f"the vLLM process exited with code {code}"
             if self.fatal_line:
                 what += f" after {VL.fatal_label(self.fatal_line)}"
             raise ServerFailed(what, VL.root_cause(self._lines()), code)
@@ -664,6 +681,38 @@ class Watch:
         return None
 
 
+def _quote_the_failure(watch: Watch | None, what: str, seconds: float = 1.5) -> None:
+    """The server may be dying on the request just made: watch it briefly, so the failure quotes the log."""
+    if watch is None:
+        return
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            watch.check()
+            time.sleep(POLL_S)
+    except ServerFailed as exc:
+        exc.what = f"{what}; {exc.what}"
+        raise
+
+
+def _read_counters(url: str, watch: Watch | None) -> dict | None:
+    """The spec-decode counters on /metrics (None when the server has none, e.g. without a drafter).
+
+    vLLM always serves /metrics, so no answer means the server is failing (an engine that dies on
+    the request drops the connection): that is a ServerFailed, never a server reported as serving.
+    A server still alive after the watch's 1.5 s gets one more try (a slow answer is not a crash).
+    """
+    res = None
+    for attempt in range(2):
+        res = P.request(url + "/metrics", timeout=5)
+        if res.status == 200:
+            return M.spec_decode_counters(res.body.decode("utf-8", "replace"))
+        if attempt == 0:
+            _quote_the_failure(watch, f"/metrics did not answer ({res.describe()}) while acceptance was read")
+    what = f"/metrics did not answer twice ({res.describe()}) while acceptance was read"
+    raise ServerFailed(what, VL.root_cause(watch.follower.lines) if watch else [], None)
+
+
 def _smoke_and_acceptance(
     launch: dict, api_key: str | None, watch: Watch | None, ctx: Context, requests: int | None = None
 ) -> dict:
@@ -672,7 +721,7 @@ def _smoke_and_acceptance(
     smoke = dict(launch["smoke"])
     if requests is not None:
         smoke["requests"] = requests
-    before = M.spec_decode_counters(P.request(url + "/metrics", timeout=5).body.decode("utf-8", "replace"))
+    before = _read_counters(url, watch)
     tokens_total, sample = 0, ""
     t0 = time.monotonic()
     for i in range(smoke["requests"]):
@@ -687,15 +736,7 @@ def _smoke_and_acceptance(
         res = P.request(url + "/v1/completions", body, timeout=max(30.0, launch["readiness_timeout_s"] / 2), api_key=api_key)
         tokens, text = P.completion_tokens(res)
         if tokens <= 0:
-            if watch is not None:  # the engine may have died on this request: quote why
-                end = time.monotonic() + 1.5
-                try:
-                    while time.monotonic() < end:
-                        watch.check()
-                        time.sleep(POLL_S)
-                except ServerFailed as exc:
-                    exc.what = f"the smoke completion to /v1/completions returned no tokens ({text}); {exc.what}"
-                    raise
+            _quote_the_failure(watch, f"the smoke completion to /v1/completions returned no tokens ({text})")
             raise ServerFailed(
                 f"the smoke completion to /v1/completions returned no tokens ({text})",
                 VL.root_cause(watch.follower.lines, tail=5) if watch else [],
@@ -704,7 +745,7 @@ def _smoke_and_acceptance(
         tokens_total += tokens
         sample = sample or text
     smoke_s = round(time.monotonic() - t0, 3)
-    after = M.spec_decode_counters(P.request(url + "/metrics", timeout=5).body.decode("utf-8", "replace"))
+    after = _read_counters(url, watch)
     figures = M.acceptance(M.delta(after, before)) if launch.get("speculative") else M.acceptance(None)
     out = {"smoke_tokens": tokens_total, "smoke_s": smoke_s, "smoke_sample": sample[:80]}
     out.update(figures)
@@ -712,6 +753,31 @@ def _smoke_and_acceptance(
         verdict, sentence = M.gate(figures, launch["acceptance"]["min_rate"], launch["acceptance"]["gate"])
         out["acceptance_verdict"], out["acceptance_msg"] = verdict, sentence
     return out
+
+
+def _health_probe(url: str, timeout: float):
+    """A Watch.step probe: True once /health answers 200."""
+
+    def health():
+        res = P.request(url + "/health", timeout=timeout)
+        if res.status != 200:
+            raise NotYet(f"/health: {res.describe()}")
+        return True
+
+    return health
+
+
+def _models_probe(url: str, api_key: str | None, launch: dict):
+    """A Watch.step probe: the served names once /v1/models lists served_model_name."""
+
+    def models():
+        res = P.request(url + "/v1/models", timeout=5, api_key=api_key)
+        names = P.served_models(res)
+        if launch["served_model_name"] not in names:
+            raise NotYet(f"/v1/models lists {names or res.describe()}")
+        return names
+
+    return models
 
 
 def _check_architectures(found: list, expected: list) -> list:
@@ -749,15 +815,7 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
     file_env = read_env(p)
     env.update(file_env)
     t_launch = time.monotonic()
-    pid = server.spawn(env)
-    running = {
-        "fingerprint": launch["fingerprint"],
-        "pid": pid,
-        "mode": launch["mode"],
-        "log": log,
-        "started_at": time.time(),
-    }
-    atomic_write(p["running"], _dump(running), mode=0o644)
+    pid = _spawn_recorded(launch, p, ctx, server, env)
     follower = Follower(log, pid)
     watch = Watch(server, follower, t_launch + launch["readiness_timeout_s"], ctx)
     url = P.base_url(launch["host"], launch["port"])
@@ -780,32 +838,15 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
         if expected:
             watch.step("Resolved architecture: " + " and ".join(expected), archs)
 
-        def health():
-            res = P.request(url + "/health", timeout=2)
-            if res.status != 200:
-                raise NotYet(f"/health: {res.describe()}")
-            return True
-
-        watch.step("/health to answer 200", health)
+        watch.step("/health to answer 200", _health_probe(url, timeout=2))
         ready_at, ready_wall = time.monotonic(), time.time()
-
-        def models():
-            res = P.request(url + "/v1/models", timeout=5, api_key=api_key)
-            names = P.served_models(res)
-            if launch["served_model_name"] not in names:
-                raise NotYet(f"/v1/models lists {names or res.describe()}")
-            return names
-
-        watch.step(f"/v1/models to list {launch['served_model_name']}", models)
+        watch.step(f"/v1/models to list {launch['served_model_name']}", _models_probe(url, api_key, launch))
         server.ready()
         figures = _smoke_and_acceptance(launch, api_key, watch, ctx)
         watch.check()
     except ServerFailed as exc:
         follower.close()
-        stopped = server.stop(ctx, launch["stop_grace_s"])
-        _remove(p["running"], "running", False)
-        if launch["mode"] != "systemd":
-            _remove(p["pidfile"], "pidfile", False)
+        stopped = _undo_start(launch, p, ctx, server)
         raise failure(exc, launch, stopped) from None
     follower.close()
     figures.update(
@@ -819,6 +860,38 @@ def start(launch: dict, p: dict, ctx: Context, server) -> dict:
         resolved_architectures=VL.resolved_architectures(follower.lines),
     )
     return figures
+
+
+def _spawn_recorded(launch: dict, p: dict, ctx: Context, server, env: dict) -> int:
+    """Spawn the server and record it (pidfile, running.json): the PID.
+
+    When a record cannot be written (a full disk), what was spawned is stopped before the error: a
+    server that no file records would hold the port and the GPU, and no later run could prove it ours.
+    """
+    try:
+        pid = server.spawn(env)
+        running = {
+            "fingerprint": launch["fingerprint"],
+            "pid": pid,
+            "mode": launch["mode"],
+            "log": launch["log"],
+            "started_at": time.time(),
+        }
+        atomic_write(p["running"], _dump(running), mode=0o644)
+    except ModuleError as exc:
+        stopped = _undo_start(launch, p, ctx, server)
+        undone = " (the process it had begun was stopped)" if stopped else ""
+        raise ModuleError(f"vLLM was not started{undone}: {exc.msg}", **{**exc.data, "start_failed": True}) from None
+    return pid
+
+
+def _undo_start(launch: dict, p: dict, ctx: Context, server) -> dict | None:
+    """Stop what this start began (found by pidfile or, without one, by its session) and drop its records."""
+    stopped = server.stop(ctx, launch["stop_grace_s"])
+    _remove(p["running"], "running", False)
+    if launch["mode"] != "systemd":
+        _remove(p["pidfile"], "pidfile", False)
+    return stopped
 
 
 def failure(exc: ServerFailed, launch: dict, stopped) -> ModuleError:
@@ -835,26 +908,82 @@ def failure(exc: ServerFailed, launch: dict, stopped) -> ModuleError:
     )
 
 
-def verify_running(launch: dict, p: dict, pid: int, ctx: Context) -> dict:
-    """A server already up with the wanted launch: prove it still serves (no restart, no log rotation)."""
-    url = P.base_url(launch["host"], launch["port"])
-    api_key = read_env(p).get("VLLM_API_KEY")
+class RunningServer:
+    """A server an earlier run started, as Watch sees it: alive while its (proven) top process runs."""
+
+    exit_code_known = False  # not our child: once it ends, its exit status cannot be read
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self.proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            self.proc = None
+
+    def exit_code(self) -> int | None:
+        """None while it runs; -1 once it has ended."""
+        return None if self.proc is not None and _proc.alive(self.proc) else -1
+
+    def ready(self) -> None:
+        """A verify changes nothing, not even the pidfile's tree."""
+
+
+def _starting_until(launch: dict, started_at) -> float | None:
+    """The monotonic end of the readiness budget of a server started less than readiness_timeout_s ago."""
+    if isinstance(started_at, bool) or not isinstance(started_at, (int, float)):
+        return None
+    budget = float(launch["readiness_timeout_s"])
+    left = min(started_at + budget - time.time(), budget)  # min: a clock set back never stretches it
+    return time.monotonic() + left if left > 0 else None
+
+
+def _wait_for_health(url: str, pid: int, watch: Watch) -> None:
+    """A busy server may answer slowly and a dead engine answers 503: 30 tries, then it is unhealthy."""
     health = None
-    for _ in range(30):  # a busy server may answer slowly; a dead engine answers 503
+    for _ in range(30):
+        watch.check()
         health = P.request(url + "/health", timeout=5)
         if health.status == 200:
-            break
+            return
         time.sleep(POLL_S)
-    if health is None or health.status != 200:
-        raise ServerFailed(f"the running server (PID {pid}) does not answer /health ({health.describe()})", [], None)
-    names = P.served_models(P.request(url + "/v1/models", timeout=5, api_key=api_key))
-    if launch["served_model_name"] not in names:
-        raise ServerFailed(f"the running server lists {names}, not {launch['served_model_name']}", [], None)
-    lines = VL.lines_after_marker(launch["log"], pid) or []
-    idx = VL.find_fatal(lines)
-    if idx is not None:
-        raise ServerFailed(f"the running server's log shows {VL.fatal_label(lines[idx])}", VL.root_cause(lines), None)
-    out = _smoke_and_acceptance(launch, api_key, None, ctx, requests=1)
+    raise ServerFailed(f"the running server (PID {pid}) does not answer /health ({health.describe()})", [], None)
+
+
+def _wait_while_starting(launch: dict, url: str, api_key: str | None, watch: Watch, until: float) -> None:
+    """A server still inside its readiness budget (the run that started it was cut off) is waited for."""
+    watch.deadline, watch.t0 = until, until - float(launch["readiness_timeout_s"])
+    watch.step("/health to answer 200 (the server is still starting)", _health_probe(url, timeout=2))
+    watch.step(f"/v1/models to list {launch['served_model_name']}", _models_probe(url, api_key, launch))
+
+
+def verify_running(launch: dict, p: dict, pid: int, ctx: Context, started_at=None) -> dict:
+    """A server already up with the wanted launch: prove it still serves (no restart, no log rotation).
+
+    The process and the log lines it writes meanwhile are watched throughout, so a server that dies
+    while it is verified (even on the last /metrics read) fails the verify and is restarted, never
+    reported serving. One younger than readiness_timeout_s (running.json's started_at) is still
+    starting: it is waited for until its budget ends, not restarted.
+    """
+    url = P.base_url(launch["host"], launch["port"])
+    api_key = read_env(p).get("VLLM_API_KEY")
+    follower = Follower.from_now(launch["log"], pid)
+    watch = Watch(RunningServer(pid), follower, time.monotonic(), ctx)
+    try:
+        until = _starting_until(launch, started_at)
+        if until is not None:
+            _wait_while_starting(launch, url, api_key, watch, until)
+        else:
+            _wait_for_health(url, pid, watch)
+        names = P.served_models(P.request(url + "/v1/models", timeout=5, api_key=api_key))
+        if launch["served_model_name"] not in names:
+            raise ServerFailed(f"the running server lists {names}, not {launch['served_model_name']}", [], None)
+        lines = VL.lines_after_marker(launch["log"], pid) or []
+        idx = VL.find_fatal(lines)
+        if idx is not None:
+            raise ServerFailed(f"the running server's log shows {VL.fatal_label(lines[idx])}", VL.root_cause(lines), None)
+        out = _smoke_and_acceptance(launch, api_key, watch, ctx, requests=1)
+        watch.check()
+    finally:
+        follower.close()
     out.update(pid=pid, log=launch["log"])
     return out
 
@@ -897,7 +1026,7 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
         return {"changed": False, "pid": now["pid"], "msg": f"vLLM (PID {now['pid']}) already runs the rendered launch"}
     if now["alive"] and fresh and not (force and not args["only_if_stale"]):
         try:
-            out = verify_running(launch, p, now["pid"], ctx)
+            out = verify_running(launch, p, now["pid"], ctx, running.get("started_at"))
         except ServerFailed as exc:
             reason = f"the running server was unhealthy ({exc.what}{': ' + ' | '.join(exc.root) if exc.root else ''})"
             ctx.warn(reason + "; restarting it")
@@ -960,6 +1089,27 @@ def _left_alone(foreign: list, ctx: Context) -> None:
         )
 
 
+def _check_msg(would_stop: bool, removed: list) -> str:
+    files = f"remove {len(removed)} file(s)" if removed else ""
+    if would_stop:
+        return "would stop vLLM" + (f" and {files}" if files else "")
+    return f"vLLM is not running; would {files}" if files else "vLLM is not running and nothing is left to remove"
+
+
+def _warn_reused_pid(now: dict, pidfile: str, removed: list, ctx: Context) -> None:
+    """A pidfile whose PID now names another process is stale: say so as it goes, and that the process stays."""
+    if pidfile not in removed:
+        return
+    verb = "would remove" if ctx.check else "removed"
+    for entry in now.get("refused", []):
+        if entry.get("top"):
+            cmd = " ".join(entry.get("cmdline") or [])[:200] or "?"
+            ctx.warn(
+                f"{verb} the stale pidfile {pidfile}: its PID {entry['pid']} now belongs to another process "
+                f"({cmd}; {entry['reason']}), which is left alone"
+            )
+
+
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
     """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
@@ -975,18 +1125,19 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     if ctx.check:
         removed = [f for f, kind in files if _remove(f, kind, True, foreign)]
         _left_alone(foreign, ctx)
+        _warn_reused_pid(now, p["pidfile"], removed, ctx)
         return {
             "changed": would_stop or bool(removed),
-            "msg": ("would stop vLLM" if would_stop else "vLLM is not running")
-            + (f" and remove {len(removed)} file(s)" if removed else ""),
+            "msg": _check_msg(would_stop, removed),
             "removed": removed,
             "foreign": foreign,
         }
     stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"]))) if would_stop else None
     removed = [f for f, kind in files if _remove(f, kind, False, foreign)]
     _left_alone(foreign, ctx)
+    _warn_reused_pid(now, p["pidfile"], removed, ctx)
     if absent and launch.get("unit_path") in removed:
-        _systemctl(["disable", launch["service_name"]], check=False)
+        _systemctl(["disable", "--", launch["service_name"]], check=False)
         _systemctl(["daemon-reload"], check=False)
     parts = []
     if stopped:

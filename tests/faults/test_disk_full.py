@@ -117,11 +117,6 @@ def test_copying_a_control_node_file_onto_a_full_disk_keeps_the_old_file(tmp_pat
     failed_cleanly(res, "write it", dest, OLD.encode(), words=())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library/vllm_server.py: spawn() swallows the failed pidfile write and start() writes running.json "
-    "outside its clean-up, so the new server is left running untracked; see docs/RELIABILITY.md. Remove once fixed",
-)
 def test_a_full_disk_under_the_pidfile_fails_the_start_and_leaves_no_server(tmp_path, small_disk, inventory_file):
     disk, fill = small_disk
     hv = server_vars(tmp_path / "host")

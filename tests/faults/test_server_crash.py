@@ -109,11 +109,6 @@ def test_a_server_that_dies_while_status_is_read_is_reported_not_running_and_pro
     converges(inv, tmp_path, p)  # stops the orphaned EngineCore, starts a healthy server
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="library/vllm_server.py (_smoke_and_acceptance, verify_running) ignores a failed /metrics read: "
-    "see docs/RELIABILITY.md; remove this marker once that fix is in",
-)
 def test_a_running_server_that_dies_while_provision_verifies_it_is_never_reported_serving(host, tmp_path):
     """Second provision: the server runs, the verify's acceptance read kills it. The play must not end
     with 'running and serving' while nothing serves: it restarts the server (or fails), and the PID it
