@@ -10,7 +10,8 @@ from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.playbook import PROJECT_ROOT, load_playbook
 from engine.report import Console, json_report, recap_of, write_json, write_junit
-from engine.runner import Runner, TaskResult
+from engine.results import TaskResult
+from engine.runner import Runner
 from engine.yamlfile import check_variable_names
 
 EXIT_OK = 0

@@ -140,6 +140,10 @@ class Play:
     gather_facts: bool = True
     roles: list[str] = field(default_factory=list)
 
+    def all_tasks(self) -> list[Task]:
+        """Every task and handler of the play (what preflight and secret collection look at)."""
+        return self.tasks + self.handlers
+
 
 # -- keyword checks ---------------------------------------------------------------------------------
 # Each returns the value in the type the runner expects, or raises one paragraph naming the place,

@@ -1,0 +1,176 @@
+"""Engine actions: tasks that run on the control node (assert, fail, debug, set_fact) or prepare what a
+host module receives (template renders here; copy with `src:` uploads only what differs).
+
+Each action is a function registered under its task name; it gets an ActionCall and returns a result dict
+like a module's. Adding one: write the function, decorate it with @action("name"), and give its argument
+table in engine/playbook.py ENGINE_ACTIONS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from engine.errors import TaskError
+from engine.playbook import Play, Task
+from engine.results import HostState
+from engine.secrets import is_secret_name
+
+if TYPE_CHECKING:
+    from engine.strategy import TaskExecutor
+    from engine.templating import LazyVars
+
+
+@dataclass
+class ActionCall:
+    """One action's call: the task, its rendered args, the variables it saw, and a way to call modules."""
+
+    executor: TaskExecutor
+    state: HostState
+    play: Play
+    task: Task
+    args: dict
+    view: LazyVars
+    check: bool
+
+    def module(self, name: str, args: dict, check: bool | None = None) -> dict:
+        return self.executor.module(self.state, name, args, self.check if check is None else check, self.task)
+
+    def truth(self, expr: Any) -> bool:
+        return self.executor.truth(expr, self.view)
+
+    def where(self) -> str:
+        return f"{self.task.source} ('{self.task.name}')"
+
+
+ACTIONS: dict[str, Callable[[ActionCall], dict]] = {}
+
+
+def action(name: str):
+    def register(fn: Callable[[ActionCall], dict]) -> Callable[[ActionCall], dict]:
+        ACTIONS[name] = fn
+        return fn
+
+    return register
+
+
+def handles(module: str, args: dict) -> bool:
+    """True when the engine runs this task itself (copy without `src:` is the host module alone)."""
+    return module in ACTIONS and not (module == "copy" and "src" not in args)
+
+
+@action("assert")
+def assert_(call: ActionCall) -> dict:
+    that = call.task.args["that"]
+    conditions = that if isinstance(that, list) else [that]
+    for cond in conditions:
+        if not call.truth(cond):
+            return {"failed": True, "changed": False, "msg": call.args.get("fail_msg") or f"assertion failed: {cond}"}
+    return {"changed": False, "msg": call.args.get("success_msg") or f"all {len(conditions)} assertion(s) passed"}
+
+
+@action("fail")
+def fail(call: ActionCall) -> dict:
+    return {"failed": True, "changed": False, "msg": call.args.get("msg") or "failed as requested"}
+
+
+@action("debug")
+def debug(call: ActionCall) -> dict:
+    if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
+        expr = call.task.args["var"]
+        value = call.executor.templar.evaluate(expr, call.view)
+        return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
+    return {"changed": False, "msg": str(call.args.get("msg", "hello"))}
+
+
+@action("set_fact")
+def set_fact(call: ActionCall) -> dict:
+    variables = call.executor.variables
+    derived = variables.secret_touched(call.view)  # computed from a secret: the values are secrets too
+    for name, value in call.args.items():
+        if derived or is_secret_name(name):
+            variables.secrets.add(value)
+    call.state.facts_set.update(call.args)
+    return {"changed": False, "msg": f"set {', '.join(call.args)}", "ansible_facts": call.args}
+
+
+def resolve_local(call: ActionCall, src: str, sub: str) -> Path:
+    """A file of the control node named by a task: absolute, or in the role's or playbook's `sub` folder."""
+    task, play = call.task, call.play
+    candidates = []
+    if os.path.isabs(os.path.expanduser(src)):
+        candidates.append(Path(os.path.expanduser(src)))
+    if task.role_dir is not None:
+        candidates.append(task.role_dir / sub / src)
+    candidates += [play.source.parent / sub / src, play.source.parent / src]
+    for c in candidates:
+        if c.exists():
+            return c
+    raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' not found; looked in " + ", ".join(str(c) for c in candidates))
+
+
+@action("template")
+def template(call: ActionCall) -> dict:
+    src = resolve_local(call, call.args["src"], "templates/")
+    content = call.executor.templar.render_file(str(src), call.view)
+    copy_args = {"dest": call.args["dest"], "content": content}
+    for k in ("mode", "owner", "group", "backup"):
+        if call.args.get(k) is not None:
+            copy_args[k] = call.args[k]
+    return call.module("copy", copy_args)
+
+
+def _copy_entries(call: ActionCall, src: Path, dest: str) -> tuple[list[tuple[Path, str]], str]:
+    """(local file, path relative to the destination folder) pairs, and that folder."""
+    if src.is_dir():
+        return [(p, str(p.relative_to(src))) for p in sorted(p for p in src.rglob("*") if p.is_file())], dest
+    if call.args.get("delete_extra"):
+        raise TaskError(f"{call.where()}: delete_extra needs a folder as src; with a single file it would delete "
+                        "the other files beside dest")
+    if dest.endswith("/"):
+        return [(src, src.name)], dest
+    return [(src, os.path.basename(dest.rstrip("/")))], os.path.dirname(dest.rstrip("/"))
+
+
+def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, dest: str) -> dict:
+    """Put each needed file in a staging folder on the host; a failed upload removes it and fails the task."""
+    call.module("file", {"path": stage_root, "state": "directory", "mode": "0700"}, False)
+    staged = {}
+    for rel in needed:
+        path, digest = by_rel[rel]
+        remote = f"{stage_root}/{digest}"
+        try:
+            call.state.client.put(str(path), remote)
+        except OSError as exc:  # a full disk or a permission on the host: dest is untouched
+            call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise TaskError(f"{call.where()}: uploading {path} to {dest} failed: {reason}. {dest} is unchanged; free "
+                            "space or fix the permissions there and run again.") from None
+        staged[rel] = remote
+    return staged
+
+
+@action("copy")
+def copy_from_control_node(call: ActionCall) -> dict:
+    """copy with `src:` on the control node: plan on the host, upload what differs, install atomically."""
+    src = resolve_local(call, str(call.args.pop("src")), "files/")
+    dest = str(call.args["dest"])
+    entries, dest_dir = _copy_entries(call, src, dest)
+    manifest = [{"path": rel, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                 "mode": "%04o" % (p.stat().st_mode & 0o777)} for p, rel in entries]
+    extra = {k: v for k, v in call.args.items() if k == "delete_extra"}
+    plan = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "plan", **extra})
+    if plan.get("failed") or call.check or not plan.get("would_change"):
+        return plan
+    stage_root = f"{dest_dir.rstrip('/')}/.dfp-staging"
+    staged = {}
+    if plan.get("needed"):
+        by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(entries, manifest)}
+        staged = _upload(call, plan["needed"], by_rel, stage_root, dest)
+    result = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "install", "staged": staged, **extra})
+    if staged:
+        call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
+    return result

@@ -1,0 +1,118 @@
+"""Checks that need the inventory, run before any host is touched: undefined variables, argument types.
+
+What the YAML alone can tell (keywords, modules, argument names) is checked when the playbook loads
+(engine/playbook.py); here each selected task is checked against each host's variables.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import ChainMap
+from typing import Any, Callable
+
+from jinja2 import meta
+
+from engine.errors import UserError
+from engine.inventory import Inventory
+from engine.playbook import LIBRARY, Play, Task, module_args_spec
+from engine.templating import Templar, is_template
+from engine.variables import MAGIC_VARS
+
+
+def host_contract():
+    """library/_common.py on the control node: the same argument checks the worker runs."""
+    import importlib.util
+
+    if "_dfp_common" in sys.modules:
+        return sys.modules["_dfp_common"]
+    spec = importlib.util.spec_from_file_location("_dfp_common", LIBRARY / "_common.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_dfp_common"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Preflight:
+    """Undefined variables and wrongly typed literal arguments, per play, host and selected task."""
+
+    def __init__(self, inventory: Inventory, extra_vars: dict, templar: Templar) -> None:
+        self.inventory = inventory
+        self.extra_vars = extra_vars
+        self.env = templar.env
+        self._parsed: dict[str, set[str]] = {}  # the same strings recur for every host and task: parse once
+
+    def check(self, plays: list[Play], hosts_for: Callable[[Play], list[str]], selected: Callable[[Task], bool]) -> None:
+        for play in plays:
+            tasks = [t for t in play.all_tasks() if selected(t)]
+            known_in_play = (
+                {t.register for t in play.all_tasks() if t.register}
+                | {k for t in play.all_tasks() if t.module == "set_fact" for k in t.args}
+                | {t.loop_var for t in play.all_tasks()}
+                | MAGIC_VARS
+                | set(self.env.globals)
+            )
+            for name in hosts_for(play):
+                base = ChainMap(self.extra_vars, play.vars, self.inventory.hosts[name].vars, play.defaults)
+                for task in tasks:
+                    known = known_in_play | set(base) | set(task.vars) | set(task.role_vars)
+                    self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base))
+            for task in tasks:  # argument types do not depend on the host
+                self._check_static_types(task)
+
+    def _refs(self, task: Task, value: Any) -> set[str]:
+        """Variable names a value's templates read."""
+        found: set[str] = set()
+        if isinstance(value, str) and is_template(value):
+            if value not in self._parsed:
+                try:
+                    self._parsed[value] = meta.find_undeclared_variables(self.env.parse(value))
+                except Exception as exc:
+                    raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
+            found |= self._parsed[value]
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                found |= self._refs(task, k) | self._refs(task, v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                found |= self._refs(task, v)
+        return found
+
+    def _wanted(self, task: Task) -> set[str]:
+        exprs = [e for e in [*task.when, task.changed_when, task.failed_when, task.until] if isinstance(e, str)]
+        wanted = self._refs(task, task.args) | self._refs(task, task.loop)
+        for e in exprs:
+            wanted |= self._refs(task, "{{ " + e + " }}")
+        return wanted
+
+    def _check_undefined(self, task: Task, known: set[str], values: ChainMap) -> None:
+        wanted = self._wanted(task)
+        seen: set[str] = set()
+        stack = list(wanted)
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name not in known:
+                via = "" if name in wanted else " (used by another variable's value)"
+                raise UserError(
+                    f"{task.source} ('{task.name}'): variable '{name}' is undefined{via}. Define it in the "
+                    f"inventory (host or group vars), the role's defaults.yaml or the play's vars, or pass "
+                    f"-e {name}=VALUE."
+                )
+            if name in values:
+                stack.extend(self._refs(task, values[name]))
+
+    @staticmethod
+    def _check_static_types(task: Task) -> None:
+        spec = module_args_spec(task.module)
+        if not spec:
+            return
+        contract = host_contract()
+        for name, value in task.args.items():
+            if name not in spec or is_template(str(value)):
+                continue
+            try:
+                contract.check_args({name: spec[name]}, {name: value}, task.module)
+            except contract.ModuleError as exc:
+                raise UserError(f"{task.source} ('{task.name}'): {exc.msg}") from None

@@ -1,0 +1,67 @@
+"""What a run records: one TaskResult per host and task, and each host's state during the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.inventory import Host
+
+STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
+
+
+@dataclass
+class TaskResult:
+    host: str
+    task: str
+    role: str | None
+    module: str
+    status: str
+    changed: bool
+    msg: str
+    duration_s: float
+    result: dict = field(default_factory=dict)
+    ignored: bool = False
+    handler: bool = False
+
+    def as_report(self) -> dict:
+        return {
+            "host": self.host,
+            "role": self.role,
+            "task": self.task,
+            "module": self.module,
+            "status": self.status,
+            "changed": self.changed,
+            "msg": self.msg,
+            "duration_s": round(self.duration_s, 4),
+            "ignored": self.ignored,
+            "handler": self.handler,
+            "warnings": self.result.get("warnings", []),
+        }
+
+
+@dataclass
+class HostState:
+    host: Host
+    client: Any = None  # engine.client.WorkerClient once connected
+    facts: dict | None = None
+    registered: dict = field(default_factory=dict)
+    facts_set: dict = field(default_factory=dict)
+    failed: bool = False
+    unreachable: bool = False
+    notified: set = field(default_factory=set)
+    stats: dict = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    unreachable_msg: str = ""
+
+    @property
+    def active(self) -> bool:
+        return not self.failed and not self.unreachable
+
+
+def status_of(result: dict) -> str:
+    """The status a module's or an action's result dict stands for."""
+    if result.get("skipped"):
+        return "skipped"
+    if result.get("failed"):
+        return "failed"
+    return "changed" if result.get("changed") else "ok"

@@ -1,0 +1,182 @@
+"""Task semantics: what one task means on one host (when, loop, retries/until, changed_when/failed_when,
+ignore_errors, notify, register, no_log), and recording what happened with secrets masked.
+
+The Runner (engine/runner.py) decides which hosts run which task when; this module runs it on one host.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from jinja2.sandbox import SecurityError
+
+from engine.actions import ACTIONS, ActionCall, handles
+from engine.errors import HostUnreachable, TaskError, UserError
+from engine.playbook import Play, Task, module_args_spec
+from engine.preflight import host_contract
+from engine.results import HostState, TaskResult, status_of
+from engine.templating import Templar, to_bool, undefined_name
+from engine.variables import Variables
+
+
+def failure_message(task: Task, exc: Exception) -> str:
+    """One paragraph for an error raised while rendering or running a task."""
+    where = f"{task.source} ('{task.name}')"
+    if isinstance(exc, (TaskError, UserError)):
+        return str(exc)
+    if isinstance(exc, SecurityError):
+        return (f"{where}: the template sandbox refused this task: {exc}. Templates may not reach Python internals "
+                "(names starting with '_') nor build huge values; rewrite the expression.")
+    name = undefined_name(exc)
+    if name:
+        return f"{where}: '{name}' is undefined while rendering this task ({exc}); define it or guard the task with a `when:`"
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+class TaskExecutor:
+    """Runs tasks on hosts and records the results (shown and reported with secrets masked)."""
+
+    def __init__(self, variables: Variables, templar: Templar, *, check: bool, diff: bool, console=None) -> None:
+        self.variables = variables
+        self.templar = templar
+        self.check = check
+        self.diff = diff
+        self.console = console
+        self.results: list[TaskResult] = []
+        self._lock = threading.Lock()
+
+    # -- recording -----------------------------------------------------------------------------------
+    def record(self, state: HostState, res: TaskResult) -> None:
+        """Count, keep and show a result: a masked copy (the registered one, used by later tasks, stays intact)."""
+        secrets = self.variables.secrets
+        res.msg = secrets.redact(res.msg)
+        if secrets:
+            res.result = secrets.redact_obj(res.result)
+        state.stats["ignored" if res.ignored else res.status] += 1
+        with self._lock:
+            self.results.append(res)
+        if self.console:
+            self.console.host_result(res)
+
+    def unreachable(self, state: HostState, task_name: str, msg: str) -> None:
+        state.unreachable = True
+        state.unreachable_msg = msg
+        self.record(state, TaskResult(state.host.name, task_name, None, "-", "unreachable", False, msg, 0.0))
+
+    # -- one task on one host --------------------------------------------------------------------------
+    def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
+        started = time.monotonic()
+        try:
+            res = self._run_task(state, play, task)
+        except HostUnreachable as exc:
+            self.unreachable(state, task.name, str(exc))
+            return
+        except Exception as exc:  # a template, argument or engine error tied to this task
+            res = {"failed": True, "changed": False, "msg": failure_message(task, exc)}
+        status = status_of(res)
+        ignored = status == "failed" and task.ignore_errors
+        if status == "failed" and not ignored:
+            state.failed = True
+        if status == "changed" and task.notify:
+            state.notified |= set(task.notify)
+        msg = res.get("msg", "")
+        if task.no_log:
+            msg = "(output hidden: no_log)"
+            res = {k: res.get(k) for k in ("changed", "failed", "skipped")}
+        self.record(state, TaskResult(state.host.name, task.name, task.role, task.module, status, bool(res.get("changed")),
+                                      str(msg), time.monotonic() - started, res, ignored, handler))
+
+    def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
+        view = self.variables.view(state, play, task)
+        if task.loop is None:
+            for cond in task.when:
+                if not self.truth(cond, view):
+                    return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
+            result = self._run_with_retries(state, play, task, None)
+        else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
+            items = self.templar.render_value(task.loop, view)
+            if not isinstance(items, list):
+                raise TaskError(f"{task.source} ('{task.name}'): loop must be a list, got {type(items).__name__}")
+            result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
+        if task.register:
+            state.registered[task.register] = result
+        return result
+
+    @staticmethod
+    def _loop_result(results: list[dict]) -> dict:
+        return {
+            "results": results,
+            "changed": any(r.get("changed") for r in results),
+            "failed": any(r.get("failed") for r in results),
+            "skipped": bool(results) and all(r.get("skipped") for r in results),
+            "msg": "; ".join(str(r.get("msg", "")) for r in results if r.get("failed") or r.get("changed"))
+            or f"{len(results)} items ok",
+        }
+
+    def truth(self, expr: Any, view) -> bool:
+        return to_bool(self.templar.evaluate(expr, view))
+
+    def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None) -> dict:
+        attempts = 1 + (task.retries if task.retries is not None else (3 if task.until is not None else 0))
+        result: dict = {}
+        for attempt in range(1, attempts + 1):
+            view = self.variables.view(state, play, task, extra)
+            if extra is not None:
+                for cond in task.when:
+                    if not self.truth(cond, view):
+                        return {"skipped": True, "changed": False, "msg": f"skipped: {cond}"}
+            result = self._apply_conditions(state, play, task, extra, self._run_once(state, play, task, view))
+            if task.until is None:
+                break
+            if self.truth(task.until, self._result_view(state, play, task, extra, result)):
+                result["attempts"] = attempt
+                break
+            if attempt < attempts:
+                time.sleep(task.delay)
+            else:
+                result = dict(result, failed=True, attempts=attempt, msg=(
+                    f"gave up after {attempt} attempts: until '{task.until}' stayed false; last: {result.get('msg', '')}"))
+        return result
+
+    def _result_view(self, state: HostState, play: Play, task: Task, extra: dict | None, result: dict):
+        """The variables seen by until/changed_when/failed_when: the task's result as `result` and its register name."""
+        names = dict(extra or {}, result=result)
+        if task.register:
+            names[task.register] = result
+        return self.variables.view(state, play, task, names)
+
+    def _apply_conditions(self, state, play, task, extra, result: dict) -> dict:
+        if task.changed_when is None and task.failed_when is None:
+            return result
+        view = self._result_view(state, play, task, extra, result)
+        if task.changed_when is not None:
+            result["changed"] = self.truth(task.changed_when, view)
+        if task.failed_when is not None:
+            failed = self.truth(task.failed_when, view)
+            if result.get("failed") and not failed:
+                result["msg"] = f"(failure accepted by failed_when) {result.get('msg', '')}"
+            result["failed"] = failed
+        return result
+
+    def _run_once(self, state: HostState, play: Play, task: Task, view) -> dict:
+        check = self.check if task.check_mode is None else bool(task.check_mode)
+        args = self.templar.render_value(task.args, view)
+        args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
+        if handles(task.module, args):
+            return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
+        contract = host_contract()
+        try:
+            contract.check_args(module_args_spec(task.module) or {}, args, task.module)
+        except contract.ModuleError as exc:
+            raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
+        return self.module(state, task.module, args, check, task)
+
+    def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None) -> dict:
+        """One module call on the host (progress lines shown live, masked)."""
+        progress = None
+        if self.console and task is not None and not task.no_log:
+            progress = lambda msg, h=state.host.name: self.console.progress(h, self.variables.secrets.redact(msg))  # noqa: E731
+        timeout = task.timeout if task is not None else None
+        return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress)
