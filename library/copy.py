@@ -53,6 +53,7 @@ else:
         resolve_gid,
         resolve_uid,
     )
+    from _paths import managed_path
 
 ARGS = {
     "dest": {"type": "path", "required": True},
@@ -312,6 +313,21 @@ def _place(staged: str, target: str, mode: int, keep: bool = False) -> None:
         os.unlink(staged)
 
 
+def check_delete_extra_dest(dest: str) -> None:
+    """delete_extra removes (and chmods) what it finds under dest: only in a folder plausibly the tool's.
+
+    Checked before the plan, so `/`, a home or system folder, a relative path or one with `..` (also
+    through a symlink) fails in check mode and in phase plan, with nothing changed.
+    """
+    try:
+        managed_path(dest, "dest")
+    except ModuleError as exc:
+        raise ModuleError(
+            f"module 'copy': delete_extra refused, nothing was changed: {exc.msg} (delete_extra removes every "
+            "file under dest that the manifest does not list; drop it, or give dest a folder of its own)"
+        ) from None
+
+
 def run_manifest(args: dict, ctx: Context) -> dict:
     for name in ("content", "content_b64"):
         if args[name] is not None:
@@ -319,6 +335,8 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     entries = check_manifest(args["manifest"], parse_mode(args["mode"]))
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = args["dest"]
+    if args["delete_extra"]:
+        check_delete_extra_dest(dest)
     if os.path.lexists(dest) and not os.path.isdir(dest):
         raise ModuleError(f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder")
     dest_real = os.path.realpath(dest)

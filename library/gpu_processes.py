@@ -30,6 +30,7 @@ import time
 import _gpu
 import psutil
 from _common import Context, ModuleError, main
+from _paths import managed_path
 from _proc import alive, examine, read_pidfile, stop_processes
 
 ARGS = {
@@ -280,6 +281,8 @@ def wait_until_free(cmd: str, indices: list, threshold_mib: int, timeout_s: floa
 def run(args: dict, ctx: Context) -> dict:
     cmd, threshold = args["nvidia_smi"], args["threshold_mib"]
     check_numbers(threshold, args["timeout_s"], args["grace_s"])
+    if args["pidfile"]:  # the stale pidfile is removed below: only one plausibly the tool's
+        managed_path(args["pidfile"], "pidfile")
     kill_pids, kill_cmds = parse_kill_foreign(args["kill_foreign"])
     try:
         before = _gpu.query_gpus(cmd)
