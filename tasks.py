@@ -176,7 +176,7 @@ def _playbook_task(playbook: str, doc: str):
 
 provision = _playbook_task("provision", "Bring hosts to a healthy vLLM + DFlash server, verified down to the acceptance rate.")
 restart_server = _playbook_task("restart-server", "Stop the server (whole process tree), free the GPU, start it again and verify it.")
-rebuild = _playbook_task("rebuild", "Nightly: fresh environment beside the current one, switch, restart, verify; roll back on failure.")
+rebuild = _playbook_task("rebuild", "Nightly: fresh environment beside the current one, restart and verify the server on it, then switch; roll back on failure.")
 
 
 @task(
