@@ -20,7 +20,7 @@ from typing import Callable
 from engine import runtime
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host
-from engine.playbook import LIBRARY
+from engine.modulespec import LIBRARY
 from engine.transport import Transport, WorkerDied, connect
 
 Progress = Callable[[str], None]

@@ -14,7 +14,8 @@ from jinja2 import meta
 
 from engine.errors import UserError
 from engine.inventory import Inventory
-from engine.playbook import LIBRARY, Play, Task, module_args_spec
+from engine.modulespec import LIBRARY, module_args_spec
+from engine.playbook import Play, Task
 from engine.templating import Templar, is_template
 from engine.variables import MAGIC_VARS
 

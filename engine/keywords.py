@@ -1,0 +1,203 @@
+"""Task and play keywords: which exist, and the check of each one's value at load time.
+
+Each check returns the value in the type the runner expects, or raises one paragraph naming the place,
+the keyword and the fix. They run when the playbook loads, so a wrongly typed keyword changes no host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import UserError
+from engine.yamlfile import check_variable_names, is_variable_name
+
+TASK_KEYWORDS = {
+    "name",
+    "register",
+    "when",
+    "loop",
+    "with_items",
+    "loop_control",
+    "retries",
+    "until",
+    "delay",
+    "notify",
+    "tags",
+    "ignore_errors",
+    "changed_when",
+    "failed_when",
+    "no_log",
+    "vars",
+    "listen",
+    "check_mode",
+    "timeout",
+}
+PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks"}
+
+# -- checks ---------------------------------------------------------------------------------
+# Each returns the value in the type the runner expects, or raises one paragraph naming the place,
+# the keyword and the fix. They run at load time, so a wrongly typed keyword changes no host.
+
+BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
+# The runner reads these flags as plain booleans (it does not render them), so a template is refused.
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts")
+LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
+MAX_DELAY_S = 86400.0
+
+
+def is_template_text(value: Any) -> bool:
+    """engine.templating.is_template, imported when needed: it loads Jinja2, which checking a playbook does not need."""
+    from engine.templating import is_template
+
+    return isinstance(value, str) and is_template(value)
+
+
+def shown(value: Any) -> str:
+    """A keyword's value in a message: short strings quoted, anything else by its type."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, (bool, int, float)):
+        return f"{type(value).__name__} {value!r}"
+    return f"a {'mapping' if isinstance(value, dict) else type(value).__name__}"
+
+
+def wrong(where: str, key: str, expected: str, value: Any, example: str) -> UserError:
+    return UserError(f"{where}: '{key}' must be {expected}, got {shown(value)}. Write it like: {key}: {example}")
+
+
+def condition_list(value: Any, where: str, key: str) -> list:
+    """`when` and friends: a Jinja2 expression, a boolean, or a list of those (all must hold)."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, bool) or (isinstance(item, str) and item.strip()):
+            continue
+        raise wrong(where, key, "an expression (a string), true/false, or a list of those", item, "result.rc == 0")
+    return list(items)
+
+
+def condition(value: Any, where: str, key: str) -> str | bool:
+    """`changed_when`/`failed_when`/`until` are evaluated once: a list becomes one expression joined with `and`."""
+    items = condition_list(value, where, key)
+    if not items:
+        raise wrong(where, key, "at least one condition", value, "result.rc != 0")
+    if len(items) == 1:
+        return items[0]
+    return " and ".join(f"({str(item).lower() if isinstance(item, bool) else item})" for item in items)
+
+
+def flag(value: Any, where: str, key: str) -> bool:
+    """A boolean, or one of Ansible's boolean words (yes/no, true/false, on/off, 1/0; any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in BOOL_STRINGS:
+        return BOOL_STRINGS[value.strip().lower()]
+    if is_template_text(value):
+        raise UserError(
+            f"{where}: '{key}' is a template ({shown(value)}), which is not supported for '{key}' (the engine "
+            f"reads it as a plain true/false). Write {key}: true or {key}: false."
+        )
+    raise wrong(where, key, "true or false (or yes/no, on/off, 1/0)", value, "true")
+
+
+def retries_of(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise wrong(where, "retries", "a whole number >= 0", value, "3")
+    return value
+
+
+def delay_of(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_DELAY_S:
+        raise wrong(where, "delay", f"a number of seconds from 0 to {MAX_DELAY_S:.0f}", value, "5")
+    return float(value)
+
+
+def timeout_of(value: Any, where: str) -> float:
+    """`timeout`: seconds a task may run on the host before the worker stops it (as Ansible's keyword)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DELAY_S:
+        raise wrong(where, "timeout", f"a number of seconds above 0, at most {MAX_DELAY_S:.0f}", value, "600")
+    return float(value)
+
+
+def names(value: Any, where: str, key: str) -> list[str]:
+    """`notify`/`tags`/`listen`: a string or a list of strings."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not (isinstance(item, str) and item.strip()):
+            raise wrong(where, key, "a name or a list of names (strings)", item, "[name1, name2]")
+    return list(items)
+
+
+def identifier(value: Any, where: str, key: str) -> str:
+    if not is_variable_name(value):
+        raise wrong(where, key, "a variable name (letters, digits and _, not starting with a digit)", value, "my_result")
+    return value
+
+
+def variables_of(value: Any, where: str, key: str = "vars") -> dict:
+    """A mapping of variable names to values (an empty `vars:` is an empty mapping)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise wrong(where, key, "a mapping of variable names to values", value, "{model_path: /models/x}")
+    check_variable_names(value, f"{where}: '{key}'")
+    return value
+
+
+def loop_of(raw: dict, where: str) -> Any:
+    """`loop`/`with_items`: a list, or a template that renders to one."""
+    keys = [k for k in ("loop", "with_items") if k in raw]
+    if len(keys) > 1:
+        raise UserError(f"{where}: the task has both 'loop' and 'with_items'; keep one of them")
+    if not keys:
+        return None
+    value = raw[keys[0]]
+    if isinstance(value, list) or is_template_text(value):
+        return value
+    raise wrong(where, keys[0], "a list, or a template that gives one", value, '"{{ models }}"')
+
+
+def loop_var_of(value: Any, where: str) -> str:
+    if not isinstance(value, dict):
+        raise wrong(where, "loop_control", "a mapping", value, "{loop_var: model}")
+    unknown = sorted(map(str, set(value) - LOOP_CONTROL_KEYS))
+    if unknown:
+        raise UserError(
+            f"{where}: 'loop_control' has unsupported key(s) {', '.join(unknown)}; the only one supported is "
+            "loop_var (e.g. loop_control: {loop_var: model}). Remove the others."
+        )
+    return identifier(value.get("loop_var", "item"), where, "loop_control.loop_var")
+
+
+def task_keywords(raw: dict, where: str) -> dict:
+    """The task's keywords, checked and converted to the types of the Task fields."""
+    out: dict[str, Any] = {"loop": loop_of(raw, where)}
+    for key in ("when",):
+        if key in raw:
+            out[key] = condition_list(raw[key], where, key)
+    for key in ("changed_when", "failed_when", "until"):
+        if key in raw:
+            out[key] = condition(raw[key], where, key)
+    for key in ("notify", "tags", "listen"):
+        if key in raw:
+            out[key] = names(raw[key], where, key)
+    for key in FLAG_KEYWORDS:
+        if key in raw:
+            out[key] = flag(raw[key], where, key)
+    if "tags" in out:
+        out["tags"] = set(out["tags"])
+    if "loop_control" in raw:
+        out["loop_var"] = loop_var_of(raw["loop_control"], where)
+    if "register" in raw:
+        out["register"] = identifier(raw["register"], where, "register")
+    if "retries" in raw:
+        out["retries"] = retries_of(raw["retries"], where)
+    if "delay" in raw:
+        out["delay"] = delay_of(raw["delay"], where)
+    if "timeout" in raw:
+        out["timeout"] = timeout_of(raw["timeout"], where)
+    out["vars"] = variables_of(raw.get("vars"), where)
+    return out

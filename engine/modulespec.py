@@ -1,0 +1,71 @@
+"""Which modules and engine actions exist, and their argument tables (read without importing modules)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import UserError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = PROJECT_ROOT / "library"
+
+# Actions the engine performs on the control node (no module runs for them on the host, or the
+# engine prepares what the host module receives).
+ENGINE_ACTIONS: dict[str, dict] = {
+    "assert": {"that": {"type": "raw", "required": True}, "fail_msg": {"type": "str"}, "success_msg": {"type": "str"}},
+    "fail": {"msg": {"type": "str", "default": "failed as requested"}},
+    "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}},
+    "set_fact": None,  # any names
+    "template": {
+        "src": {"type": "str", "required": True},
+        "dest": {"type": "path", "required": True},
+        "mode": {"type": "str"},
+        "owner": {"type": "str"},
+        "group": {"type": "str"},
+        "backup": {"type": "bool", "default": False},
+    },
+}
+
+
+@dataclass
+class ModuleSpec:
+    name: str
+    path: Path | None  # None for engine actions
+    args: dict | None  # None = accepts anything
+
+
+_MODULES: dict[str, ModuleSpec] | None = None
+
+
+def _read_args_literal(path: Path) -> dict:
+    """ARGS of a module, read without importing it (modules import host-only packages)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ARGS" for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise UserError(f"{path}: ARGS must be a literal dict (the engine reads it without importing)") from None
+    raise UserError(f"{path}: a module must define ARGS = {{...}}")
+
+
+def modules() -> dict[str, ModuleSpec]:
+    global _MODULES
+    if _MODULES is None:
+        found = {}
+        for p in sorted(LIBRARY.glob("*.py")):
+            if not p.name.startswith("_"):
+                found[p.stem] = ModuleSpec(p.stem, p, None)
+        for name, spec in ENGINE_ACTIONS.items():
+            found[name] = ModuleSpec(name, None, spec)
+        _MODULES = found
+    return _MODULES
+
+
+def module_args_spec(name: str) -> dict | None:
+    spec = modules()[name]
+    if spec.args is None and spec.path is not None:
+        spec.args = _read_args_literal(spec.path)
+    return spec.args

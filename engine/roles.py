@@ -1,0 +1,89 @@
+"""Roles: where they are found, their defaults, and how their tasks and handlers join a play."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import UserError
+from engine.keywords import condition_list, names, shown, variables_of, wrong
+from engine.modulespec import PROJECT_ROOT
+from engine.yamlfile import check_variable_names, load_yaml
+
+if TYPE_CHECKING:
+    from engine.playbook import Play
+
+def role_search_dirs(playbook: Path) -> list[Path]:
+    dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles"]
+    out = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
+            out.append(d)
+    return out
+
+
+def find_role(name: str, playbook: Path, where: str) -> Path:
+    for d in role_search_dirs(playbook):
+        if (d / name).is_dir():
+            return d / name
+    available = sorted({p.name for d in role_search_dirs(playbook) for p in d.iterdir() if p.is_dir()})
+    raise UserError(f"{where}: unknown role '{name}'; available roles: {', '.join(available) or '(none)'}")
+
+
+def _role_file(role_dir: Path, stem: str) -> Path | None:
+    for suffix in (".yaml", ".yml"):
+        p = role_dir / f"{stem}{suffix}"
+        if p.is_file():
+            return p
+    return None
+
+
+def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
+    """A play's role entry: a name, or {role: NAME, vars/params, tags, when}; returns name, params, tags, when."""
+    if isinstance(entry, str) and entry.strip():
+        return entry, {}, set(), []
+    if not (isinstance(entry, dict) and "role" in entry):
+        raise UserError(f"{where}: a role entry must be a role name or a mapping with 'role:' (e.g. - role: venv), got {shown(entry)}")
+    name = entry["role"]
+    if not (isinstance(name, str) and name.strip()):
+        raise wrong(where, "role", "a role name (a string)", name, "venv")
+    where = f"{where}: role '{name}'"
+    params = dict(variables_of(entry.get("vars"), where))
+    extra = {k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when")}
+    check_variable_names(extra, f"{where}: parameters")
+    params.update(extra)
+    tags = set(names(entry["tags"], where, "tags")) if "tags" in entry else set()
+    when = condition_list(entry["when"], where, "when") if "when" in entry else []
+    return name, params, tags, when
+
+
+def _role_defaults(role_dir: Path) -> dict:
+    defaults_file = _role_file(role_dir, "defaults")
+    if not defaults_file:
+        return {}
+    defaults = load_yaml(defaults_file, "role defaults")
+    if defaults is None:
+        return {}
+    if not isinstance(defaults, dict):
+        raise UserError(f"{defaults_file}: role defaults must be a mapping of variable names to values")
+    check_variable_names(defaults, str(defaults_file))
+    return defaults
+
+
+def load_role(entry: Any, playbook: Path, where: str, play: Play) -> None:
+    from engine.playbook import parse_tasks  # the playbook parser parses a role's task files too
+
+    name, params, role_tags, role_when = _role_entry(entry, where)
+    role_dir = find_role(name, playbook, where)
+    play.defaults.update(_role_defaults(role_dir))
+    tasks_file = _role_file(role_dir, "tasks")
+    tasks = parse_tasks(load_yaml(tasks_file, "role tasks"), tasks_file, name, role_dir) if tasks_file else []
+    handlers_file = _role_file(role_dir, "handlers")
+    handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file, name, role_dir) if handlers_file else []
+    for t in tasks + handlers:
+        t.tags |= role_tags | {name}
+        t.when = role_when + t.when
+        t.role_vars = params
+    play.tasks.extend(tasks)
+    play.handlers.extend(handlers)
+    play.roles.append(name)
