@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.keywords import PLAY_KEYWORDS, TASK_KEYWORDS, flag, names, task_keywords, variables_of, wrong
+from engine.keywords import PLAY_KEYWORDS, TASK_KEYWORDS, condition_list, flag, names, task_keywords, variables_of, wrong
 from engine.modulespec import LIBRARY, PROJECT_ROOT, module_args_spec, modules  # noqa: F401 - LIBRARY, PROJECT_ROOT re-exported
-from engine.roles import load_role
+from engine.roles import load_role, role_tasks
 from engine.yamlfile import check_variable_names, describe_name, load_yaml
 
 
@@ -46,20 +46,44 @@ class Task:
 
 
 @dataclass
+class Block:
+    """Ansible's block: its tasks, the tasks run on the hosts that failed in them (rescue), and the tasks run
+    on every host that entered it whatever happened (always). Its when/tags/vars are inherited by its tasks
+    at load time, so only rescue and always need the runner's attention."""
+
+    name: str
+    source: str
+    block: list = field(default_factory=list)  # Task | Block
+    rescue: list = field(default_factory=list)
+    always: list = field(default_factory=list)
+
+
+def walk_tasks(items: list) -> list[Task]:
+    """Every Task in a list of tasks and blocks, depth first (block, rescue, always)."""
+    out: list[Task] = []
+    for item in items:
+        if isinstance(item, Block):
+            out += walk_tasks(item.block) + walk_tasks(item.rescue) + walk_tasks(item.always)
+        else:
+            out.append(item)
+    return out
+
+
+@dataclass
 class Play:
     name: str
     hosts: str
     source: Path
     vars: dict = field(default_factory=dict)
-    tasks: list[Task] = field(default_factory=list)
+    tasks: list = field(default_factory=list)  # Task | Block, in order
     handlers: list[Task] = field(default_factory=list)
     defaults: dict = field(default_factory=dict)  # every role's defaults, merged in role order
     gather_facts: bool = True
     roles: list[str] = field(default_factory=list)
 
     def all_tasks(self) -> list[Task]:
-        """Every task and handler of the play (what preflight and secret collection look at)."""
-        return self.tasks + self.handlers
+        """Every task and handler of the play, blocks opened (what preflight and secret collection look at)."""
+        return walk_tasks(self.tasks) + self.handlers
 
 
 def _task_name(raw: dict, source: str) -> str | None:
@@ -128,12 +152,80 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
                 **task_keywords(raw, label))
 
 
-def parse_tasks(items: Any, path: Path, role: str | None = None, role_dir: Path | None = None) -> list[Task]:
+BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars"}
+
+
+def _inherit(items: list, when: list, tags: set[str], block_vars: dict) -> None:
+    """A block's when/tags/vars apply to every task inside it (the task's own vars win)."""
+    for task in walk_tasks(items):
+        task.when = when + task.when
+        task.tags |= tags
+        task.vars = {**block_vars, **task.vars}
+
+
+def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
+    where = f"{source} (block '{raw.get('name', '?')}')"
+    bad = sorted(map(str, set(raw) - BLOCK_KEYWORDS))
+    if bad:
+        raise UserError(f"{where}: unknown block keyword(s) {', '.join(bad)}; a block may have {', '.join(sorted(BLOCK_KEYWORDS))}")
+    parts = {}
+    for key in ("block", "rescue", "always"):
+        if key in raw and not isinstance(raw[key], list):
+            raise wrong(where, key, "a list of tasks", raw[key], "[{name: ..., command: ...}]")
+        parts[key] = parse_tasks(raw.get(key), f"{source} {key}", ctx)
+    block = Block(name=str(raw.get("name") or "block"), source=source, **parts)
+    when = condition_list(raw["when"], where, "when") if "when" in raw else []
+    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where))
+    return block
+
+
+@dataclass
+class ParseContext:
+    """Where tasks are being read: the playbook (roles are found beside it), the play (import_role adds the
+    role's defaults and handlers to it), and the role the tasks belong to."""
+
+    playbook: Path
+    play: Play | None = None
+    role: str | None = None
+    role_dir: Path | None = None
+
+
+def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
+    """One entry of a task list: a task, a block, or `import_role` (the role's tasks, in place)."""
+    if isinstance(raw, dict) and "block" in raw:
+        return [parse_block(raw, source, ctx)]
+    if isinstance(raw, dict) and "import_role" in raw:
+        if ctx.play is None:
+            raise UserError(f"{source}: import_role is not allowed here (handlers)")
+        return import_role(raw, source, ctx)
+    return [parse_task(raw, source, ctx.role, ctx.role_dir)]
+
+
+def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -> list:
+    """A list of tasks (and blocks, and imported roles), every keyword checked."""
+    ctx = ctx or ParseContext(Path(str(path)))
     if items is None:
         return []
     if not isinstance(items, list):
         raise UserError(f"{path}: tasks must be a list (each entry starting with '- name:')")
-    return [parse_task(raw, f"{path}: task {i + 1}", role, role_dir) for i, raw in enumerate(items)]
+    out: list = []
+    for i, raw in enumerate(items):
+        out += _parse_entry(raw, f"{path}: task {i + 1}", ctx)
+    return out
+
+
+def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
+    """`- import_role: {name: ROLE}` with optional vars/when/tags: the role's tasks here, its defaults and
+    handlers added to the play, as Ansible's static import does."""
+    spec = raw["import_role"]
+    bad = sorted(map(str, set(raw) - {"import_role", "name", "vars", "when", "tags"}))
+    if bad or not (isinstance(spec, dict) and set(spec) == {"name"}):
+        raise UserError(f"{source}: write import_role as `- import_role: {{name: ROLE}}` with optional vars, when "
+                        f"and tags beside it{'; unknown: ' + ', '.join(bad) if bad else ''}")
+    entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags") if k in raw}}
+    assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
+    return role_tasks(entry, ctx.playbook, source, ctx.play)
 
 
 def _play_hosts(raw: dict, where: str) -> str:
@@ -162,15 +254,16 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
     if "gather_facts" in raw:
         play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
     play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path))
+    ctx = ParseContext(path, play)
+    play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))
     roles = raw.get("roles") or []
     if not isinstance(roles, list):
         raise UserError(f"{where}: 'roles' must be a list of role names")
     for entry in roles:
         load_role(entry, path, where, play)
-    play.tasks.extend(parse_tasks(raw.get("tasks"), path))
-    play.handlers.extend(parse_tasks(raw.get("handlers"), path))
-    for t in play.tasks + play.handlers:
+    play.tasks.extend(parse_tasks(raw.get("tasks"), path, ctx))
+    play.handlers.extend(parse_tasks(raw.get("handlers"), path, ParseContext(path)))
+    for t in play.all_tasks():
         t.tags |= play_tags
     _check_notified_handlers(play)
     return play
@@ -178,7 +271,7 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
 
 def _check_notified_handlers(play: Play) -> None:
     names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
-    for t in play.tasks:
+    for t in walk_tasks(play.tasks):
         for n in t.notify:
             if n not in names:
                 raise UserError(

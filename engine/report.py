@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from engine.runner import STATUSES, TaskResult
+from engine.results import STATUSES, TaskResult
 
 _COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
 
@@ -169,7 +169,8 @@ def format_diff(diff: dict) -> str:
 def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
-        stats.setdefault(r.host, {s: 0 for s in STATUSES})["ignored" if r.ignored else r.status] += 1
+        key = "ignored" if r.ignored else "rescued" if r.rescued else r.status
+        stats.setdefault(r.host, {s: 0 for s in STATUSES})[key] += 1
     return stats
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from engine.inventory import Host
 
-STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored")
+STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored", "rescued")
 
 
 @dataclass
@@ -23,6 +23,7 @@ class TaskResult:
     result: dict = field(default_factory=dict)
     ignored: bool = False
     handler: bool = False
+    rescued: bool = False  # failed inside a block whose rescue then ran
 
     def as_report(self) -> dict:
         return {
@@ -36,6 +37,7 @@ class TaskResult:
             "duration_s": round(self.duration_s, 4),
             "ignored": self.ignored,
             "handler": self.handler,
+            "rescued": self.rescued,
             "warnings": self.result.get("warnings", []),
         }
 
@@ -52,6 +54,7 @@ class HostState:
     notified: set = field(default_factory=set)
     stats: dict = field(default_factory=lambda: {s: 0 for s in STATUSES})
     unreachable_msg: str = ""
+    last_failure: TaskResult | None = None  # the result that failed the host (a block's rescue clears it)
 
     @property
     def active(self) -> bool:

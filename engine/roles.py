@@ -70,20 +70,27 @@ def _role_defaults(role_dir: Path) -> dict:
     return defaults
 
 
-def load_role(entry: Any, playbook: Path, where: str, play: Play) -> None:
-    from engine.playbook import parse_tasks  # the playbook parser parses a role's task files too
+def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
+    """A role's tasks (for the play or an import_role), its defaults and handlers added to the play."""
+    from engine.playbook import ParseContext, parse_tasks, walk_tasks  # the playbook parser reads role files too
 
     name, params, role_tags, role_when = _role_entry(entry, where)
     role_dir = find_role(name, playbook, where)
     play.defaults.update(_role_defaults(role_dir))
+    ctx = ParseContext(playbook, play, name, role_dir)
     tasks_file = _role_file(role_dir, "tasks")
-    tasks = parse_tasks(load_yaml(tasks_file, "role tasks"), tasks_file, name, role_dir) if tasks_file else []
+    tasks = parse_tasks(load_yaml(tasks_file, "role tasks"), tasks_file, ctx) if tasks_file else []
     handlers_file = _role_file(role_dir, "handlers")
-    handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file, name, role_dir) if handlers_file else []
-    for t in tasks + handlers:
+    handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file,
+                           ParseContext(playbook, None, name, role_dir)) if handlers_file else []
+    for t in walk_tasks(tasks) + handlers:
         t.tags |= role_tags | {name}
         t.when = role_when + t.when
-        t.role_vars = params
-    play.tasks.extend(tasks)
+        t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
     play.handlers.extend(handlers)
     play.roles.append(name)
+    return tasks
+
+
+def load_role(entry: Any, playbook: Path, where: str, play: Play) -> None:
+    play.tasks.extend(role_tasks(entry, playbook, where, play))

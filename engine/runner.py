@@ -15,7 +15,7 @@ from engine.client import WorkerClient
 from engine.errors import HostUnreachable, UserError
 from engine.hostlock import describe_holder, lock_path, new_record
 from engine.inventory import Inventory
-from engine.playbook import Play, Task, module_args_spec, modules
+from engine.playbook import Block, Play, Task, module_args_spec, modules
 from engine.preflight import Preflight
 from engine.results import STATUSES, HostState, TaskResult  # noqa: F401 - STATUSES re-exported for engine.report
 from engine.strategy import TaskExecutor
@@ -110,9 +110,7 @@ class Runner:
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
         self._parallel(states, lambda st: self._start_host(st, play))
-        for task in play.tasks:
-            if self.task_selected(task) and not self._run_on_active(states, play, task):
-                break
+        self._run_items(states, play, play.tasks)
         for handler in play.handlers:
             triggers = {handler.name, *handler.listen}
             active = [s for s in states if s.active and s.notified & triggers]
@@ -123,12 +121,32 @@ class Runner:
         if self.console:
             self.console.task_done()
 
-    def _run_on_active(self, states: list[HostState], play: Play, task: Task) -> bool:
-        """Run a task on every host still active; False when none is left."""
-        active = [s for s in states if s.active]
-        if active:
-            self._run_on(active, play, task)
-        return bool(active)
+    def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
+        """Tasks and blocks in order, each on the hosts of `states` still active."""
+        for item in items:
+            if not any(s.active for s in states):
+                return
+            if isinstance(item, Block):
+                self._run_block(states, play, item)
+            elif self.task_selected(item):
+                self._run_on([s for s in states if s.active], play, item)
+
+    def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
+        """block, then rescue on the hosts that failed in it, then always on every host that entered it."""
+        entered = [s for s in states if s.active]
+        self._run_items(entered, play, block.block)
+        failed = [s for s in entered if s.failed and not s.unreachable]
+        if block.rescue and failed:
+            for s in failed:
+                self.executor.rescue(s)
+            self._run_items(failed, play, block.rescue)
+        if block.always:
+            still_failed = {id(s) for s in entered if s.failed}
+            for s in entered:
+                s.failed = False  # always runs on failed hosts too; they stay failed afterwards
+            self._run_items([s for s in entered if not s.unreachable], play, block.always)
+            for s in entered:
+                s.failed = s.failed or id(s) in still_failed
 
     def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> None:
         if self.console:

@@ -55,10 +55,25 @@ class TaskExecutor:
         if secrets:
             res.result = secrets.redact_obj(res.result)
         state.stats["ignored" if res.ignored else res.status] += 1
+        if res.status == "failed" and not res.ignored:
+            state.last_failure = res
         with self._lock:
             self.results.append(res)
         if self.console:
             self.console.host_result(res)
+
+    def rescue(self, state: HostState) -> None:
+        """A host that failed in a block enters its rescue: the failure counts as rescued, not failed, and the
+        rescue tasks see it as ansible_failed_task / ansible_failed_result (as in Ansible)."""
+        failure = state.last_failure
+        state.failed = False
+        if failure is None:
+            return
+        failure.rescued = True
+        state.stats["failed"] -= 1
+        state.stats["rescued"] += 1
+        state.registered["ansible_failed_task"] = {"name": failure.task, "role": failure.role, "module": failure.module}
+        state.registered["ansible_failed_result"] = dict(failure.result, msg=failure.msg)
 
     def unreachable(self, state: HostState, task_name: str, msg: str) -> None:
         state.unreachable = True

@@ -30,6 +30,8 @@ MAGIC_VARS = {
     "omit",
     "facts",
     "result",
+    "ansible_failed_task",
+    "ansible_failed_result",
 }
 
 
