@@ -108,6 +108,7 @@ def killed_while_starting(inv: Path, hv: dict, tmp_path: Path, host: str) -> Non
     res = play(SERVICE, inv, tmp_path)
     assert res.exit_code == 0, msgs(res)
     pid = result_of(res, START, host)["pid"]
+    assert pid == spawned, "a server still starting was restarted instead of waited for"
     assert list(alive_servers(p["logs"])) == [pid], "more than one server, or leftovers of one, are alive"
     again = play(SERVICE, inv, tmp_path)
     assert again.exit_code == 0 and again.recap[host]["changed"] == 0, msgs(again)
