@@ -28,6 +28,7 @@ class RunResult:
     results: list[TaskResult] = field(default_factory=list)
     elapsed_s: float = 0.0
     error: str = ""
+    registered: dict = field(default_factory=dict)  # host -> {name: registered result}, secrets masked
 
     @property
     def tasks(self) -> list[dict]:
@@ -121,4 +122,6 @@ def run_playbook(
         write_json(report, json_report(results, recap, meta))
     if junit:
         write_junit(junit, results, path.stem)
-    return RunResult(code, recap, results, elapsed)
+    secrets = runner.variables.secrets
+    registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
+    return RunResult(code, recap, results, elapsed, registered=registered)
