@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INVENTORY = str(ROOT / "inventory.yaml")
 
 
-def fail_user(exc: Exception) -> Exit:
+def fail_user(exc: Exception | str) -> Exit:
     print(f"ERROR: {exc}", file=sys.stderr)
     return Exit(code=4)
 
@@ -86,7 +86,7 @@ def print_report(kind: str, host, group, inventory, extra_vars, as_json: bool) -
         raise fail_user(exc) from None
     if result.error:
         raise fail_user(result.error)
-    out = {}
+    out: dict[str, dict] = {}
     for r in result.results:
         if r.status == "unreachable" or (r.status == "failed" and r.host not in result.registered):
             out.setdefault(r.host, {"unreachable": r.status == "unreachable", "failed": r.status == "failed", "msg": r.msg})

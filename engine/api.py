@@ -103,7 +103,7 @@ def run_playbook(
             console=console,
             lock_wait=lock_wait,
         )
-        hosts = []
+        hosts: list[str] = []
         for play in plays:
             hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
         if limit and not hosts:

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from engine.results import STATUSES, TaskResult
 
@@ -293,7 +293,8 @@ def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] 
     facts = [f for f in map(_phase_fact, items) if f is not None]
     if not facts:
         return None
-    naming, groups = facts[0], []
+    naming = facts[0]
+    groups: list[tuple[str, list[TaskResult]]] = []
     for r in items:
         fact = _phase_fact(r)
         if fact is not None:
@@ -309,7 +310,7 @@ def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] 
 def _phase_summary(name: str, tasks: list[TaskResult]) -> dict:
     ran = [r for r in tasks if r.status != "skipped"]
     failed = [r for r in ran if _failed(r)]
-    out = {
+    out: dict[str, Any] = {
         "name": name,
         "status": "failed" if failed else "passed" if ran else "skipped",
         "duration_s": round(sum(r.duration_s for r in tasks), 3),

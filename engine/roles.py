@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def role_search_dirs(playbook: Path) -> list[Path]:
     dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles"]
-    out = []
+    out: list[Path] = []
     for d in dirs:
         if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
             out.append(d)

@@ -208,7 +208,8 @@ class Runner:
             except HostUnreachable as exc:
                 self.executor.unreachable(state, "Gathering facts", str(exc))
                 return
-        state.facts = result.get("facts", {})
+        facts = result.get("facts")
+        state.facts = facts if isinstance(facts, dict) else {}
         status = "failed" if result.get("failed") else "ok"
         if status == "failed":
             state.failed = True

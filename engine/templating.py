@@ -228,7 +228,7 @@ class Templar:
         if expr is None:
             expr = self._exprs[expression] = self.env.compile_expression(expression, undefined_to_none=False)
         template = expr._template  # the compiled `result = <expr>` template
-        ctx = template.new_context(self._scope(variables), shared=True)
+        ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
         for _ in template.root_render_func(ctx):
             pass
         result = ctx.vars["result"]

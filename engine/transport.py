@@ -68,7 +68,8 @@ class Transport:
     # subclass API
     def open(self) -> None: ...
     def _write(self, data: bytes) -> None: ...
-    def _readline(self) -> bytes: ...
+    def _readline(self) -> bytes:
+        raise NotImplementedError
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
 
@@ -130,11 +131,13 @@ class LocalTransport(Transport):
             stderr=subprocess.PIPE,
             env=env,
         )
-        threading.Thread(target=self._drain, args=(self.proc.stderr.read1,), daemon=True).start()
-        self._stream = _Stream(self.proc.stdout.read1)
+        assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # noqa: S101 - all three are PIPE
+        threading.Thread(target=self._drain, args=(self.proc.stderr.read1,), daemon=True).start()  # type: ignore[attr-defined]
+        self._stream = _Stream(self.proc.stdout.read1)  # type: ignore[attr-defined]  # a BufferedReader
         self._write(_PAYLOAD)
 
     def _write(self, data: bytes) -> None:
+        assert self.proc.stdin is not None  # noqa: S101 - opened as PIPE
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 

@@ -20,10 +20,8 @@ from yaml.nodes import MappingNode, SequenceNode
 
 from engine.errors import UserError
 
-try:  # the C loader is several times faster; fall back where libyaml is missing
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+# The C loader is several times faster; fall back where libyaml is missing.
+_Loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_YAML_BYTES = 8 * 1024 * 1024  # our largest real file is a few KiB; a bigger one is a mistake or an attack
 MAX_YAML_NODES = 1_000_000  # values after expanding every alias (and merge key) each time it is used
