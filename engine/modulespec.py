@@ -64,6 +64,15 @@ def modules() -> dict[str, ModuleSpec]:
     return _MODULES
 
 
+def linked_vars(name: str) -> dict[str, str]:
+    """{argument: variable} for a module's arguments whose ARGS entry names a variable (`"var": "vllm_port"`).
+
+    A task that leaves such an argument out gets the variable's value when the variable is defined (inventory,
+    group_vars, -e, a role's defaults), else the module's default: the default is written once, in ARGS."""
+    spec = module_args_spec(name) or {}
+    return {arg: opt["var"] for arg, opt in spec.items() if isinstance(opt, dict) and isinstance(opt.get("var"), str)}
+
+
 def module_args_spec(name: str) -> dict | None:
     spec = modules()[name]
     if spec.args is None and spec.path is not None:

@@ -14,7 +14,7 @@ from jinja2 import meta
 
 from engine.errors import UserError
 from engine.inventory import Inventory
-from engine.modulespec import LIBRARY, module_args_spec
+from engine.modulespec import LIBRARY, linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.templating import Templar, is_template
 from engine.variables import MAGIC_VARS
@@ -86,7 +86,8 @@ class Preflight:
         return wanted
 
     def _check_undefined(self, task: Task, known: set[str], values: ChainMap) -> None:
-        wanted = self._wanted(task)
+        linked = {var for arg, var in linked_vars(task.module).items() if arg not in task.args and var in values}
+        wanted = self._wanted(task) | linked
         seen: set[str] = set()
         stack = list(wanted)
         while stack:

@@ -14,11 +14,17 @@ from jinja2.sandbox import SecurityError
 
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
+from engine.modulespec import linked_vars
 from engine.playbook import Play, Task, module_args_spec
 from engine.preflight import host_contract
 from engine.results import HostState, TaskResult, status_of
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
+
+
+def linked_values(module: str, given: dict, view) -> dict:
+    """Arguments the task leaves out, from the variables their ARGS entries name (engine/modulespec.linked_vars)."""
+    return {arg: view[var] for arg, var in linked_vars(module).items() if arg not in given and var in view}
 
 
 def failure_message(task: Task, exc: Exception) -> str:
@@ -177,7 +183,7 @@ class TaskExecutor:
 
     def _run_once(self, state: HostState, play: Play, task: Task, view) -> dict:
         check = self.check if task.check_mode is None else bool(task.check_mode)
-        args = self.templar.render_value(task.args, view)
+        args = {**linked_values(task.module, task.args, view), **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
         if handles(task.module, args):
             return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
