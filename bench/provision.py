@@ -83,10 +83,15 @@ def local_server_up() -> tuple[bool, str]:
     return True, f"pidfile PID {pid}, /health 200 on port {port}"
 
 
-def host_time(results: list) -> float:
-    from bench.run import host_time as _ht
-
-    return _ht(results)
+def host_time(results: list[dict]) -> float:
+    """Seconds the host's worker spent inside modules: `_duration_s` of each result (and loop item)."""
+    total = 0.0
+    for r in results:
+        items = r.get("results") if isinstance(r.get("results"), list) else [r]
+        for item in items:
+            if isinstance(item, dict):
+                total += float(item.get("_duration_s") or 0.0)
+    return total
 
 
 def reprovision(reps: int, log=print, extra_vars: dict | None = None, how: str = "") -> tuple:
@@ -142,9 +147,20 @@ def reprovision(reps: int, log=print, extra_vars: dict | None = None, how: str =
 # -- cold provision --------------------------------------------------------------------------------
 
 
-def _parts(tasks: list) -> dict:
-    from bench.run import classify_cold_task
+def classify_cold_task(role: str | None, task: str) -> str:
+    """Which part of a cold provision a task's time belongs to: install, generate, vllm or other."""
+    role = (role or "").lower()
+    name = task.lower()
+    if role in ("venv", "flash-attn-pinning") or "install" in name and role != "vllm-service":
+        return "install"
+    if "generat" in name or "tiny" in role or "model" in role:
+        return "generate"
+    if role == "vllm-service":
+        return "vllm"
+    return "other"
 
+
+def _parts(tasks: list) -> dict:
     parts = {"install": 0.0, "generate": 0.0, "vllm": 0.0, "other": 0.0}
     for t in tasks:
         parts[classify_cold_task(t.get("role"), t.get("task", ""))] += float(t.get("duration_s") or 0)

@@ -1,10 +1,15 @@
-"""Small timing helpers: a timed subprocess, min/median of repetitions, rounding for reports."""
+"""Small timing helpers: a timed subprocess, min/median of repetitions, rounding for reports, a progress log."""
 
 from __future__ import annotations
 
 import statistics
 import subprocess
 import time
+
+
+def log(msg: str) -> None:
+    """A time-stamped progress line on stdout (a full run takes many minutes)."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 class RunFailed(Exception):

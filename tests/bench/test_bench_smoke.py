@@ -10,16 +10,11 @@ import os
 import pytest
 
 from bench import peers
-from bench.run import (
-    REQUIRED_KEYS,
-    classify_cold_task,
-    host_time,
-    main,
-    no_change,
-    render_block,
-    summarize,
-    update_doc,
-)
+from bench.figures import REQUIRED_KEYS
+from bench.provision import classify_cold_task, host_time
+from bench.render import render_block, update_doc
+from bench.run import main
+from bench.side_by_side import no_change, summarize
 from bench.timing import ratio, stats
 from tests import sshd_harness
 

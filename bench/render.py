@@ -1,0 +1,190 @@
+"""The markdown results block of docs/BENCHMARKS.md, made from one run's results.json.
+
+One small function per part of the block (headline table, per-tool tables, header inspection,
+re-provision, cold provision, notes), so a new figure is added in one place; update_doc() swaps the
+block of the run's mode into the page and leaves the hand-written text around it alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bench.figures import TARGETS, verdict
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "BENCHMARKS.md"
+HEADLINE_LABELS = {
+    "ansible_ratio_1": "ours / Ansible, 1 host (medians)",
+    "ansible_ratio_8": "ours / Ansible, 8 hosts",
+    "pyinfra_ratio_1": "ours / pyinfra, 1 host",
+    "pyinfra_ratio_8": "ours / pyinfra, 8 hosts",
+    "floor_ratio_1": "ours / raw Fabric, 1 host",
+    "floor_ratio_8": "ours / raw Fabric, 8 hosts",
+    "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host",
+    "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
+    "reprovision_s": "idempotent re-provision of `local` (s)",
+    "ready_latency_s": "readiness latency (s)",
+    "crash_latency_s": "crash detection latency (s)",
+    "header_ms": "header-only drafter inspection, local (ms)",
+    "cold_overhead_s": "cold provision overhead beyond install + vLLM (s)",
+}
+# The tools of the workload tables, in the order of their rows.
+TOOL_LABELS = {
+    "ours_cli": "ours (`invoke play`, whole process)",
+    "ours_in_process": "ours (run_playbook in-process)",
+    "fabric": "raw Fabric (floor)",
+    "pyinfra": "pyinfra",
+    "ansible": "ansible-playbook",
+}
+WALL_INTRO = "Wall time of the 11-task no-change run, min / median seconds:"
+CPU_INTRO = (
+    "CPU per run, median milliseconds: the tool's own processes + the hosts' side (sshd sessions and "
+    "all below them; every host shares this machine's cores):"
+)
+
+
+def fmt(v, unit: str = "") -> str:
+    """A figure for a table: "n/a" when missing, 3 decimals below 10, 1 decimal above."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.3f}{unit}" if abs(v) < 10 else f"{v:.1f}{unit}"
+    return f"{v}{unit}"
+
+
+def render_block(res: dict) -> str:
+    """The markdown results block for one run: the headline table and the raw timings."""
+    details = res.get("details", {})
+    lines = made_by(res) + headline_table(res)
+    lines += per_tool_table(details.get("workload", {}), WALL_INTRO, wall_cell)
+    lines += per_tool_table(details.get("workload_cpu", {}), CPU_INTRO, cpu_cell)
+    lines += header_lines(details.get("header"))
+    lines += reprovision_lines(details.get("reprovision", {}))
+    lines += cold_lines(details.get("cold", {}))
+    lines += notes_lines(res.get("notes"))
+    return "\n".join(lines)
+
+
+def made_by(res: dict) -> list[str]:
+    """Which command made the figures, when, and on what machine (the figures mean little without it)."""
+    m = res["machine"]
+    return [
+        f"Made by `{res['command']}` on {res['date']} ({res['mode']} run, {res['duration_s']} s; "
+        f"{m['cpus']} CPUs, Python {m['python']}, load at end {m['load_avg_at_end']}).",
+        "",
+    ]
+
+
+def headline_table(res: dict) -> list[str]:
+    """One row per headline figure: value, target (where it has one) and verdict."""
+    lines = ["| figure | value | target | verdict |", "|---|---|---|---|"]
+    for key, label in HEADLINE_LABELS.items():
+        target = TARGETS.get(key)
+        shown_target = "<= " + fmt(round(target, 3)) if target else ""
+        lines.append(f"| {label} | {fmt(res.get(key))} | {shown_target} | {verdict(key, res.get(key))} |")
+    return lines
+
+
+def wall_cell(s: dict) -> str:
+    return f"{s['min']:.3f} / {s['median']:.3f}"
+
+
+def cpu_cell(c: dict) -> str:
+    return f"{c['control_cpu_s'] * 1000:.0f} + {c['host_cpu_s'] * 1000:.0f}"
+
+
+def per_tool_table(per_tool: dict, intro: str, cell) -> list[str]:
+    """A tool x host-count table of the workload runs ({tool: {"hosts": figures}}); nothing when empty.
+
+    Wall time and CPU share this shape; `cell` turns one tool's figures on one host count into text.
+    """
+    if not per_tool:
+        return []
+    sizes = sorted({int(n) for figures in per_tool.values() for n in figures})
+    lines = ["", intro, ""]
+    lines.append("| tool | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes) + " |")
+    lines.append("|---|" + "---|" * len(sizes))
+    for tool, label in TOOL_LABELS.items():
+        if tool in per_tool:
+            row = per_tool[tool]
+            cells = [cell(row[str(n)]) if str(n) in row else "" for n in sizes]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def header_lines(header: dict | None) -> list[str]:
+    """The drafter's size and the header-only inspection's time and bytes read, in-process, local, ssh."""
+    if not header:
+        return []
+    d = header["drafter"]
+    lines = [
+        "",
+        f"Header inspection: drafter declares {d['declared_bytes'] / 1e9:.2f} GB (fc.weight {d['fc_shape']} "
+        f"BF16), header {d['header_bytes']} bytes, {d['allocated_bytes']} bytes allocated on disk.",
+        "",
+        "| where | time | bytes read |",
+        "|---|---|---|",
+    ]
+    ip = header["in_process"]
+    lines.append(
+        f"| module in-process (check mode) | {ip['ms_median']:.2f} ms median | {ip['rchar_median']} (rchar; "
+        f"header {ip['module_header_bytes_read']}) |"
+    )
+    for kind in ("local", "ssh"):
+        if kind in header:
+            h = header[kind]
+            lines.append(
+                f"| task via run_playbook, {kind} | {h['task_ms_median']:.2f} ms median (header read "
+                f"{h['module_header_read_ms_median']:.2f} ms) | {h['worker_rchar_net_median']} (worker rchar, net of "
+                f"the measuring; gross {h['worker_rchar_median']}) |"
+            )
+    return lines
+
+
+def reprovision_lines(rp: dict) -> list[str]:
+    """The idempotent re-provision: CLI median, and how much of it is our own code."""
+    if not rp.get("cli"):
+        return []
+    return [
+        "",
+        f"Re-provision ({rp['server']}): {rp['cli']['median']:.2f} s median of {rp['cli']['n']} CLI runs, changed "
+        f"{max(rp['changed_per_run'])}, {rp['tasks']} tasks; module time on the host {rp['host_module_s']:.2f} s, so "
+        f"{rp['our_share_of_cli_wall']:.0%} of the CLI's wall is our own code (start-up included) and "
+        f"{rp['our_share_of_in_process_wall']:.0%} of an in-process run's ({rp['in_process_wall_s']:.2f} s).",
+    ]
+
+
+def cold_lines(cold: dict) -> list[str]:
+    """The cold provision split into its parts, against `vllm serve` run by hand."""
+    if cold.get("total_s") is None or cold.get("vllm_own_s") is None:
+        return []
+    p = cold["parts"]
+    return [
+        "",
+        f"Cold provision: {cold['total_s']:.1f} s = install {p['install']:.1f} + generate {p['generate']:.1f} + "
+        f"vLLM role {p['vllm']:.1f} (module: ready in {cold.get('vllm_role_ready_s')} s) + other {p['other']:.2f}; "
+        f"`vllm serve` by hand {cold['vllm_own_s']:.1f} s to /health 200 with empty caches "
+        f"({cold['vllm_own_warm_cache_s']:.1f} s with the run's); beyond the module's own launch-to-ready: "
+        f"{cold.get('overhead_vs_role_ready_s')} s.",
+    ]
+
+
+def notes_lines(notes: dict | None) -> list[str]:
+    """Why a figure is missing or suspect, one bullet per note."""
+    if not notes:
+        return []
+    return ["", "Notes:", ""] + [f"- `{k}`: {v}" for k, v in sorted(notes.items())]
+
+
+def update_doc(res: dict, doc: Path = DOC) -> None:
+    """Replace this mode's results block in docs/BENCHMARKS.md (the rest of the page is hand-written)."""
+    begin, end = f"<!-- bench-results:{res['mode']}:begin -->", f"<!-- bench-results:{res['mode']}:end -->"
+    block = f"{begin}\n{render_block(res)}\n{end}"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + f"\n\n## Latest {res['mode']} run\n\n{block}\n"
+    tmp = doc.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, doc)
