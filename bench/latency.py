@@ -202,6 +202,12 @@ class Scenario:
         res = common.execute(vs.ARGS, vs.run, dict(self.args, state=state), ctx, "vllm_server")
         return res, time.monotonic()
 
+    def render(self) -> None:
+        """Write the fake's launch (state=rendered), the step before every timed start."""
+        res, _ = self.call("rendered")
+        if res.get("failed"):
+            raise RuntimeError(f"rendering the fake's launch failed: {res.get('msg')}")
+
     def leftovers(self) -> list[int]:
         return group_members(self.pgid) if self.pgid else []
 
@@ -232,9 +238,7 @@ def ready_once(root: Path) -> dict:
     sc = Scenario(root, "normal", ready_s=1.0)
     prober = Prober(sc.port)
     try:
-        res, _ = sc.call("rendered")
-        if res.get("failed"):
-            raise RuntimeError(f"rendering the fake's launch failed: {res.get('msg')}")
+        sc.render()
         prober.start()
         res, returned = sc.call("started")
         prober.stop.set()
@@ -257,9 +261,7 @@ def killed_once(root: Path) -> dict:
     sc = Scenario(root, "slow", ready_s=60.0)
     out: dict = {}
     try:
-        res, _ = sc.call("rendered")
-        if res.get("failed"):
-            raise RuntimeError(f"rendering the fake's launch failed: {res.get('msg')}")
+        sc.render()
         box: dict = {}
 
         def start() -> None:
@@ -293,9 +295,7 @@ def crash_once(root: Path, mode: str) -> dict:
     sc = Scenario(root, mode, ready_s=0.3)
     watch = FaultWatch(sc.pidfile, Path(sc.args["log"]))
     try:
-        res, _ = sc.call("rendered")
-        if res.get("failed"):
-            raise RuntimeError(f"rendering the fake's launch failed: {res.get('msg')}")
+        sc.render()
         watch.start()
         res, returned = sc.call("started")
         watch.join(2)
