@@ -29,10 +29,11 @@ MASK_TOKEN_ID = 248070
 
 
 def _library_on_path() -> None:
-    # Appended, not prepended: library/ holds files named like stdlib modules (copy.py, stat.py).
-    for p in (ROOT / "library", FIXTURES):
-        if str(p) not in sys.path:
-            sys.path.append(str(p))
+    """The repository root (library.NAME, dflash_host.NAME) and the drafter config fixtures' helpers."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    if str(FIXTURES) not in sys.path:
+        sys.path.append(str(FIXTURES))
 
 
 def make_sparse_drafter(folder: Path) -> dict:
@@ -77,8 +78,8 @@ def _rchar(pid: str = "self") -> int:
 def inspect_in_process(facts: dict, reps: int) -> dict:
     """The module's run() in check mode, here: median/min ms and bytes read (rchar) per call."""
     _library_on_path()
-    import drafter_config as dc
-    from _common import Context, execute
+    from dflash_host.module import Context, execute
+    from library import drafter_config as dc
 
     args = {"drafter": facts["drafter"], "target": facts["target"], "mask_token_id": MASK_TOKEN_ID}
     times, reads, result = [], [], {}

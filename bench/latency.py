@@ -225,11 +225,10 @@ class Scenario:
 
 
 def _modules():
-    for p in (str(ROOT / "library"),):
-        if p not in sys.path:
-            sys.path.append(p)  # appended: library/ holds files named like stdlib modules
-    import _common
-    import vllm_server
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # library.NAME and dflash_host.NAME
+    from dflash_host import module as _common
+    from library import vllm_server
 
     return vllm_server, _common
 

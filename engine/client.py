@@ -1,9 +1,9 @@
 """The client side of the host worker's protocol (engine/worker.py): one WorkerClient per host per run.
 
     hello    -> python, platform, missing runtime packages      (once, when the client opens)
-    runtime  -> psutil/tenacity unpacked on the host             (only when hello says they are missing)
+    runtime  -> dflash_host (psutil/tenacity) unpacked on the host (only when hello says they are missing)
     lock     -> the host lock held for the run                   (engine/hostlock.py)
-    run      -> one module call; its source and helpers travel with the first call that needs them
+    run      -> one module call; the task module's own source travels with its first call
     exit     -> the worker releases the lock and exits
 
 Every request is sent once. A connection that drops while a request is out is not reopened: the host
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import re
 from typing import Callable
 
 from engine import runtime
@@ -24,29 +23,13 @@ from engine.modulespec import LIBRARY
 from engine.transport import Transport, WorkerDied, connect
 
 Progress = Callable[[str], None]
-_IMPORT_RE = re.compile(r"^\s*(?:from\s+(\w+)\s+import|import\s+(\w+))", re.M)
 
 
 @functools.cache
-def _closure(name: str) -> tuple[tuple[str, str], ...]:
-    """(name, source) of a library module and every library file it imports, read once per run."""
-    out: dict[str, str] = {}
-    stack = [name]
-    while stack:
-        n = stack.pop()
-        if n in out:
-            continue
-        out[n] = src = (LIBRARY / f"{n}.py").read_text(encoding="utf-8")
-        for a, b in _IMPORT_RE.findall(src):
-            dep = a or b
-            if (LIBRARY / f"{dep}.py").is_file():
-                stack.append(dep)
-    return tuple(out.items())
-
-
-def module_sources(name: str, have: set[str]) -> dict[str, str]:
-    """The module's source and those of the library files it imports, minus what the worker has."""
-    return {n: src for n, src in _closure(name) if n not in have}
+def module_source(name: str) -> str:
+    """A task module's source, read once per run. Only this file travels with a run request: its
+    helpers (dflash_host) are part of the runtime the host already has."""
+    return (LIBRARY / f"{name}.py").read_text(encoding="utf-8")
 
 
 def _connect_attempts(host: Host) -> int:
@@ -91,7 +74,7 @@ def _open_transport(host: Host) -> Transport:
 
 
 class WorkerClient:
-    """Talks to one host's worker: each request sent once, module sources shipped once."""
+    """Talks to one host's worker: each request sent once, each task module's source shipped once."""
 
     def __init__(self, host: Host, transport: Transport) -> None:
         self.host = host
@@ -138,11 +121,11 @@ class WorkerClient:
     def run(self, module: str, args: dict, *, check: bool, diff: bool, timeout_s: float | None = None,
             progress: Progress | None = None) -> dict:
         """One module call on the host; its result dict."""
-        sources = module_sources(module, self.sent_sources)
-        payload = {"op": "run", "module": module, "args": args, "check": check, "diff": diff, "timeout_s": timeout_s,
-                   "sources": sources}
+        payload = {"op": "run", "module": module, "args": args, "check": check, "diff": diff, "timeout_s": timeout_s}
+        if module not in self.sent_sources:
+            payload["source"] = module_source(module)
         reply = self.request(payload, progress)
-        self.sent_sources |= set(sources)
+        self.sent_sources.add(module)
         if "result" not in reply:
             raise TaskError(f"the worker on {self.host.name} answered without a result: {reply}")
         return reply["result"]

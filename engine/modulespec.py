@@ -13,7 +13,7 @@ LIBRARY = PROJECT_ROOT / "library"
 
 # Actions the engine performs on the control node (no module runs for them on the host, or the
 # engine prepares what the host module receives).
-ENGINE_ACTIONS: dict[str, dict] = {
+ENGINE_ACTIONS: dict[str, dict | None] = {
     "assert": {"that": {"type": "raw", "required": True}, "fail_msg": {"type": "str"}, "success_msg": {"type": "str"}},
     "fail": {"msg": {"type": "str", "default": "failed as requested"}},
     "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}},
@@ -56,7 +56,7 @@ def modules() -> dict[str, ModuleSpec]:
     if _MODULES is None:
         found = {}
         for p in sorted(LIBRARY.glob("*.py")):
-            if not p.name.startswith("_"):
+            if not p.name.startswith("_"):  # library/__init__.py (and any _*.py) is no task module
                 found[p.stem] = ModuleSpec(p.stem, p, None)
         for name, spec in ENGINE_ACTIONS.items():
             found[name] = ModuleSpec(name, None, spec)

@@ -6,31 +6,23 @@ What the YAML alone can tell (keywords, modules, argument names) is checked when
 
 from __future__ import annotations
 
-import sys
 from collections import ChainMap
 from typing import Any, Callable
 
 from jinja2 import meta
 
+from dflash_host import module as module_contract
 from engine.errors import UserError
 from engine.inventory import Inventory
-from engine.modulespec import LIBRARY, linked_vars, module_args_spec
+from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.templating import Templar, is_template
 from engine.variables import MAGIC_VARS
 
 
 def host_contract():
-    """library/_common.py on the control node: the same argument checks the worker runs."""
-    import importlib.util
-
-    if "_dfp_common" in sys.modules:
-        return sys.modules["_dfp_common"]
-    spec = importlib.util.spec_from_file_location("_dfp_common", LIBRARY / "_common.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_dfp_common"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The module contract (dflash_host.module) on the control node: the same argument checks the worker runs."""
+    return module_contract
 
 
 class Preflight:

@@ -1,10 +1,13 @@
-"""The module runtime: psutil and tenacity for hosts that lack them, with no package index on the host.
+"""The host runtime: dflash_host (the modules' helpers) and, for hosts that lack them, psutil and tenacity.
 
-At first contact the worker reports which runtime packages it cannot import; the engine then sends a
-zip of them, unpacked under the host user's cache dir and reused by later runs. The zip is made from
-the control node's own installed copies when they fit the host (same machine type, Linux, psutil's
-extension built for the stable ABI), else from wheels for the host's platform downloaded on the
-control node (`pip download`), so the host itself never needs the network.
+At first contact the worker reports what it cannot import: dflash_host of this control node's
+version (the runtime key starts with a hash of the package's files, so a changed package is shipped
+again and each version is cached apart on the host), and psutil or tenacity when the host has no copy
+of its own. The engine then sends one zip of what is missing, unpacked under the host user's cache dir
+and reused by later runs. psutil and tenacity come from the control node's own installed copies when
+they fit the host (same machine type, Linux, psutil's extension built for the stable ABI), else from
+wheels for the host's platform downloaded on the control node (`pip download`), so the host itself
+never needs the network.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from pathlib import Path
 
 from engine.errors import HostUnreachable
 
-PACKAGES = ("psutil", "tenacity")
+PACKAGES = ("psutil", "tenacity")  # third-party: shipped only to hosts that cannot import them
+HOST_PACKAGE = "dflash_host"  # ours: shipped to every host, once per version
+HOST_PACKAGE_DIR = Path(__file__).resolve().parent.parent / HOST_PACKAGE
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflash-provision"
 _built: dict[str, tuple[str, bytes]] = {}
 _build_lock = threading.Lock()  # hosts connect in parallel threads: build (and download) once
@@ -35,13 +40,31 @@ def _package_dir(name: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _zip_dirs(dirs: list[Path]) -> bytes:
+def _files(d: Path, pattern: str = "*") -> list[Path]:
+    return [p for p in sorted(d.rglob(pattern)) if p.is_file() and "__pycache__" not in p.parts]
+
+
+def host_package_files() -> list[Path]:
+    """The files of dflash_host that make up a version of it (its sources; never bytecode)."""
+    return _files(HOST_PACKAGE_DIR, "*.py")
+
+
+def host_package_hash() -> str:
+    """A hash of dflash_host's file names and contents: the version every host must run."""
+    digest = hashlib.sha256()
+    for path in host_package_files():
+        digest.update(path.relative_to(HOST_PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _zip(dirs: list[Path]) -> bytes:
+    """One zip of the third-party package folders `dirs` and of dflash_host's sources."""
+    entries = [(path, path.relative_to(d.parent)) for d in dirs for path in _files(d)]
+    entries += [(path, path.relative_to(HOST_PACKAGE_DIR.parent)) for path in host_package_files()]
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for d in dirs:
-            for path in sorted(d.rglob("*")):
-                if path.is_file() and "__pycache__" not in path.parts:
-                    zf.write(path, str(path.relative_to(d.parent)))
+        for path, name in entries:
+            zf.write(path, name.as_posix())
     return buf.getvalue()
 
 
@@ -59,7 +82,7 @@ def _local_fits(hello: dict) -> bool:
     return hello.get("python", "").rsplit(".", 1)[0] == platform.python_version().rsplit(".", 1)[0]
 
 
-def _from_wheels(hello: dict) -> list[Path]:
+def _from_wheels(hello: dict, wanted: tuple[str, ...]) -> list[Path]:
     """Download wheels for the host's python and machine into the control node's cache and unpack them."""
     pyver = ".".join(str(hello.get("python", "3.9")).split(".")[:2])
     machine = hello.get("machine") or "x86_64"
@@ -96,34 +119,40 @@ def _from_wheels(hello: dict) -> list[Path]:
         for whl in wheel_dir.glob("*.whl"):
             with zipfile.ZipFile(whl) as zf:
                 zf.extractall(unpacked)
-    return [unpacked / p for p in PACKAGES]
+    return [unpacked / p for p in wanted]
 
 
 def runtime_for(hello: dict) -> tuple[str, bytes]:
-    """(key, zip bytes) of a runtime that the host described in `hello` can import."""
-    fits = _local_fits(hello)
-    cache_key = "local" if fits else f"{hello.get('python')}-{hello.get('machine')}"
+    """(key, zip bytes) of a runtime for the host described in `hello`: dflash_host, plus the third-party
+    packages it said it lacks, in builds that host can import. The key is VERSION-CONTENT: the package's
+    hash, then the zip's."""
+    lacking = tuple(p for p in PACKAGES if p in (hello.get("missing") or ()))
+    fits = bool(lacking) and _local_fits(hello)
+    source = "none" if not lacking else "local" if fits else f"{hello.get('python')}-{hello.get('machine')}"
+    version = host_package_hash()
     with _build_lock:
-        return _build(cache_key, fits, hello)
+        return _build(f"{version}:{source}:{','.join(lacking)}", version, lacking, fits, hello)
 
 
-def _build(cache_key: str, fits: bool, hello: dict) -> tuple[str, bytes]:
+def _build(cache_key: str, version: str, lacking: tuple[str, ...], fits: bool, hello: dict) -> tuple[str, bytes]:
     if cache_key not in _built:
-        dirs = [_package_dir(p) for p in PACKAGES] if fits else _from_wheels(hello)
+        dirs = [_package_dir(p) for p in lacking] if fits else _from_wheels(hello, lacking) if lacking else []
         if any(d is None for d in dirs):
             raise HostUnreachable("the control node itself lacks psutil/tenacity; pip install -r requirements.txt")
-        blob = _zip_dirs(dirs)  # type: ignore[arg-type]
-        _built[cache_key] = (hashlib.sha256(blob).hexdigest()[:16], blob)
+        blob = _zip(dirs)  # type: ignore[arg-type]
+        _built[cache_key] = (f"{version}-{hashlib.sha256(blob).hexdigest()[:12]}", blob)
     return _built[cache_key]
 
 
 def local_key() -> str:
-    """The key of the runtime the control node would send to a host like itself (cheap after first use)."""
+    """The key of the runtime last sent from this control node when it holds this version of dflash_host,
+    else "" (a host then reports dflash_host missing and gets the current version)."""
     marker = CACHE / "runtime-key"
     try:
-        return marker.read_text().strip()
+        key = marker.read_text().strip()
     except OSError:
         return ""
+    return key if key.startswith(host_package_hash() + "-") else ""
 
 
 def remember_key(key: str) -> None:

@@ -4,13 +4,14 @@ The engine sends this file's source as the first line on the worker's stdin (thr
 bootstrap command, so nothing is ever interpolated into a shell), then JSON requests:
 
   {"id", "op": "hello", "runtime": KEY}            -> python, platform, missing runtime packages
-  {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack psutil/tenacity into the user's cache
+  {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack dflash_host (and psutil/tenacity) into the user's cache
   {"id", "op": "lock", "path", "wait_s", "record"} -> {"locked", "holder" | "stale"}: the host lock
-  {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "sources": {name: source}}
+  {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "source"}  (source: the first time only)
   {"id", "op": "exit"}                             -> releases the host lock, then exits
 
 and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
-Standard library only: the host needs nothing but python3 >= 3.9.
+A task module's helpers come from the dflash_host package of the runtime KEY (engine/runtime.py),
+never from the sources of a run request. Standard library only: the host needs nothing but python3 >= 3.9.
 """
 
 import importlib.util
@@ -24,40 +25,26 @@ import time
 # every run: its start-up is paid per host, on the host's CPU.
 
 RUNTIME_PACKAGES = ("psutil", "tenacity")
-STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"stat", "copy", "uuid", "platform", "shutil", "json"}
+HOST_PACKAGE = "dflash_host"  # the task modules' helpers, from the runtime folder of this control node's version
+TASK_PREFIX = "dfp_task_"
 
 
-class SourceFinder:  # the finder and loader protocols; importlib.abc costs ~12 ms to import
-    """Imports library modules from sources the engine sent, so modules can import each other."""
+def load_task(name, source):
+    """The task module NAME from the source the engine sent, as module dfp_task_NAME.
 
-    def __init__(self):
-        self.sources = {}
-
-    TASK_PREFIX = "dfp_task_"
-
-    def _source_name(self, fullname):
-        """Task modules load under dfp_task_NAME so `stat` or `copy` never shadow the standard library."""
-        if fullname.startswith(self.TASK_PREFIX):
-            name = fullname[len(self.TASK_PREFIX) :]
-            return name if name in self.sources else None
-        if fullname in self.sources and fullname not in STDLIB:
-            return fullname
-        return None
-
-    def find_spec(self, fullname, path=None, target=None):
-        name = self._source_name(fullname)
-        if name is not None:
-            return importlib.util.spec_from_loader(fullname, self, origin="library/" + name + ".py")
-        return None
-
-    def create_module(self, spec):
-        return None
-
-    def exec_module(self, module):
-        name = self._source_name(module.__name__)
-        code = cached_code(self.sources[name], "library/" + name + ".py")
-        module.__file__ = "library/" + name + ".py"
-        exec(code, module.__dict__)  # noqa: S102 - the engine's own module source, sent by the control node
+    Under its own name a task module such as `copy` or `stat` would shadow the standard library's.
+    """
+    fullname = TASK_PREFIX + name
+    filename = "library/" + name + ".py"
+    module = type(sys)(fullname)
+    module.__file__ = filename
+    sys.modules[fullname] = module
+    try:
+        exec(cached_code(source, filename), module.__dict__)  # noqa: S102 - the engine's own module source, sent by the control node
+    except BaseException:
+        sys.modules.pop(fullname, None)
+        raise
+    return module
 
 
 def cached_code(source, filename):
@@ -91,15 +78,36 @@ def runtime_dir(key):
 
 
 def missing_packages():
-    """Which runtime packages cannot be found (found, not imported: importing tenacity costs ~50 ms)."""
-    return [name for name in RUNTIME_PACKAGES if importlib.util.find_spec(name) is None]
+    """What the task modules need and this host lacks: psutil or tenacity (found, not imported: importing
+    tenacity costs ~50 ms; a copy of the host's own serves), and dflash_host of the runtime's version."""
+    missing = [name for name in RUNTIME_PACKAGES if importlib.util.find_spec(name) is None]
+    if HOST_PACKAGE not in sys.modules:
+        missing.append(HOST_PACKAGE)
+    return missing
 
 
 def use_runtime(key):
-    path = runtime_dir(key)
-    if os.path.isdir(path) and path not in sys.path:
-        sys.path.append(path)
+    """Put the runtime KEY on sys.path (after the host's own packages) and load its dflash_host."""
+    path = runtime_dir(key) if key else ""
+    if path and os.path.isdir(path):
+        if path not in sys.path:
+            sys.path.append(path)
+        load_host_package(path)
     importlib.invalidate_caches()
+
+
+def load_host_package(path):
+    """dflash_host from the runtime folder `path`, whatever else sys.path holds (a checkout in the working
+    folder, another version): the key names the version, so it is the control node's."""
+    init = os.path.join(path, HOST_PACKAGE, "__init__.py")
+    if not os.path.isfile(init):
+        return
+    for name in [n for n in sys.modules if n == HOST_PACKAGE or n.startswith(HOST_PACKAGE + ".")]:
+        del sys.modules[name]
+    spec = importlib.util.spec_from_file_location(HOST_PACKAGE, init, submodule_search_locations=[os.path.dirname(init)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[HOST_PACKAGE] = package
+    spec.loader.exec_module(package)
 
 
 def install_runtime(key, blob):
@@ -209,8 +217,7 @@ def main():
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    finder = SourceFinder()
-    sys.meta_path.insert(0, finder)
+    sources = {}
     loaded = {}
     lock = HostLock()
 
@@ -245,17 +252,15 @@ def main():
             elif op == "runtime":
                 send({"id": rid, "missing": install_runtime(req["key"], req["zip"])})
             elif op == "run":
-                for name, source in (req.get("sources") or {}).items():
-                    finder.sources[name] = source
-                    sys.modules.pop(name, None)
-                    sys.modules.pop(finder.TASK_PREFIX + name, None)
-                    loaded.pop(name, None)
                 name = req["module"]
+                if req.get("source") is not None:
+                    sources[name] = req["source"]
+                    loaded.pop(name, None)
                 mod = loaded.get(name)
                 if mod is None:
-                    mod = loaded[name] = importlib.import_module(finder.TASK_PREFIX + name)
-                common = sys.modules["_common"]
-                ctx = common.Context(
+                    mod = loaded[name] = load_task(name, sources[name])
+                contract = importlib.import_module(HOST_PACKAGE + ".module")
+                ctx = contract.Context(
                     check=bool(req.get("check")),
                     diff=bool(req.get("diff")),
                     progress=lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)}),
@@ -263,7 +268,7 @@ def main():
                 started = time.monotonic()
                 try:
                     args = req.get("args") or {}
-                    result = run_with_timeout(req.get("timeout_s"), common.execute, mod.ARGS, mod.run, args, ctx, name)
+                    result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx, name)
                 except TaskTimeout:
                     result = {"failed": True, "changed": False, "timed_out": True,
                               "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped; "

@@ -29,7 +29,7 @@ import subprocess
 import threading
 import time
 
-from _common import Context, ModuleError, main
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "argv": {"type": "raw", "required": True},

@@ -37,23 +37,9 @@ import hashlib
 import os
 import posixpath
 
-if __name__ == "copy":  # a stdlib `import copy` found this file: hand the real module over
-    import _stdlib_guard
-
-    _stdlib_guard.hand_over(__name__, __file__)
-else:
-    from _common import (
-        Context,
-        ModuleError,
-        atomic_write,
-        ensure_attributes,
-        main,
-        parse_mode,
-        read_bytes,
-        resolve_gid,
-        resolve_uid,
-    )
-    from _paths import managed_path
+from dflash_host.files import atomic_write, ensure_attributes, parse_mode, read_bytes, resolve_gid, resolve_uid
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
 
 ARGS = {
     "dest": {"type": "path", "required": True},

@@ -23,8 +23,11 @@ import os
 import re
 import time
 
-from _common import Context, ModuleError, atomic_write, main
-from _safetensors import MAX_DIM, MAX_INDEX, brief_repr, load_json_file, read_checkpoint
+from dflash_host.files import atomic_write
+from dflash_host.model_config import is_multimodal_target
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.st_header import MAX_DIM, MAX_INDEX, read_checkpoint
+from dflash_host.untrusted_json import brief_repr, load_json_file
 
 ARGS = {
     "drafter": {"type": "path", "required": True},
@@ -81,14 +84,6 @@ RULE_TEXT = {
 
 # ----------------------------------------------------------------------------------------------
 # Pure decisions (no I/O)
-
-
-def is_multimodal_target(config: dict) -> bool:
-    """True when a target's config.json is a multimodal checkpoint (text fields under text_config).
-
-    vllm-service passes --language-model-only for such targets.
-    """
-    return isinstance(config.get("text_config"), dict) or isinstance(config.get("vision_config"), dict)
 
 
 def reference_layer_ids(n_target_layers: int, k: int) -> list:

@@ -18,8 +18,8 @@ import platform
 import socket
 import sys
 
-import _gpu
-from _common import Context, main
+from dflash_host import gpu as _gpu
+from dflash_host.module import Context, main
 
 ARGS = {
     "nvidia_smi": {"type": "str", "default": "nvidia-smi"},

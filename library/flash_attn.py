@@ -42,20 +42,10 @@ import re
 import shutil
 import urllib.parse
 
-from _common import Context, ModuleError, atomic_write, main
-from _pyenv import (
-    ENV_MARKER,
-    check_imports,
-    explain_failure,
-    find_uv,
-    install_argv,
-    parse_wheel_filename,
-    probe_env,
-    run_cmd,
-    run_python,
-    source_args,
-    uninstall_argv,
-)
+from dflash_host.files import atomic_write
+from dflash_host.installers import explain_failure, find_uv, install_argv, source_args, uninstall_argv
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.pyenv import ENV_MARKER, check_imports, parse_wheel_filename, probe_env, run_cmd, run_python
 
 ARGS = {
     "python": {"type": "str", "required": True},

@@ -8,7 +8,7 @@ differ from the record. A host without an NVIDIA driver is skipped.
 
 | argument | type | default | meaning |
 |---|---|---|---|
-| pidfile | path | none | the managed server's pidfile (see _proc.py) |
+| pidfile | path | none | the managed server's pidfile (see dflash_host/proc.py) |
 | unit | str | none | its systemd unit; used when systemd is PID 1 (system unit as root, else --user) |
 | threshold_mib | int | 1024 | a GPU is free when memory.used is below this many MiB |
 | timeout_s | float | 60 | how long to wait for the memory to be released |
@@ -27,11 +27,12 @@ import os
 import subprocess
 import time
 
-import _gpu
 import psutil
-from _common import Context, ModuleError, main
-from _paths import managed_path
-from _proc import alive, examine, read_pidfile, stop_processes
+
+from dflash_host import gpu as _gpu
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+from dflash_host.proc import alive, examine, read_pidfile, stop_processes
 
 ARGS = {
     "pidfile": {"type": "path", "default": None},

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import re
 
-from _common import Context, ModuleError, atomic_write, main, parse_mode, read_bytes
+from dflash_host.files import atomic_write, parse_mode, read_bytes
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "path": {"type": "path", "required": True},

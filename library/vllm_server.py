@@ -61,27 +61,24 @@ tool's header. Anything else is left alone and named in the result (`foreign`).
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
-    import os as _os
-    import sys as _sys
-
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
-
-import json
 import os
-import subprocess
 import time
 
-import _proc
-import _vllm_launch as L
-import _vllm_log as VL
-import _vllm_metrics as M
-import _vllm_probe as P
 import psutil
 import tenacity
-from _common import Context, ModuleError, atomic_write, main, read_bytes
-from _paths import managed_path
+
+from dflash_host import proc as _proc
+from dflash_host import vllm_launch as L
+from dflash_host import vllm_log as VL
+from dflash_host import vllm_metrics as M
+from dflash_host import vllm_probe as P
+from dflash_host import vllm_unit as U
+from dflash_host.files import atomic_write, read_bytes
+from dflash_host.model_config import is_multimodal_target
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+from dflash_host.vllm_files import dump, is_tool_file, load_json, load_launch, paths, read_env, remove_tool_file
+from dflash_host.vllm_process import POLL_S, server_for, systemctl
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"]},
@@ -130,7 +127,6 @@ ARGS = {
     "only_if_stale": {"type": "bool", "default": False},
 }
 
-POLL_S = 0.1  # process and log are polled this often while waiting
 TREE_EVERY_S = 1.0  # how often the pidfile's process tree is refreshed while waiting
 FATAL_SETTLE_S = 0.5  # after a fatal line, wait this long for the traceback to complete or the exit
 # Inherited from the worker's environment; everything else comes from the environment file, so that
@@ -148,69 +144,7 @@ class ServerFailed(Exception):
         self.what, self.root, self.exit_code = what, root, exit_code
 
 
-# --------------------------------------------------------------------------- files beside the pidfile
-
-
-def paths(pidfile: str) -> dict:
-    folder = os.path.dirname(os.path.abspath(pidfile))
-    stem = os.path.splitext(os.path.basename(pidfile))[0]
-    return {
-        "pidfile": os.path.abspath(pidfile),
-        "launch": os.path.join(folder, f"{stem}.launch.json"),
-        "running": os.path.join(folder, f"{stem}.running.json"),
-        "env": os.path.join(folder, f"{stem}.env"),
-    }
-
-
-def _load_json(path: str) -> dict | None:
-    raw = read_bytes(path)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _dump(data: dict) -> bytes:
-    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
-
-
-# What the tool writes, and how each kind of file proves it is the tool's (the env file and the unit
-# start with _vllm_launch's "# Managed by dflash-provision" header line).
-TOOL_HEADER = b"# Managed by dflash-provision"
-_RECORD_KEYS = {
-    "launch": {"fingerprint", "launch_id", "argv", "env_file", "mode"},
-    "running": {"fingerprint", "pid", "mode", "started_at"},
-}
-
-
-def is_tool_file(path: str, kind: str) -> bool:
-    """Whether the regular file at `path` (never a symlink) is one the tool wrote, judged by its content."""
-    if os.path.islink(path) or not os.path.isfile(path):
-        return False
-    if kind == "pidfile":
-        try:
-            return _proc.read_pidfile(path) is not None
-        except ModuleError:
-            return False
-    if kind in _RECORD_KEYS:
-        return _RECORD_KEYS[kind] <= set(_load_json(path) or {})
-    return (read_bytes(path) or b"").startswith(TOOL_HEADER)  # env, unit
-
-
-def _remove(path: str, kind: str, check: bool, foreign: list | None = None) -> bool:
-    """Remove `path` if it is the tool's; a file that is not is left alone and appended to `foreign`."""
-    if not os.path.lexists(path):
-        return False
-    if not is_tool_file(path, kind):
-        if foreign is not None:
-            foreign.append(path)
-        return False
-    if not check:
-        os.unlink(path)
-    return True
+# --------------------------------------------------------------------------- the tool's places and files
 
 
 def check_places(p: dict, log: str | None, root: str | None) -> str | None:
@@ -275,27 +209,23 @@ def render(args: dict, ctx: Context) -> dict:
                     "changed": True,
                     "msg": f"would render the vLLM launch once {var} {value} exists (an earlier role creates it)",
                 }
-    try:
-        from drafter_config import is_multimodal_target
-    except ImportError:  # pragma: no cover - shipped together
-        is_multimodal_target = None
     spec = L.resolve(args, is_multimodal_target)
     p = paths(args["pidfile"])
     root = check_places(p, args["log"], args["root"])
-    mode = L.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
-    env_text = L.render_env_file(spec["env"])
+    mode = U.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    env_text = U.render_env_file(spec["env"])
     unit_path = os.path.join(args["unit_dir"], f"{args['service_name']}.service") if mode == "systemd" else None
     refuse_foreign_targets({p["launch"]: "launch", p["running"]: "running", p["env"]: "env", unit_path: "unit"})
     log = os.path.abspath(args["log"])
     workdir = os.path.dirname(p["pidfile"])
     # The unit names the launch by a digest of what it runs, so it is stable across identical renders.
-    pre = L.fingerprint(spec["argv"], env_text, spec["models"], mode, None)
+    pre = U.fingerprint(spec["argv"], env_text, spec["models"], mode, None)
     unit_text = (
-        L.render_unit(spec["argv"], p["env"], log, pre[:12], "vLLM server with a DFlash drafter", workdir)
+        U.render_unit(spec["argv"], p["env"], log, pre[:12], "vLLM server with a DFlash drafter", workdir)
         if mode == "systemd"
         else None
     )
-    fp = L.fingerprint(spec["argv"], env_text, spec["models"], mode, unit_text)
+    fp = U.fingerprint(spec["argv"], env_text, spec["models"], mode, unit_text)
     launch = {
         "fingerprint": fp,
         "launch_id": fp[:12],
@@ -325,10 +255,10 @@ def render(args: dict, ctx: Context) -> dict:
         "service_name": args["service_name"],
         "unit_path": unit_path,
     }
-    old = _load_json(p["launch"])
+    old = load_json(p["launch"])
     old_env = read_bytes(p["env"])
     old_unit = read_bytes(unit_path) if unit_path else None
-    want = {p["launch"]: _dump(launch), p["env"]: env_text.encode()}
+    want = {p["launch"]: dump(launch), p["env"]: env_text.encode()}
     if unit_path:
         want[unit_path] = unit_text.encode()
     differs = [path for path, data in want.items() if read_bytes(path) != data]
@@ -349,11 +279,11 @@ def render(args: dict, ctx: Context) -> dict:
     if not ctx.check:
         os.makedirs(os.path.dirname(p["launch"]), exist_ok=True)
         atomic_write(p["env"], env_text.encode(), mode=0o600)
-        atomic_write(p["launch"], _dump(launch), mode=0o600)
+        atomic_write(p["launch"], dump(launch), mode=0o600)
         if unit_path and old_unit != unit_text.encode():
             atomic_write(unit_path, unit_text.encode(), mode=0o644)
-            _systemctl(["daemon-reload"])
-            _systemctl(["enable", "--", args["service_name"]])
+            systemctl(["daemon-reload"])
+            systemctl(["enable", "--", args["service_name"]])
             result["daemon_reload"] = True
     before = {"argv": (old or {}).get("argv"), "env": (old or {}).get("env"), "mode": (old or {}).get("mode")}
     after = {"argv": spec["argv"], "env": launch["env"], "mode": mode}
@@ -363,201 +293,6 @@ def render(args: dict, ctx: Context) -> dict:
     what = ", ".join(sorted(os.path.basename(x) for x in differs)) or "environment file mode"
     result["msg"] = f"{'would write' if ctx.check else 'wrote'} the vLLM launch ({what}; {mode} mode)"
     return result
-
-
-def _systemctl(argv: list, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(["systemctl"] + argv, capture_output=True, text=True, timeout=120)
-    if check and res.returncode != 0:
-        raise ModuleError(f"systemctl {' '.join(argv)} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[:300]}")
-    return res
-
-
-def load_launch(p: dict) -> dict:
-    launch = _load_json(p["launch"])
-    if launch is None:
-        raise ModuleError(
-            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, or `invoke provision`"
-        )
-    return launch
-
-
-def read_env(p: dict) -> dict:
-    raw = read_bytes(p["env"])
-    return L.parse_env_file(raw.decode("utf-8")) if raw is not None else {}
-
-
-# --------------------------------------------------------------------------- the server, by mode
-
-
-class ProcessServer:
-    """A detached process session with a pidfile (no systemd)."""
-
-    def __init__(self, launch: dict, p: dict) -> None:
-        self.launch, self.p = launch, p
-        self.popen: subprocess.Popen | None = None
-        self.pid: int | None = None
-
-    def inspect(self) -> dict:
-        record = _proc.read_pidfile(self.p["pidfile"])
-        if record is None:
-            return {"alive": False, "pid": None, "procs": []}
-        found = _proc.examine(record)
-        procs = [x for x in found["managed"] if _proc.alive(x)]
-        top = any(x.pid == record["pid"] for x in procs)
-        return {"alive": top, "pid": record["pid"] if top else None, "procs": procs, "refused": found["refused"]}
-
-    def session_members(self) -> list:
-        """Processes of the session this invocation started (setsid: sid = the spawned PID).
-
-        Proof of ownership without the pidfile: until this process reaps its child the PID cannot be
-        reused, and Linux never hands out a PID still in use as a session id, so while any member of
-        session `self.pid` lives, it is the one we created.
-        """
-        if self.pid is None:
-            return []
-        out = []
-        for proc in psutil.process_iter():
-            try:
-                if os.getsid(proc.pid) == self.pid and _proc.alive(proc):
-                    out.append(proc)
-            except (OSError, psutil.Error):
-                continue
-        return out
-
-    def stop(self, ctx: Context, grace_s: float) -> dict | None:
-        record = _proc.read_pidfile(self.p["pidfile"])
-        out = None
-        procs = _proc.managed_processes(record) if record is not None else []
-        known = {x.pid for x in procs}
-        procs += [x for x in self.session_members() if x.pid not in known]
-        if procs:
-            out = _proc.stop_processes(procs, grace_s, ctx)
-            if out["survivors"]:
-                raise ModuleError(
-                    f"processes {out['survivors']} of the vLLM server survived SIGKILL; "
-                    "check them (uninterruptible I/O?) before starting again",
-                    stop=out,
-                )
-        if self.popen is not None:
-            try:
-                self.popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        return out
-
-    def spawn(self, env: dict) -> int:
-        log = self.launch["log"]
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        launch_id, stamp = self.launch["launch_id"], time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-        def write_marker() -> None:  # runs in the child after setsid, before exec: names the new PID
-            os.write(1, (VL.marker_line(os.getpid(), launch_id, stamp) + "\n").encode())
-
-        try:
-            self.popen = subprocess.Popen(
-                self.launch["argv"],
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.launch.get("workdir") or None,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=write_marker,
-            )
-        except OSError as exc:
-            raise ModuleError(
-                f"cannot start {self.launch['argv'][0]}: {exc.strerror}; check venv_python (the venv role builds it)"
-            )
-        finally:
-            os.close(fd)
-        self.pid = self.popen.pid
-        try:
-            _proc.write_pidfile(self.p["pidfile"], psutil.Process(self.pid))
-        except (psutil.Error, ModuleError) as exc:
-            if self.popen.poll() is None:  # it runs, and no pidfile would record it: start() stops it
-                why = exc.msg if isinstance(exc, ModuleError) else str(exc)
-                raise ModuleError(f"the new server (PID {self.pid}) could not be recorded in its pidfile: {why}") from None
-            # it exited already: the readiness watch reports that with the log
-        return self.pid
-
-    def exit_code(self) -> int | None:
-        """None while the top process runs; its exit status once it has ended."""
-        if self.popen is not None:
-            return self.popen.poll()
-        if self.pid is None:
-            return -1
-        try:
-            proc = psutil.Process(self.pid)
-            return None if _proc.alive(proc) else -1
-        except psutil.Error:
-            return -1
-
-    def ready(self) -> None:
-        try:
-            _proc.update_pidfile_tree(self.p["pidfile"])
-        except ModuleError:
-            pass
-
-
-class SystemdServer:
-    """A systemd unit (KillMode=control-group); the unit's MainPID is the process watched."""
-
-    def __init__(self, launch: dict, p: dict) -> None:
-        self.launch, self.p = launch, p
-        self.name = launch["service_name"]
-        self.pid: int | None = None
-
-    def show(self) -> dict:
-        res = _systemctl(["show", "-p", "ActiveState,MainPID,ExecMainStatus,LoadState", "--", self.name], check=False)
-        out = {}
-        for line in res.stdout.splitlines():
-            if "=" in line:
-                k, v = line.split("=", 1)
-                out[k] = v
-        return out
-
-    def inspect(self) -> dict:
-        st = self.show()
-        pid = int(st.get("MainPID") or 0) or None
-        alive = st.get("ActiveState") in ("active", "activating", "reloading") and pid is not None
-        return {"alive": alive, "pid": pid if alive else None, "procs": []}
-
-    def stop(self, ctx: Context, grace_s: float) -> dict | None:
-        st = self.show()
-        if st.get("LoadState") == "not-found" or st.get("ActiveState") in ("inactive", "failed", None):
-            return None
-        _systemctl(["stop", "--", self.name])
-        return {"stopped": [{"unit": self.name}]}
-
-    def spawn(self, env: dict) -> int:
-        _systemctl(["restart", "--", self.name])
-        for _ in range(100):
-            st = self.show()
-            pid = int(st.get("MainPID") or 0)
-            if pid:
-                self.pid = pid
-                return pid
-            if st.get("ActiveState") == "failed":
-                break
-            time.sleep(POLL_S)
-        raise ModuleError(f"systemd did not start {self.name}; see `journalctl -u {self.name}` and {self.launch['log']}")
-
-    def exit_code(self) -> int | None:
-        st = self.show()
-        if st.get("ActiveState") in ("active", "activating", "reloading") and int(st.get("MainPID") or 0) == self.pid:
-            return None
-        try:
-            return int(st.get("ExecMainStatus") or -1)
-        except ValueError:
-            return -1
-
-    def ready(self) -> None:
-        pass
-
-
-def server_for(launch: dict, p: dict):
-    return SystemdServer(launch, p) if launch.get("mode") == "systemd" else ProcessServer(launch, p)
 
 
 # --------------------------------------------------------------------------- readiness
@@ -877,7 +612,7 @@ def _spawn_recorded(launch: dict, p: dict, ctx: Context, server, env: dict) -> i
             "log": launch["log"],
             "started_at": time.time(),
         }
-        atomic_write(p["running"], _dump(running), mode=0o644)
+        atomic_write(p["running"], dump(running), mode=0o644)
     except ModuleError as exc:
         stopped = _undo_start(launch, p, ctx, server)
         undone = " (the process it had begun was stopped)" if stopped else ""
@@ -888,9 +623,9 @@ def _spawn_recorded(launch: dict, p: dict, ctx: Context, server, env: dict) -> i
 def _undo_start(launch: dict, p: dict, ctx: Context, server) -> dict | None:
     """Stop what this start began (found by pidfile or, without one, by its session) and drop its records."""
     stopped = server.stop(ctx, launch["stop_grace_s"])
-    _remove(p["running"], "running", False)
+    remove_tool_file(p["running"], "running", False)
     if launch["mode"] != "systemd":
-        _remove(p["pidfile"], "pidfile", False)
+        remove_tool_file(p["pidfile"], "pidfile", False)
     return stopped
 
 
@@ -1012,12 +747,12 @@ def _summary(out: dict) -> str:
 
 def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     p = paths(args["pidfile"])
-    if ctx.check and _load_json(p["launch"]) is None:
+    if ctx.check and load_json(p["launch"]) is None:
         return {"changed": True, "msg": "would start vLLM once its launch is rendered"}
     launch = load_launch(p)
     server = server_for(launch, p)
     now = server.inspect()
-    running = _load_json(p["running"]) or {}
+    running = load_json(p["running"]) or {}
     want = args.get("fingerprint") or launch["fingerprint"]
     fresh = now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"]
     reason = None
@@ -1053,8 +788,8 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
         return {"changed": True, "msg": f"would (re)start vLLM: {reason}", "reason": reason}
     stopped = server.stop(ctx, launch["stop_grace_s"])
     if launch["mode"] != "systemd":
-        _remove(p["pidfile"], "pidfile", False)
-    _remove(p["running"], "running", False)
+        remove_tool_file(p["pidfile"], "pidfile", False)
+    remove_tool_file(p["running"], "running", False)
     out = start(launch, p, ctx, server)
     out["reason"] = reason
     if stopped:
@@ -1113,7 +848,7 @@ def _warn_reused_pid(now: dict, pidfile: str, removed: list, ctx: Context) -> No
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
     """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
-    launch = _load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
     check_places(p, None, args["root"] or launch.get("root"))
@@ -1123,7 +858,7 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     files = files_to_remove(p, launch, absent, foreign)
     would_stop = now["alive"] or bool(now["procs"])
     if ctx.check:
-        removed = [f for f, kind in files if _remove(f, kind, True, foreign)]
+        removed = [f for f, kind in files if remove_tool_file(f, kind, True, foreign)]
         _left_alone(foreign, ctx)
         _warn_reused_pid(now, p["pidfile"], removed, ctx)
         return {
@@ -1133,12 +868,12 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
             "foreign": foreign,
         }
     stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"]))) if would_stop else None
-    removed = [f for f, kind in files if _remove(f, kind, False, foreign)]
+    removed = [f for f, kind in files if remove_tool_file(f, kind, False, foreign)]
     _left_alone(foreign, ctx)
     _warn_reused_pid(now, p["pidfile"], removed, ctx)
     if absent and launch.get("unit_path") in removed:
-        _systemctl(["disable", "--", launch["service_name"]], check=False)
-        _systemctl(["daemon-reload"], check=False)
+        systemctl(["disable", "--", launch["service_name"]], check=False)
+        systemctl(["daemon-reload"], check=False)
     parts = []
     if stopped:
         n = len(stopped.get("stopped", []))

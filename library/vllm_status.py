@@ -16,22 +16,17 @@ false) with the descriptor through which the server still writes it (log_open_fd
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # library/ holds files named like stdlib modules (copy.py): stdlib first
-    import os as _os
-    import sys as _sys
+import os
+import time
 
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here] + [_here]
+import psutil
 
-import os  # noqa: E402
-import time  # noqa: E402
-
-import _gpu  # noqa: E402
-import _vllm_metrics as M  # noqa: E402
-import _vllm_probe as P  # noqa: E402
-import psutil  # noqa: E402
-from _common import Context, ModuleError, main  # noqa: E402
-from vllm_server import _load_json, paths, read_env, server_for  # noqa: E402
+from dflash_host import gpu as _gpu
+from dflash_host import vllm_metrics as M
+from dflash_host import vllm_probe as P
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.vllm_files import load_json, paths, read_env
+from dflash_host.vllm_process import server_for
 
 ARGS = {
     "pidfile": {"type": "path", "required": True},
@@ -109,7 +104,7 @@ def _log_note(out: dict) -> str:
 
 def run(args: dict, ctx: Context) -> dict:
     p = paths(args["pidfile"])
-    launch = _load_json(p["launch"])
+    launch = load_json(p["launch"])
     out = {
         "changed": False,
         "running": False,
@@ -168,7 +163,7 @@ def run(args: dict, ctx: Context) -> dict:
         out.update(running=False, exited_pid=out["pid"], pid=None, uptime_s=None)
         out["msg"] = f"vLLM PID {out['exited_pid']} exited while its status was read (health {out['health']})"
         return out
-    running = _load_json(p["running"]) or {}
+    running = load_json(p["running"]) or {}
     out["stale"] = bool(out["running"] and running.get("fingerprint") != launch.get("fingerprint"))
     if out["running"]:
         rate = out["acceptance_rate"]

@@ -28,7 +28,7 @@ import re
 import socket
 import time
 
-from _common import Context, ModuleError, main
+from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
     "port": {"type": "int", "default": None},

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-# Pure functions of modules (and the drafter config fixtures' helpers) are imported directly in tests.
-# Appended, not prepended: library/ holds copy.py and stat.py, which must not shadow the stdlib.
-for _p in (ROOT / "library", ROOT / "tests" / "fixtures" / "drafter_configs"):
-    if str(_p) not in sys.path:
-        sys.path.append(str(_p))
+sys.path.insert(0, str(ROOT))  # engine, dflash_host (helpers) and library (task modules, as library.NAME)
+# The drafter config fixtures' helpers (make_checkpoint) are imported directly in tests.
+_FIXTURES = str(ROOT / "tests" / "fixtures" / "drafter_configs")
+if _FIXTURES not in sys.path:
+    sys.path.append(_FIXTURES)
 
 from tests import sshd_harness  # noqa: E402
 from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401

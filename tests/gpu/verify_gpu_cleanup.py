@@ -29,10 +29,9 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "library"))
 sys.path.insert(0, str(ROOT))
-MODULE = ROOT / "library" / "gpu_processes.py"
-FACTS = ROOT / "library" / "facts.py"
+MODULE = "library.gpu_processes"  # run by hand: python3 -m MODULE, from ROOT
+FACTS = "library.facts"
 OTHER_USER = "dfp-gpu-other"
 THRESHOLD = 1024
 LOG: list = []
@@ -67,7 +66,7 @@ def used_mib() -> int:
 
 def snapshot(tree_pids: dict) -> dict:
     """What nvidia-smi and the /proc fd scan see now, with our tree's names beside the PIDs."""
-    import _gpu
+    from dflash_host import gpu as _gpu
 
     names = {pid: name for name, pid in tree_pids.items()}
     apps = smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
@@ -137,10 +136,10 @@ class FreePoller:
 def run_module(args: dict, work: Path, check: bool = False) -> dict:
     path = work / f"args-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(args))
-    argv = [sys.executable, str(MODULE), str(path)] + (["--check"] if check else [])
+    argv = [sys.executable, "-m", MODULE, str(path)] + (["--check"] if check else [])
     poller = FreePoller().start()
     t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, timeout=300, check=False)
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=300, check=False)
     wall = round(time.monotonic() - t0, 3)
     polled = poller.stop()
     try:
@@ -204,7 +203,7 @@ def start(gpu, node: dict, **kw):
 
 def phase_managed_tree(gpu, work: Path, gib: float) -> dict:
     """The managed tree: TERM-ignoring top, worker + grandchild in the group, a detached child."""
-    from _proc import write_pidfile
+    from dflash_host.proc import write_pidfile
 
     ph: dict = {"name": "managed_tree"}
     node = {
@@ -242,7 +241,7 @@ def phase_managed_tree(gpu, work: Path, gib: float) -> dict:
 
 
 def phase_foreign(gpu, work: Path, gib: float) -> dict:
-    from _proc import write_pidfile
+    from dflash_host.proc import write_pidfile
 
     ph: dict = {"name": "foreign_holder"}
     tree = start(gpu, {"name": "api", "cuda_gib": gib / 2, "children": [{"name": "engine", "cuda_gib": gib}]})
@@ -267,7 +266,7 @@ def phase_foreign(gpu, work: Path, gib: float) -> dict:
 
 def phase_orphan(gpu, work: Path, gib: float) -> dict:
     """SIGKILL to the top alone leaves the engine holding the GPU; the pidfile's tree still proves it."""
-    from _proc import write_pidfile
+    from dflash_host.proc import write_pidfile
 
     ph: dict = {"name": "orphan_after_sigkill_to_top"}
     tree = start(gpu, {"name": "api", "cuda_gib": gib / 4, "children": [{"name": "engine", "cuda_gib": gib}]})
@@ -366,7 +365,7 @@ def main() -> int:
     facts_args = out / "facts-args.json"
     facts_args.write_text("{}")
     t0 = time.monotonic()
-    facts = subprocess.run([sys.executable, str(FACTS), str(facts_args)], stdout=subprocess.PIPE, check=False)
+    facts = subprocess.run([sys.executable, "-m", FACTS, str(facts_args)], cwd=ROOT, stdout=subprocess.PIPE, check=False)
     summary["facts_wall_s"] = round(time.monotonic() - t0, 3)
     try:
         summary["facts"] = json.loads(facts.stdout)["facts"]

@@ -5,24 +5,21 @@ Imported by the test files beside it (tests/library/conftest.py puts this folder
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
-LIB = Path(__file__).resolve().parents[2] / "library"
+from dflash_host.module import Context, check_args
 
-from _common import Context, check_args  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_module(name: str) -> ModuleType:
-    """library/NAME.py as module dfp_library_NAME (never NAME: copy and stat are stdlib names)."""
-    spec = importlib.util.spec_from_file_location(f"dfp_library_{name}", LIB / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The task module library/NAME.py, as library.NAME (so copy and stat never shadow the stdlib's)."""
+    return importlib.import_module(f"library.{name}")
 
 
 def run_module(module: ModuleType, args: dict, check: bool = False, diff: bool = False, warnings: bool = False) -> dict:
@@ -30,7 +27,7 @@ def run_module(module: ModuleType, args: dict, check: bool = False, diff: bool =
 
     warnings: copy the Context's warnings into the result (as the contract's execute() does).
     """
-    name = module.__name__.removeprefix("dfp_library_")
+    name = module.__name__.rpartition(".")[2]
     ctx = Context(check=check, diff=diff)
     result = module.run(check_args(module.ARGS, args, name), ctx)
     json.dumps(result)
@@ -40,14 +37,16 @@ def run_module(module: ModuleType, args: dict, check: bool = False, diff: bool =
 
 
 def run_by_hand(name: str, tmp_path: Path, args: dict, *flags: str, quiet: bool = True) -> tuple[int, dict]:
-    """`python3 library/NAME.py ARGS.json FLAGS` with args written to tmp_path/args.json: (rc, result).
+    """`python3 -m library.NAME ARGS.json FLAGS` from the repository root, with args written to tmp_path/args.json:
+    (rc, result).
 
     quiet: assert the module wrote nothing to stderr.
     """
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(args))
     proc = subprocess.run(
-        [sys.executable, str(LIB / f"{name}.py"), str(args_file), *flags],
+        [sys.executable, "-m", f"library.{name}", str(args_file), *flags],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=30,

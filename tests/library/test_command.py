@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _common import ModuleError
 from _helpers import load_module, run_by_hand, run_module
+
+from dflash_host.module import ModuleError
 
 command = load_module("command")
 

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
-from _common import ModuleError
 from _helpers import load_module, run_by_hand, run_module, snapshot
+
+from dflash_host.module import ModuleError
 
 copy_mod = load_module("copy")
 

@@ -16,9 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "drafter_configs"
 
 
-import drafter_config as dc  # noqa: E402
-from _common import Context, ModuleError, execute  # noqa: E402
 from make_checkpoint import drafter_tensors, drafter_tensors_for, write_sparse_safetensors  # noqa: E402
+
+from dflash_host.module import Context, ModuleError, execute  # noqa: E402
+from library import drafter_config as dc  # noqa: E402
 
 PUBLISHED = {
     "qwen3-4b-dflash-b16": "targets/qwen3-4b.json",
@@ -375,11 +376,11 @@ def test_run_by_hand_prints_the_json_result_with_the_config(tiny, tmp_path):
     drafter, target = tiny
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"drafter": str(drafter), "target": str(target / "config.json"), "mask_token_id": 3}))
-    cmd = [sys.executable, str(ROOT / "library" / "drafter_config.py"), str(args)]
-    checked = subprocess.run(cmd + ["--check"], capture_output=True, text=True, timeout=60)
+    cmd = [sys.executable, "-m", "library.drafter_config", str(args)]
+    checked = subprocess.run(cmd + ["--check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr
     assert json.loads(checked.stdout)["changed"] is True and not (drafter / "config.json").exists()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["config"] == json.loads((drafter / "config.json").read_text())

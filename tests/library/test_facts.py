@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-import _gpu
-import facts
 import pytest
-from _common import Context, check_args
 
+from dflash_host import gpu as _gpu
+from dflash_host.module import Context, check_args
+from library import facts
 from tests.fakes.gpu_holder import FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,6 +201,6 @@ def test_facts_are_fast_without_a_gpu(tmp_path):
 def test_facts_run_by_hand_print_json(tmp_path):
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"nvidia_smi": str(tmp_path / "none")}))
-    out = subprocess.run([sys.executable, str(ROOT / "library" / "facts.py"), str(path)], stdout=subprocess.PIPE, check=True)
+    out = subprocess.run([sys.executable, "-m", "library.facts", str(path)], cwd=ROOT, stdout=subprocess.PIPE, check=True)
     res = json.loads(out.stdout)
     assert res["changed"] is False and res["failed"] is False and res["facts"]["gpu"]["driver"] is False

@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "library"
 
-import flash_attn  # noqa: E402
-from _common import Context, ModuleError, execute  # noqa: E402
-from _pyenv import bootstrap_uv  # noqa: E402
-
+from dflash_host.installers import bootstrap_uv  # noqa: E402
+from dflash_host.module import Context, ModuleError, execute  # noqa: E402
+from library import flash_attn  # noqa: E402
 from tests.fakes.wheels import PY_TAG, fa2_sdist, fa2_wheel, fa4_wheel, simple_wheel, vllm_wheel  # noqa: E402
 
 PY = sys.executable
@@ -381,6 +379,6 @@ def test_orphaned_flash_attn_folder_without_ops_is_removed(tmp_path, uv, wheels)
 def test_runs_by_hand(tmp_path, uv, wheels):
     python = make_env(tmp_path, uv, wheels, simple_wheel(tmp_path / "w", "dfp-a", "1.0").as_posix())
     (tmp_path / "args.json").write_text(json.dumps({"python": python, "compute_capability": "9.0"}))
-    out = subprocess.run([PY, str(LIB / "flash_attn.py"), str(tmp_path / "args.json")], capture_output=True, text=True)
+    out = subprocess.run([PY, "-m", "library.flash_attn", str(tmp_path / "args.json")], cwd=ROOT, capture_output=True, text=True)
     res = json.loads(out.stdout)
     assert out.returncode == 0 and res["line"] is None and res["changed"] is False, res["msg"]

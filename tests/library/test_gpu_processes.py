@@ -1,6 +1,6 @@
 """gpu_processes: free the GPU of the managed tree, leave (and list) everything else.
 
-Pure decisions are tested as tables; the module itself runs by hand (`python3 library/gpu_processes.py
+Pure decisions are tested as tables; the module itself runs by hand (`python3 -m library.gpu_processes
 ARGS.json`) against real process trees that a stand-in nvidia-smi reports as GPU holders.
 """
 
@@ -14,12 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-import _gpu
 import psutil
 import pytest
-from _common import ModuleError
-from _proc import write_pidfile
-from gpu_processes import (
+
+from dflash_host import gpu as _gpu
+from dflash_host.module import ModuleError
+from dflash_host.proc import write_pidfile
+from library.gpu_processes import (
     blocked_by_foreign,
     busy,
     check_numbers,
@@ -27,11 +28,10 @@ from gpu_processes import (
     parse_kill_foreign,
     select_gpus,
 )
-
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "library" / "gpu_processes.py"
+MODULE = "library.gpu_processes"  # run by hand: python3 -m MODULE, from ROOT
 OTHER_USER = "dfp-gpu-other"
 
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
@@ -168,8 +168,8 @@ def other_user():
 def run_module(args: dict, tmp_path: Path, check: bool = False) -> dict:
     path = tmp_path / f"args-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(args))
-    argv = [sys.executable, str(MODULE), str(path)] + (["--check"] if check else [])
-    proc = subprocess.run(argv, capture_output=True, timeout=120, check=False)
+    argv = [sys.executable, "-m", MODULE, str(path)] + (["--check"] if check else [])
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=120, check=False)
     assert proc.stderr == b"", proc.stderr.decode()
     result = json.loads(proc.stdout)
     assert proc.returncode == (1 if result["failed"] else 0)

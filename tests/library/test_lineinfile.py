@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from _common import Context, ModuleError, check_args
 from _helpers import load_module, run_by_hand, run_module, snapshot
+
+from dflash_host.module import Context, ModuleError, check_args
 
 lineinfile = load_module("lineinfile")
 

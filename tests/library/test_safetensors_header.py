@@ -15,9 +15,10 @@ from safetensors.numpy import save_file
 ROOT = Path(__file__).resolve().parents[2]
 
 
-from _common import ModuleError  # noqa: E402
-from _safetensors import read_checkpoint, read_header  # noqa: E402
 from make_checkpoint import drafter_tensors, write_sparse_safetensors  # noqa: E402
+
+from dflash_host.module import ModuleError  # noqa: E402
+from dflash_host.st_header import read_checkpoint, read_header  # noqa: E402
 
 
 def rchar() -> int | None:

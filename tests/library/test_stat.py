@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _common import ModuleError
-from _helpers import LIB, load_module, run_by_hand, run_module
+from _helpers import ROOT, load_module, run_by_hand, run_module
+
+from dflash_host.module import ModuleError
 
 stat_mod = load_module("stat")
 
@@ -37,10 +38,10 @@ def test_cli_reports_a_file_with_checksum(tmp_path):
 
 
 def test_cli_runs_with_python_s_where_stat_is_not_preloaded(tmp_path):
-    """python3 -S does not import the stdlib stat at start-up, so library/stat.py must hand it over."""
+    """python3 -S does not import the stdlib stat at start-up: run as library.stat, the module never shadows it."""
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"path": str(tmp_path)}))
-    proc = subprocess.run([sys.executable, "-S", str(LIB / "stat.py"), str(args_file)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-S", "-m", "library.stat", str(args_file)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["isdir"] is True
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import tiny_models
-from _common import Context, ModuleError, check_args, execute
+
+from dflash_host.module import Context, ModuleError, check_args, execute
+from library import tiny_models
 
 
 def args(tmp_path, **over) -> dict:

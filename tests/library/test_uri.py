@@ -10,8 +10,9 @@ import threading
 import time
 
 import pytest
-from _common import ModuleError
-from _helpers import LIB, load_module, run_module
+from _helpers import ROOT, load_module, run_module
+
+from dflash_host.module import ModuleError
 
 uri = load_module("uri")
 
@@ -245,7 +246,7 @@ def test_connection_refused_is_a_clear_failure():
 def test_cli_prints_the_result(server, tmp_path):
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"url": f"{server}/v1/models", "expect_json": {"data.0.id": "target"}}))
-    proc = subprocess.run([sys.executable, str(LIB / "uri.py"), str(args), "--check"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "library.uri", str(args), "--check"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["status"] == 200
 

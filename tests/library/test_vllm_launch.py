@@ -1,4 +1,4 @@
-"""_vllm_launch: the rendered argv, environment file and systemd unit; bad input named by its variable."""
+"""dflash_host.vllm_launch and vllm_unit: the rendered argv, environment file and systemd unit; bad input named by its variable."""
 
 from __future__ import annotations
 
@@ -6,17 +6,11 @@ import json
 import shlex
 
 import pytest
-from _common import ModuleError
-from _vllm_launch import (
-    check_extra_args,
-    choose_mode,
-    fingerprint,
-    masked_env,
-    parse_env_file,
-    render_env_file,
-    render_unit,
-    resolve,
-)
+
+from dflash_host.module import ModuleError
+from dflash_host.vllm_launch import masked_env, resolve
+from dflash_host.vllm_unit import choose_mode, fingerprint, parse_env_file, render_env_file, render_unit
+from dflash_host.vllm_values import check_extra_args
 
 
 @pytest.fixture
@@ -93,7 +87,7 @@ def test_multimodal_target_gets_language_model_only(models):
     (target / "config.json").write_text(
         json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"num_hidden_layers": 64}})
     )
-    from drafter_config import is_multimodal_target
+    from dflash_host.model_config import is_multimodal_target
 
     assert "--language-model-only" in resolve(base(models), is_multimodal_target)["argv"]
     assert "--language-model-only" not in resolve(base(models, language_model_only=False), is_multimodal_target)["argv"]

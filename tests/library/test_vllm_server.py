@@ -19,13 +19,12 @@ import threading
 import time
 from pathlib import Path
 
-import _vllm_log as vllm_log
 import psutil
 import pytest
-import vllm_server
-import vllm_status
-from _common import Context, execute
 
+from dflash_host import vllm_log
+from dflash_host.module import Context, execute
+from library import vllm_server, vllm_status
 from tests.fakes.vllm_processes import free_port, kill_leftovers
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -412,9 +411,9 @@ def test_status_reports_running_server_and_then_not_running(fake):
 def test_module_runs_by_hand(fake, tmp_path):
     args = tmp_path / "args.json"
     args.write_text(json.dumps(fake.render_args()))
-    out = subprocess.run([sys.executable, str(ROOT / "library" / "vllm_server.py"), str(args)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "library.vllm_server", str(args)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and json.loads(out.stdout)["changed"]
     args.write_text(json.dumps({"state": "started", "pidfile": str(fake.pidfile)}))
-    out = subprocess.run([sys.executable, str(ROOT / "library" / "vllm_server.py"), str(args)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "library.vllm_server", str(args)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["changed"]

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _common import ModuleError
-from _helpers import LIB, load_module, run_module
+from _helpers import ROOT, load_module, run_module
+
+from dflash_host.module import ModuleError
 
 wait_for = load_module("wait_for")
 
@@ -181,7 +182,7 @@ def test_cli_waits_and_prints_json(tmp_path):
     log.write_text("hello world\n")
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"path": str(log), "search_regex": "w(or)ld", "timeout_s": 2}))
-    proc = subprocess.run([sys.executable, str(LIB / "wait_for.py"), str(args)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "library.wait_for", str(args)], cwd=ROOT, capture_output=True, text=True)
     res = json.loads(proc.stdout)
     assert proc.returncode == 0 and res["groups"] == ["or"] and res["changed"] is False
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _proc import write_pidfile
 
+from dflash_host.proc import write_pidfile
 from engine.api import run_playbook
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 

@@ -2,7 +2,7 @@
 
 A newline in served_model_name once wrote an `ExecStartPre=` line into the unit; a carriage return in a
 vllm_env value is a line break for systemd's EnvironmentFile= parser; a name starting with '-' is read by
-vLLM as a flag. Each case runs the real _vllm_launch.resolve (the place every value is checked before
+vLLM as a flag. Each case runs the real vllm_launch.resolve (the place every value is checked before
 anything is written), or the real vllm_server module against a temp folder, and checks that the value
 is refused with its variable named and that nothing was written.
 """
@@ -15,11 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import vllm_server
-from _common import Context, ModuleError, execute
-from _vllm_launch import check_env, parse_env_file, render_env_file, render_unit, resolve
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from dflash_host.module import Context, ModuleError, execute
+from dflash_host.vllm_launch import resolve
+from dflash_host.vllm_unit import parse_env_file, render_env_file, render_unit
+from dflash_host.vllm_values import check_env
+from library import vllm_server
 
 # No example database and no explain phase: nothing is written into the checkout.
 PROPERTY = settings(

@@ -17,13 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gpu_processes
 import psutil
 import pytest
-import vllm_server
-from _common import Context, execute
-from _proc import describe
 
+from dflash_host.module import Context, execute
+from dflash_host.proc import describe
+from library import gpu_processes, vllm_server
 from tests.library._helpers import load_module
 
 COPY = load_module("copy")

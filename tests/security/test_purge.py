@@ -134,8 +134,8 @@ def test_purge_refuses_a_root_the_tool_cannot_own_and_changes_nothing(tmp_path, 
 @pytest.mark.parametrize("state", ["present", "absent", "rollback"])
 @pytest.mark.parametrize("root", ["/", "/home", "/var/lib", "relative/venv"])
 def test_python_env_refuses_such_a_root_in_every_state(tmp_path, root, state):
-    import python_env
-    from _common import Context, execute
+    from dflash_host.module import Context, execute
+    from library import python_env
 
     args = {"root": root, "state": state, "flavor": "none", "requirements": ["dfp-a"], "python": sys.executable}
     res = execute(python_env.ARGS, python_env.run, args, Context(check=False), "python_env")
@@ -198,8 +198,8 @@ def test_purge_removes_the_environments_the_tool_built_and_nothing_else(tmp_path
 
 
 def test_pruning_deletes_older_marked_environments_only(tmp_path, wheelhouse):
-    import python_env
-    from _common import Context, execute
+    from dflash_host.module import Context, execute
+    from library import python_env
 
     root = tmp_path / "venv"
 

@@ -10,6 +10,7 @@ the fix: RecursionError, ZeroDivisionError, TypeError, ValueError, or gigabytes 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import struct
 import subprocess
@@ -18,13 +19,14 @@ import tempfile
 import tracemalloc
 from pathlib import Path
 
-import drafter_config as dc
 import pytest
-from _common import Context, ModuleError, execute
-from _safetensors import read_checkpoint, read_header
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from make_checkpoint import drafter_tensors, write_sparse_safetensors
+
+from dflash_host.module import Context, ModuleError, execute
+from dflash_host.st_header import read_checkpoint, read_header
+from library import drafter_config as dc
 
 ROOT = Path(__file__).resolve().parents[2]
 # No example database and no explain phase: nothing is written into the checkout. ~250 examples a test
@@ -298,7 +300,9 @@ def run_limited(argv: list, tmp_path: Path, limit_mib: int = 512) -> subprocess.
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit_mib * 2**20, limit_mib * 2**20))
 
-    return subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120, preexec_fn=cap)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # `-m library.NAME` from tmp_path
+    return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=cap)
 
 
 def test_a_layer_index_of_100_million_costs_no_memory(tmp_path):
@@ -309,15 +313,15 @@ def test_a_layer_index_of_100_million_costs_no_memory(tmp_path):
     write_sparse_safetensors(str(drafter / "model.safetensors"), table, {"format": "pt"})
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"drafter": str(drafter), "target": str(target), "mask_token_id": 3}))
-    by_hand = run_limited([str(ROOT / "library" / "drafter_config.py"), str(args)], tmp_path)
+    by_hand = run_limited(["-m", "library.drafter_config", str(args)], tmp_path)
     assert "Traceback" not in by_hand.stderr, by_hand.stderr[-2000:]
     result = json.loads(by_hand.stdout)
     assert result["failed"] and "100000000" in result["msg"] and "above" in result["msg"], result["msg"]
     code = f"""
 import sys
-sys.path += [{str(ROOT / "library")!r}, {str(ROOT / "tests" / "fixtures" / "drafter_configs")!r}]
-import drafter_config
-from _common import ModuleError
+sys.path += [{str(ROOT)!r}, {str(ROOT / "tests" / "fixtures" / "drafter_configs")!r}]
+from library import drafter_config
+from dflash_host.module import ModuleError
 from make_checkpoint import drafter_tensors
 table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
 table.update({{n.replace("layers.0.", "layers.100000000.", 1): v for n, v in table.items() if n.startswith("layers.0.")}})
@@ -433,7 +437,7 @@ def test_a_header_of_two_million_empty_lists_is_refused_before_it_is_built(tmp_p
 
 @pytest.mark.slow  # ~5 s: the 500,001-entry header is parsed before it is counted
 def test_more_tensors_than_any_checkpoint_has_are_refused(tmp_path):
-    from _safetensors import MAX_TENSORS
+    from dflash_host.untrusted_json import MAX_TENSORS
 
     entry = b'{"dtype":"U8","shape":[0],"data_offsets":[0,0]}'
     body = b"{" + b",".join(b'"t%d":%s' % (i, entry) for i in range(MAX_TENSORS + 1)) + b"}"

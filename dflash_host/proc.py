@@ -22,7 +22,9 @@ import time
 from typing import Any
 
 import psutil
-from _common import ModuleError, atomic_write
+
+from dflash_host.files import atomic_write
+from dflash_host.module import ModuleError
 
 # psutil's create_time is boot time + start ticks; boot time moves when the wall clock is stepped.
 # A reused PID would also need the same command line to pass within this window.

@@ -9,7 +9,7 @@
   error travels up through EngineCore and the API server, further tracebacks that only say "see root
   cause above". The root cause quoted is the first traceback's exception.
 
-Standard library only (and the library's _common and _paths).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import re
 import stat
 import time
 
-from _common import ModuleError
-from _paths import managed_path
+from dflash_host.module import ModuleError
+from dflash_host.paths import managed_path
 
 MARKER_PREFIX = "=== dflash-provision: vLLM server start"
 _MARKER_RE = re.compile(r"^=== dflash-provision: vLLM server start pid=(?P<pid>\d+) launch=(?P<launch>\S+)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 
-from _common import ModuleError
+from dflash_host.module import ModuleError
 
 # Folders no tool-owned thing can be: deleting, rotating or chmodding them breaks the host.
 SYSTEM_DIRS = frozenset(

@@ -1,0 +1,93 @@
+"""The files beside the managed server's pidfile, and how each proves it is the tool's.
+
+NAME.pid (the pidfile, dflash_host.proc), NAME.launch.json (the rendered launch), NAME.running.json
+(what was started, when), NAME.env (the 0600 environment file) and the systemd unit: vllm_server
+writes and removes them, vllm_status reads them. Only a file the tool provably wrote (by its content:
+a valid record, the record's fields, the header line) is ever overwritten or removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dflash_host.files import read_bytes
+from dflash_host.module import ModuleError
+from dflash_host.proc import read_pidfile
+from dflash_host.vllm_unit import parse_env_file
+
+
+def paths(pidfile: str) -> dict:
+    folder = os.path.dirname(os.path.abspath(pidfile))
+    stem = os.path.splitext(os.path.basename(pidfile))[0]
+    return {
+        "pidfile": os.path.abspath(pidfile),
+        "launch": os.path.join(folder, f"{stem}.launch.json"),
+        "running": os.path.join(folder, f"{stem}.running.json"),
+        "env": os.path.join(folder, f"{stem}.env"),
+    }
+
+
+def load_json(path: str) -> dict | None:
+    raw = read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def dump(data: dict) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+# What the tool writes, and how each kind of file proves it is the tool's (the env file and the unit
+# start with vllm_unit's "# Managed by dflash-provision" header line).
+TOOL_HEADER = b"# Managed by dflash-provision"
+RECORD_KEYS = {
+    "launch": {"fingerprint", "launch_id", "argv", "env_file", "mode"},
+    "running": {"fingerprint", "pid", "mode", "started_at"},
+}
+
+
+def is_tool_file(path: str, kind: str) -> bool:
+    """Whether the regular file at `path` (never a symlink) is one the tool wrote, judged by its content."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
+    if kind == "pidfile":
+        try:
+            return read_pidfile(path) is not None
+        except ModuleError:
+            return False
+    if kind in RECORD_KEYS:
+        return RECORD_KEYS[kind] <= set(load_json(path) or {})
+    return (read_bytes(path) or b"").startswith(TOOL_HEADER)  # env, unit
+
+
+def remove_tool_file(path: str, kind: str, check: bool, foreign: list | None = None) -> bool:
+    """Remove `path` if it is the tool's; a file that is not is left alone and appended to `foreign`."""
+    if not os.path.lexists(path):
+        return False
+    if not is_tool_file(path, kind):
+        if foreign is not None:
+            foreign.append(path)
+        return False
+    if not check:
+        os.unlink(path)
+    return True
+
+
+def load_launch(p: dict) -> dict:
+    launch = load_json(p["launch"])
+    if launch is None:
+        raise ModuleError(
+            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, or `invoke provision`"
+        )
+    return launch
+
+
+def read_env(p: dict) -> dict:
+    raw = read_bytes(p["env"])
+    return parse_env_file(raw.decode("utf-8")) if raw is not None else {}

@@ -1,0 +1,288 @@
+"""Resolve the vLLM launch from the role's variables: argv, environment, what the log must show.
+
+Everything here is a pure decision (no process is started): given the role's variables, what command
+line and environment should run, and is the input sane? Secrets (API key, HF token) go only into
+the environment file (mode 0600), never into argv, the unit, a message or a diff.
+
+Every value that reaches the unit, the environment file or argv is one line of text, checked in
+`resolve` (through vllm_values) before anything is written. The environment file and the unit are
+rendered by vllm_unit. Standard library only; used by vllm_server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dflash_host.module import ModuleError
+from dflash_host.untrusted_json import load_json_file
+from dflash_host.vllm_values import check_env, check_extra_args, check_launch_values, check_line, line_problem
+
+SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "SECRET")
+MASK = "********"
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+# What a flavor implies when the variable is left empty (null).
+FLAVOR_DEFAULTS = {
+    "cpu": {
+        "dtype": "float32",
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"},
+    },
+    "cuda": {"dtype": None, "max_model_len": None, "enforce_eager": False, "env": {}},
+}
+FLAVOR_DEFAULTS["none"] = FLAVOR_DEFAULTS["cuda"]  # the venv role's flavor for environments without vLLM
+COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+MAX_MODEL_CONFIG_BYTES = 16 * 2**20
+MAX_MODEL_CONFIG_DEPTH = 64
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def masked_env(env: dict) -> dict:
+    return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(env.items())}
+
+
+def looks_like_path(model: str) -> bool:
+    """A local folder (absolute, ~, ./) rather than a Hugging Face id such as Qwen/Qwen3-8B."""
+    return model.startswith(("/", "~", "./", "../")) or os.path.exists(model)
+
+
+# --------------------------------------------------------------------------- the models and secrets it reads
+
+
+def read_model_config(model: str, var: str) -> dict | None:
+    """config.json of a local model folder (ModuleError naming `var` if missing); None for a hub id."""
+    if not looks_like_path(model):
+        return None
+    path = os.path.expanduser(model)
+    if not os.path.isdir(path):
+        raise ModuleError(
+            f"{var} is {model!r}, which does not exist on this host (or is not a folder); put the model "
+            f"there (for the local host: tiny_models: true generates one) or fix {var}"
+        )
+    cfg_path = os.path.join(path, "config.json")
+    try:
+        data = load_json_file(cfg_path, MAX_MODEL_CONFIG_BYTES, MAX_MODEL_CONFIG_DEPTH)
+    except FileNotFoundError:
+        hint = " (the drafter-config role writes it: run it before vllm-service)" if var == "drafter_model" else ""
+        raise ModuleError(f"{var} {path} has no config.json; vLLM cannot load it{hint}")
+    except (OSError, ValueError) as exc:
+        raise ModuleError(f"{var}: {cfg_path} cannot be read as JSON ({exc}); fix or regenerate it")
+    if not isinstance(data, dict):
+        raise ModuleError(f"{var}: {cfg_path} is not a JSON object; fix or regenerate it")
+    return data
+
+
+def model_stat(model: str) -> dict:
+    """What identifies a model's files for the fingerprint: name, size and mtime of configs and weights."""
+    if not looks_like_path(model):
+        return {"hub_id": model}
+    path = os.path.expanduser(model)
+    files = {}
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return {"path": path, "files": {}}
+    for name in names:
+        if name.endswith((".json", ".safetensors", ".jinja", ".model")):
+            try:
+                st = os.stat(os.path.join(path, name))
+            except OSError:
+                continue
+            files[name] = [st.st_size, st.st_mtime_ns]
+    return {"path": path, "files": files}
+
+
+def read_secret(value: str | None, file: str | None, var: str) -> str | None:
+    if value and file:
+        raise ModuleError(f"both {var} and {var}_file are set; keep one of them")
+    if file:
+        path = os.path.expanduser(file)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as exc:
+            raise ModuleError(f"{var}_file {path} cannot be read ({exc.strerror}); fix the path or its permissions")
+        if not value:
+            raise ModuleError(f"{var}_file {path} is empty; put the secret in it or unset {var}_file")
+    if value is not None:
+        check_line(value, var)  # the message names the variable, never the secret
+    return value or None
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def env_own_python(venv_python: str) -> str:
+    """venv_root/current/bin/python -> venv_root/envs/<hash>/bin/python: the folder's symlinks resolved,
+    the interpreter's own link kept. The server then runs from its environment's own path (a later
+    switch of `current` never changes files under it), and a switch changes the launch, which restarts
+    the server onto the new environment."""
+    path = os.path.expanduser(venv_python)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def resolve(args: dict, is_multimodal=None) -> dict:
+    """Validate the role's variables and compute the launch: argv, env, expectations.
+
+    Reads the models' config.json (host I/O limited to that); everything else is pure.
+    """
+    check_launch_values(args)
+    flavor = args.get("flavor") or "cuda"
+    if flavor not in FLAVOR_DEFAULTS:
+        raise ModuleError(f"vllm_flavor is {flavor!r}; choose one of: {', '.join(sorted(FLAVOR_DEFAULTS))}")
+    fdef = FLAVOR_DEFAULTS[flavor]
+
+    port = args.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise ModuleError(f"vllm_port is {port!r}; it must be a whole number from 1 to 65535")
+    host = args.get("host") or "127.0.0.1"
+    served = args.get("served_model_name")
+    if not served or not str(served).strip():
+        raise ModuleError("served_model_name is empty; set the name clients use in requests (e.g. target)")
+    venv_python = args.get("venv_python")
+    if not venv_python:
+        raise ModuleError("venv_python is empty; it is the serving environment's python (set by the venv role)")
+
+    model = args.get("target_model")
+    if not model:
+        raise ModuleError("target_model is empty; set it to the model folder on the host or a Hugging Face id")
+    target_cfg = read_model_config(model, "target_model")
+
+    drafter = args.get("drafter_model")
+    spec_cfg = None
+    drafter_cfg = None
+    if drafter:
+        if not os.path.isdir(os.path.expanduser(drafter)):
+            raise ModuleError(
+                f"drafter_model is {drafter!r}, which does not exist on this host; put the DFlash drafter "
+                "there or fix drafter_model (set it to null to serve without speculative decoding)"
+            )
+        drafter_cfg = read_model_config(drafter, "drafter_model")
+        nst = args.get("num_speculative_tokens")
+        if nst is None:
+            raise ModuleError(
+                "num_speculative_tokens is missing; a drafter needs it (DFlash: block_size - 1, e.g. 15 "
+                "for a block_size-16 drafter, 3 for the tiny local one)"
+            )
+        if not isinstance(nst, int) or isinstance(nst, bool) or nst < 1:
+            raise ModuleError(f"num_speculative_tokens is {nst!r}; it must be a whole number of at least 1")
+        method = args.get("speculative_method") or "dflash"
+        spec_cfg = {"method": method, "model": os.path.expanduser(drafter), "num_speculative_tokens": nst}
+        if args.get("draft_attention_backend"):
+            spec_cfg["attention_backend"] = str(args["draft_attention_backend"])
+
+    dtype = args.get("dtype") or fdef["dtype"]
+    if dtype is not None and dtype not in DTYPES:
+        raise ModuleError(f"dtype is {dtype!r}; choose one of: {', '.join(DTYPES)}")
+    max_model_len = args.get("max_model_len")
+    if max_model_len is None:
+        max_model_len = fdef["max_model_len"]
+    for var, value, low in (
+        ("max_model_len", max_model_len, 1),
+        ("max_num_batched_tokens", args.get("max_num_batched_tokens"), 1),
+        ("tensor_parallel_size", args.get("tensor_parallel_size"), 1),
+    ):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+            raise ModuleError(f"{var} is {value!r}; it must be a whole number of at least {low} (or null)")
+    gmu = args.get("gpu_memory_utilization")
+    if gmu is not None and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
+        raise ModuleError(f"gpu_memory_utilization is {gmu!r}; it must be a fraction in (0, 1], e.g. 0.9")
+    enforce_eager = args.get("enforce_eager")
+    if enforce_eager is None:
+        enforce_eager = fdef["enforce_eager"]
+
+    lmo = args.get("language_model_only")
+    if lmo in (None, "auto"):
+        lmo = bool(target_cfg is not None and is_multimodal is not None and is_multimodal(target_cfg))
+    elif isinstance(lmo, str):
+        lmo = lmo.strip().lower() in ("true", "yes", "on", "1")
+
+    extra = check_extra_args(list(args.get("extra_args") or []))
+
+    argv = [env_own_python(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
+    argv += [os.path.expanduser(model) if target_cfg is not None else model]
+    argv += ["--served-model-name", str(served), "--host", host, "--port", str(port)]
+    if spec_cfg:
+        argv += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
+    if dtype:
+        argv += ["--dtype", dtype]
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    if args.get("max_num_batched_tokens") is not None:
+        argv += ["--max-num-batched-tokens", str(args["max_num_batched_tokens"])]
+    if gmu is not None:
+        argv += ["--gpu-memory-utilization", f"{float(gmu):g}"]
+    if args.get("tensor_parallel_size") is not None:
+        argv += ["--tensor-parallel-size", str(args["tensor_parallel_size"])]
+    if enforce_eager:
+        argv += ["--enforce-eager"]
+    if lmo:
+        argv += ["--language-model-only"]
+    argv += extra
+
+    env = dict(COMMON_ENV)
+    env.update(fdef["env"])
+    if target_cfg is not None and (drafter is None or drafter_cfg is not None):
+        env.update(OFFLINE_ENV)  # every model is local: never try the network
+    cache_root = args.get("cache_root")
+    if cache_root:
+        cache_root = os.path.expanduser(cache_root)
+        env.update(
+            VLLM_CACHE_ROOT=cache_root,
+            TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_root, "inductor"),
+            TRITON_CACHE_DIR=os.path.join(cache_root, "triton"),
+        )
+    env.update(check_env(args.get("env") or {}))
+    api_key = read_secret(args.get("api_key"), args.get("api_key_file"), "vllm_api_key")
+    hf_token = read_secret(args.get("hf_token"), args.get("hf_token_file"), "hf_token")
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
+    if hf_token:
+        env["HF_TOKEN"] = hf_token
+
+    expected = []
+    target_arch = args.get("expected_architecture")
+    if not target_arch and target_cfg is not None:
+        archs = target_cfg.get("architectures") or []
+        target_arch = archs[0] if archs else None
+    if target_arch:
+        expected.append(str(target_arch))
+    if drafter_cfg is not None:
+        archs = drafter_cfg.get("architectures") or ["DFlashDraftModel"]
+        expected.append(str(archs[0]))
+
+    check_assembled(argv, env)
+    return {
+        "flavor": flavor,
+        "argv": argv,
+        "env": env,
+        "host": host,
+        "port": port,
+        "served_model_name": str(served),
+        "speculative": spec_cfg,
+        "language_model_only": lmo,
+        "expected_architectures": expected,
+        "models": {"target": model_stat(model), "drafter": model_stat(drafter) if drafter else None},
+    }
+
+
+def check_assembled(argv: list, env: dict) -> None:
+    """The assembled launch once more, for what no variable check sees: venv_python through a symlink whose
+    target's name holds a newline, a ~ that expands to one, a value added here later without a check."""
+    for i, word in enumerate(argv):
+        problem = line_problem(word)
+        if problem:
+            what = "venv_python's real path (symlinks resolved)" if i == 0 else f"word {i} of vLLM's command line"
+            raise ModuleError(f"{what} {problem}; it would reach the systemd unit; fix the path or the variable behind it")
+    for key, value in env.items():
+        problem = line_problem(value)
+        if problem:
+            raise ModuleError(f"the server's environment variable {key} {problem}; fix the variable that sets it")

@@ -1,0 +1,157 @@
+"""The server's environment file and systemd unit as text, the launch's fingerprint, and the mode.
+
+Pure text: no file is written here (vllm_server writes what these return). Every value placed in the
+unit is one line (vllm_values.line_problem) with systemd's specifiers and variables escaped.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from dflash_host.module import ModuleError
+from dflash_host.vllm_values import line_problem
+
+
+def _env_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`") + '"'
+
+
+def render_env_file(env: dict) -> str:
+    """KEY="value" lines, readable by systemd's EnvironmentFile= and by parse_env_file."""
+    lines = ["# Managed by dflash-provision (vllm-service role): the vLLM server's environment. Mode 0600."]
+    lines += [f"{k}={_env_quote(v)}" for k, v in sorted(env.items())]
+    return "\n".join(lines) + "\n"
+
+
+def parse_env_file(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        if len(value) >= 2 and value[0] == '"' and value[-1] == '"':
+            raw, value, i = value[1:-1], "", 0
+            while i < len(raw):
+                if raw[i] == "\\" and i + 1 < len(raw):
+                    value += raw[i + 1]
+                    i += 2
+                else:
+                    value += raw[i]
+                    i += 1
+        out[key.strip()] = value
+    return out
+
+
+def _unit_quote(arg: str) -> str:
+    """One ExecStart word: double-quoted, with systemd's specifiers (%) and variables ($) escaped."""
+    text = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{text}"'
+
+
+def _unit_setting(setting: str, value: str) -> str:
+    """A value for `Setting=value` outside ExecStart: systemd resolves % specifiers there (so % is written
+    %%), strips surrounding blanks, and joins a line ending in a backslash to the next one."""
+    problem = line_problem(value)
+    if problem is None and value != value.strip():
+        problem = "starts or ends with a blank, which systemd strips"
+    if problem is None and value.endswith("\\"):
+        problem = "ends with a backslash, which systemd reads as a line continuation"
+    if problem:
+        raise ModuleError(f"the unit's {setting}= value {problem}; fix the variable that sets it (vllm_pidfile for the folders)")
+    return value.replace("%", "%%")
+
+
+def _exec_start(words: list) -> str:
+    """ExecStart's value: every word quoted; a word that cannot be one line in the unit is refused."""
+    for i, word in enumerate(words):
+        problem = line_problem(word)
+        if problem:
+            raise ModuleError(f"word {i} of the unit's ExecStart {problem}; every value on vLLM's command line must be one line")
+    return " ".join(_unit_quote(w) for w in words)
+
+
+def render_unit(
+    argv: list,
+    env_file: str,
+    log: str,
+    launch_id: str,
+    description: str,
+    workdir: str,
+    user: str | None = None,
+) -> str:
+    """A systemd unit: the server's output goes to journald and is appended to the log file.
+
+    bash writes the start marker naming its own PID (the unit's MainPID), then runs vLLM with its
+    output through `tee -a LOG`; pipefail keeps vLLM's exit status for Restart=on-failure.
+    """
+    script = (
+        "set -o pipefail; "
+        'printf "%s\\n" "=== dflash-provision: vLLM server start pid=$$ launch=$1" >> "$0"; '
+        'shift; "$@" 2>&1 | tee -a "$0"'
+    )
+    exec_start = _exec_start(["/bin/bash", "-c", script, log, launch_id] + list(argv))
+    lines = [
+        "# Managed by dflash-provision (vllm-service role); changes here are overwritten.",
+        "[Unit]",
+        f"Description={_unit_setting('Description', description)}",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=simple",
+    ]
+    if user:
+        lines.append(f"User={_unit_setting('User', user)}")
+    lines += [
+        f"WorkingDirectory={_unit_setting('WorkingDirectory', workdir)}",
+        f"EnvironmentFile={_unit_setting('EnvironmentFile', env_file)}",
+        f"ExecStart={exec_start}",
+        "Restart=on-failure",
+        "RestartSec=10",
+        "KillMode=control-group",
+        "KillSignal=SIGTERM",
+        "TimeoutStopSec=60",
+        "StandardOutput=journal",
+        "StandardError=journal",
+        "SyslogIdentifier=dflash-vllm",
+        "LimitNOFILE=65536",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def fingerprint(argv: list, env_text: str, models: dict, mode: str, unit_text: str | None) -> str:
+    """What decides whether a running server is the wanted one; secrets enter only as a hash."""
+    blob = json.dumps(
+        {
+            "argv": argv,
+            "env": hashlib.sha256(env_text.encode()).hexdigest(),
+            "models": models,
+            "mode": mode,
+            "unit": unit_text,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def choose_mode(use_systemd, systemd_present: bool, is_root: bool) -> str:
+    """'systemd' or 'process'. auto: systemd where it is PID 1 and we may write system units."""
+    if isinstance(use_systemd, str):
+        low = use_systemd.strip().lower()
+        use_systemd = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}.get(low, low)
+    if use_systemd is True:
+        if not systemd_present:
+            raise ModuleError("vllm_use_systemd is true, but systemd is not PID 1 on this host; set it to auto or false")
+        return "systemd"
+    if use_systemd is False:
+        return "process"
+    if use_systemd not in (None, "auto"):
+        raise ModuleError(f"vllm_use_systemd is {use_systemd!r}; choose auto, true or false")
+    return "systemd" if systemd_present and is_root else "process"
