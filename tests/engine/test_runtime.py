@@ -1,0 +1,101 @@
+"""The host runtime: dflash_host reaches each host once per version, and the worker runs exactly that version.
+
+Real runs of the engine against the local host, each in its own python process with its own cache folder
+(XDG_CACHE_HOME: the control node's and the local worker's), so what lands on the "host" can be listed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from engine import runtime
+from engine.api import run_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = (
+    "import json, sys\n"
+    "from engine.api import run_playbook\n"
+    "res = run_playbook(sys.argv[1], inventory=sys.argv[2])\n"
+    "print(json.dumps({'exit': res.exit_code, 'msgs': [r.msg for r in res.find('Look at /')]}))\n"
+)
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    playbook = tmp_path / "pb.yaml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [{"name": "Look at /", "stat": {"path": "/"}}]}]))
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"local": {"ansible_connection": "local"}}}}))
+    return playbook, inventory
+
+
+def _run_from(tree: Path, playbook: Path, inventory: Path, cache: Path) -> dict:
+    """A run of the engine found in `tree` (a checkout), with `cache` as the user's cache folder."""
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, str(playbook), str(inventory)],
+        cwd=tree,
+        env=dict(os.environ, XDG_CACHE_HOME=str(cache)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _runtimes(cache: Path) -> list[str]:
+    folder = cache / "dflash-provision" / "runtime"
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def _checkout_with_a_changed_package(tmp_path: Path) -> Path:
+    """A copy of engine/, dflash_host/ and library/ whose module contract marks every result's message."""
+    tree = tmp_path / "checkout"
+    for part in ("engine", "dflash_host", "library"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    contract = tree / "dflash_host" / "module.py"
+    text = contract.read_text()
+    assert '    result.setdefault("msg", "")\n' in text
+    contract.write_text(text.replace('    result.setdefault("msg", "")\n', '    result["msg"] = "[new version] " + result.get("msg", "")\n'))
+    return tree
+
+
+def test_a_changed_package_is_shipped_again_and_each_version_is_kept_apart(tmp_path):
+    playbook, inventory = _files(tmp_path)
+    cache = tmp_path / "cache"
+    first = _run_from(ROOT, playbook, inventory, cache)
+    assert first == {"exit": 0, "msgs": ["/ is a directory"]}
+    shipped = _runtimes(cache)
+    assert len(shipped) == 1 and shipped[0].startswith(runtime.host_package_hash() + "-")
+
+    tree = _checkout_with_a_changed_package(tmp_path)
+    second = _run_from(tree, playbook, inventory, cache)
+    assert second == {"exit": 0, "msgs": ["[new version] / is a directory"]}  # the host ran the new package
+    both = _runtimes(cache)
+    assert len(both) == 2 and shipped[0] in both  # the new version beside the old one, under its own key
+    new_key = next(k for k in both if k != shipped[0])
+    assert (cache / "dflash-provision" / "runtime" / new_key / "dflash_host" / "module.py").read_bytes() == (
+        tree / "dflash_host" / "module.py"
+    ).read_bytes()
+
+    third = _run_from(ROOT, playbook, inventory, cache)  # back to this checkout: its cached version, not the newer one
+    assert third == first and _runtimes(cache) == both
+
+
+def test_a_dflash_host_in_the_working_folder_does_not_replace_the_shipped_one(tmp_path, monkeypatch):
+    """The local worker starts in the control node's working folder (sys.path[0]); a stale copy there is ignored."""
+    stale = tmp_path / "work" / "dflash_host"
+    stale.mkdir(parents=True)
+    (stale / "__init__.py").write_text('raise ImportError("a stale dflash_host from the working folder was imported")\n')
+    (stale / "module.py").write_text('raise ImportError("a stale dflash_host.module from the working folder was imported")\n')
+    playbook, inventory = _files(tmp_path)
+    monkeypatch.chdir(stale.parent)
+    res = run_playbook(str(playbook), inventory=str(inventory))
+    assert res.exit_code == 0, res.tasks
+    assert [r.msg for r in res.find("Look at /")] == ["/ is a directory"]
