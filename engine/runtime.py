@@ -64,7 +64,12 @@ def _zip(dirs: list[Path]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for path, name in entries:
-            zf.write(path, name.as_posix())
+            # A fixed date and mode: the zip (and the key hashed from it) depend on the contents only, so a fresh
+            # checkout of the same version does not ship the package again.
+            info = zipfile.ZipInfo(name.as_posix(), date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, path.read_bytes())
     return buf.getvalue()
 
 

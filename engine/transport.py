@@ -63,7 +63,6 @@ class Transport:
         self.stderr_tail: deque[str] = deque(maxlen=200)
         self._next_id = 0
         self._lock = threading.Lock()
-        self.sent_sources: set[str] = set()
 
     # subclass API
     def open(self) -> None: ...
