@@ -212,92 +212,102 @@ class HostLock:
             self.fd = None
 
 
+class Worker:
+    """The protocol loop: one JSON request per line in, one JSON answer per request out (plus progress lines)."""
+
+    def __init__(self, out):
+        self.out = out
+        self.sources = {}
+        self.loaded = {}
+        self.lock = HostLock()
+
+    def send(self, obj):
+        self.out.write(json.dumps(obj, default=str) + "\n")
+        self.out.flush()
+
+    def progress(self, rid):
+        return lambda msg: self.send({"id": rid, "progress": str(msg)})
+
+    def op_hello(self, req):
+        import platform
+        import sysconfig
+
+        use_runtime(req.get("runtime", ""))
+        return {
+            "python": platform.python_version(),
+            "executable": sys.executable,
+            "platform": sysconfig.get_platform(),
+            "machine": platform.machine(),
+            "libc": "-".join(platform.libc_ver()),
+            "missing": missing_packages(),
+            "pid": os.getpid(),
+        }
+
+    def op_runtime(self, req):
+        return {"missing": install_runtime(req["key"], req["zip"])}
+
+    def _module(self, req):
+        name = req["module"]
+        if req.get("source") is not None:
+            self.sources[name] = req["source"]
+            self.loaded.pop(name, None)
+        if name not in self.loaded:
+            self.loaded[name] = load_task(name, self.sources[name])
+        return self.loaded[name]
+
+    def op_run(self, req):
+        mod = self._module(req)
+        contract = importlib.import_module(HOST_PACKAGE + ".module")
+        ctx = contract.Context(check=bool(req.get("check")), diff=bool(req.get("diff")), progress=self.progress(req.get("id")))
+        started = time.monotonic()
+        try:
+            args = req.get("args") or {}
+            result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx, req["module"])
+        except TaskTimeout:
+            result = {"failed": True, "changed": False, "timed_out": True,
+                      "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped; "
+                             "what it had done so far stays".format(req.get("timeout_s"))}
+        result["_duration_s"] = round(time.monotonic() - started, 6)
+        return {"result": result}
+
+    def op_lock(self, req):
+        return self.lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, self.progress(req.get("id")))
+
+    def op_exit(self, req):
+        self.lock.release()
+        return {"bye": True}
+
+    def handle(self, req):
+        """Answer one request; a module bug is reported with its traceback and the worker keeps serving."""
+        rid = req.get("id")
+        handler = getattr(self, "op_" + str(req.get("op")), None)
+        if handler is None:
+            return {"id": rid, "error": "unknown op {!r}".format(req.get("op"))}
+        try:
+            return dict(handler(req), id=rid)
+        except Exception as exc:
+            import traceback
+
+            return {"id": rid, "result": {
+                "failed": True, "changed": False, "exception": traceback.format_exc(),
+                "msg": "module {} crashed: {}: {}".format(req.get("module"), type(exc).__name__, exc),
+            }}
+
+    def serve(self, lines):
+        for line in lines:
+            if line.strip():
+                req = json.loads(line)
+                self.send(self.handle(req))
+                if req.get("op") == "exit":
+                    return
+
+
 def main():
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    sources = {}
-    loaded = {}
-    lock = HostLock()
-
-    def send(obj):
-        out.write(json.dumps(obj, default=str) + "\n")
-        out.flush()
-
-    for line in sys.stdin.buffer:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        rid = req.get("id")
-        op = req.get("op")
-        try:
-            if op == "hello":
-                import platform
-                import sysconfig
-
-                use_runtime(req.get("runtime", ""))
-                send(
-                    {
-                        "id": rid,
-                        "python": platform.python_version(),
-                        "executable": sys.executable,
-                        "platform": sysconfig.get_platform(),
-                        "machine": platform.machine(),
-                        "libc": "-".join(platform.libc_ver()),
-                        "missing": missing_packages(),
-                        "pid": os.getpid(),
-                    }
-                )
-            elif op == "runtime":
-                send({"id": rid, "missing": install_runtime(req["key"], req["zip"])})
-            elif op == "run":
-                name = req["module"]
-                if req.get("source") is not None:
-                    sources[name] = req["source"]
-                    loaded.pop(name, None)
-                mod = loaded.get(name)
-                if mod is None:
-                    mod = loaded[name] = load_task(name, sources[name])
-                contract = importlib.import_module(HOST_PACKAGE + ".module")
-                ctx = contract.Context(
-                    check=bool(req.get("check")),
-                    diff=bool(req.get("diff")),
-                    progress=lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)}),
-                )
-                started = time.monotonic()
-                try:
-                    args = req.get("args") or {}
-                    result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx, name)
-                except TaskTimeout:
-                    result = {"failed": True, "changed": False, "timed_out": True,
-                              "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped; "
-                                     "what it had done so far stays".format(req.get("timeout_s"))}
-                result["_duration_s"] = round(time.monotonic() - started, 6)
-                send({"id": rid, "result": result})
-            elif op == "lock":
-                progress = lambda msg, _rid=rid: send({"id": _rid, "progress": str(msg)})  # noqa: E731
-                send(dict(lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, progress), id=rid))
-            elif op == "exit":
-                lock.release()
-                send({"id": rid, "bye": True})
-                return
-            else:
-                send({"id": rid, "error": f"unknown op {op!r}"})
-        except Exception as exc:  # a module bug: report it with the traceback, keep serving
-            import traceback
-
-            send(
-                {
-                    "id": rid,
-                    "result": {
-                        "failed": True,
-                        "changed": False,
-                        "msg": "module {} crashed: {}: {}".format(req.get("module"), type(exc).__name__, exc),
-                        "exception": traceback.format_exc(),
-                    },
-                }
-            )
+    Worker(out).serve(sys.stdin.buffer)
 
 
 main()
