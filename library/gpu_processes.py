@@ -9,7 +9,7 @@ differ from the record. A host without an NVIDIA driver is skipped.
 | argument | type | default | meaning |
 |---|---|---|---|
 | pidfile | path | none | the managed server's pidfile (see dflash_host/proc.py) |
-| unit | str | none | its systemd unit; used when systemd is PID 1 (system unit as root, else --user) |
+| unit | str | none | its systemd unit (a system unit: dflash_host/systemd.py); used when systemd is PID 1 |
 | threshold_mib | int | 1024 | a GPU is free when memory.used is below this many MiB |
 | timeout_s | float | 60 | how long to wait for the memory to be released |
 | grace_s | float | 10 | seconds between SIGTERM and SIGKILL |
@@ -24,12 +24,12 @@ differ from the record. A host without an NVIDIA driver is skipped.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 import psutil
 
 from dflash_host import gpu as _gpu
+from dflash_host import systemd as _systemd
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.paths import managed_path
 from dflash_host.proc import alive, examine, read_pidfile, stop_processes
@@ -153,29 +153,13 @@ def used_line(gpus: list, indices: list) -> str:
 # ---------------------------------------------------------------- systemd
 
 
-def systemd_is_pid1() -> bool:
-    return os.path.isdir("/run/systemd/system")
-
-
-def _systemctl(args: list, timeout: float = 30.0) -> subprocess.CompletedProcess:
-    argv = ["systemctl"] + ([] if os.geteuid() == 0 else ["--user"]) + args
-    try:
-        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ModuleError(f"'{' '.join(argv)}' failed: {exc}; check the unit by hand")
-
-
 def unit_state(unit: str) -> dict:
-    """{load_state, active_state, main_pid, cgroup} of a unit, from `systemctl show`."""
-    out = _systemctl(["show", unit, "-p", "LoadState", "-p", "ActiveState", "-p", "MainPID", "-p", "ControlGroup"])
-    props = {}
-    for line in out.stdout.decode("utf-8", "replace").splitlines():
-        key, _, value = line.partition("=")
-        props[key.strip()] = value.strip()
+    """{load_state, active_state, main_pid, cgroup} of a unit, from `systemctl show` (dflash_host.systemd)."""
+    props = _systemd.show(unit, ("LoadState", "ActiveState", "MainPID", "ControlGroup"))
     return {
         "load_state": props.get("LoadState", "not-found"),
         "active_state": props.get("ActiveState", "inactive"),
-        "main_pid": int(props.get("MainPID") or 0),
+        "main_pid": _systemd.main_pid(props),
         "cgroup": props.get("ControlGroup") or "",
     }
 
@@ -298,7 +282,7 @@ def run(args: dict, ctx: Context) -> dict:
         ctx.warn(f"pidfile {args['pidfile']}: refused to signal PID {r['pid']}: {r['reason']}")
     managed = list(found["managed"])
     unit = None
-    if args["unit"] and systemd_is_pid1():
+    if args["unit"] and _systemd.present():
         unit = dict(unit_state(args["unit"]), name=args["unit"])
         if unit["load_state"] == "not-found":
             unit = None
@@ -362,12 +346,7 @@ def run(args: dict, ctx: Context) -> dict:
     changed = False
     if unit_active and not left_running:
         ctx.say(f"systemctl stop {unit['name']}")
-        out = _systemctl(["stop", unit["name"]], timeout=max(90.0, args["grace_s"] + 30))
-        if out.returncode != 0:
-            raise ModuleError(
-                f"'systemctl stop {unit['name']}' failed ({out.returncode}): "
-                f"{out.stdout.decode('utf-8', 'replace').strip()}; check `systemctl status {unit['name']}`"
-            )
+        _systemd.stop(unit["name"], args["grace_s"])
         unit["stopped"] = True
         changed = True
     stopped = stop_processes([p for p in to_stop if alive(p)], args["grace_s"], ctx)
