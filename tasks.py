@@ -36,5 +36,6 @@ ns = Collection(
         "inventory": "inventory file (default: inventory.yaml)",
     }),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),
+    Task(cmd.module_docs, name="module-docs"),
     Task(cmd.test, name="test", help={"k": "only tests matching this expression", "fast": "skip slow and end-to-end tests"}),
 )

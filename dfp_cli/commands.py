@@ -131,3 +131,10 @@ def test(c, k=None, fast=False):
     if k:
         argv += ["-k", k]
     os.execv(sys.executable, argv)  # noqa: S606 - this python with a fixed pytest argv, no shell
+
+
+def module_docs(c):
+    """Write docs/MODULES.md from the modules' ARGS (the one place an argument is written)."""
+    from dfp_cli.module_docs import DOC, write
+
+    print(f"{DOC}: {'updated' if write() else 'up to date'}")
