@@ -1,9 +1,10 @@
 """What the NVIDIA driver says about GPUs and their holders: nvidia-smi queries and a /proc fd scan.
 
-Shared by `facts` (inventory of GPUs) and `gpu_processes` (who holds GPU memory). Parsing is done by
-small pure functions over nvidia-smi's CSV text so it can be tested as tables; the I/O wrappers run
-nvidia-smi with an argv list and a timeout and turn every way it can fail into `NoDriver(reason)`.
-Standard library only (facts must stay fast: no psutil import here).
+Shared by `facts` (inventory of GPUs) and `gpu_processes` (who holds GPU memory, and waiting until it is
+released). Parsing is done by small pure functions over nvidia-smi's CSV text so it can be tested as
+tables; the I/O wrappers run nvidia-smi with an argv list and a timeout and turn every way it can fail
+into `NoDriver(reason)`. Standard library only (facts must stay fast: no psutil import here; tenacity
+is imported by the one function that waits).
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import os
 import re
 import shutil
 import subprocess
+from typing import TYPE_CHECKING
 
+from dflash_host.module import ModuleError
+
+if TYPE_CHECKING:  # annotations only
+    from dflash_host.module import Context
+
+# The command run when the task names none (the nvidia_smi variable undefined: a play without the common
+# roles' defaults, or a module run by hand).
+COMMAND = "nvidia-smi"
 GPU_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "memory.used", "driver_version")
 APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
 CSV_FORMAT = "--format=csv,noheader,nounits"
@@ -127,8 +137,9 @@ def driver_failure_reason(cmd: str, returncode: int, output: str) -> str:
 # ---------------------------------------------------------------- nvidia-smi
 
 
-def resolve(cmd: str) -> str:
-    """The nvidia-smi executable to run, or NoDriver when there is none."""
+def resolve(cmd: str | None) -> str:
+    """The nvidia-smi executable to run (None: COMMAND from PATH), or NoDriver when there is none."""
+    cmd = cmd or COMMAND
     if os.sep in cmd:
         if os.path.isfile(cmd) and os.access(cmd, os.X_OK):
             return cmd
@@ -139,9 +150,9 @@ def resolve(cmd: str) -> str:
     return found
 
 
-def smi(cmd: str, args: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> str:
+def smi(cmd: str | None, args: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> str:
     """Run nvidia-smi with argv `args`; return stdout or raise NoDriver with the reason."""
-    exe = resolve(cmd)
+    exe, cmd = resolve(cmd), cmd or COMMAND
     try:
         proc = subprocess.run(
             [exe, *args],
@@ -161,9 +172,10 @@ def smi(cmd: str, args: list[str], timeout: float = DEFAULT_TIMEOUT_S) -> str:
     return out
 
 
-def query_gpus(cmd: str) -> list[dict]:
+def query_gpus(cmd: str | None) -> list[dict]:
     """Every GPU the driver sees (see parse_gpu_csv); NoDriver when there is no usable driver."""
-    fields = GPU_FIELDS
+    cmd = cmd or COMMAND
+    fields: tuple = GPU_FIELDS
     try:
         out = smi(cmd, ["--query-gpu=" + ",".join(fields), CSV_FORMAT])
     except NoDriver as exc:
@@ -180,7 +192,7 @@ def query_gpus(cmd: str) -> list[dict]:
     return gpus
 
 
-def query_cuda_version(cmd: str) -> str | None:
+def query_cuda_version(cmd: str | None) -> str | None:
     """The CUDA version the driver supports: `nvidia-smi --version`, else the table header."""
     for args in (["--version"], []):
         try:
@@ -192,20 +204,76 @@ def query_cuda_version(cmd: str) -> str | None:
     return None
 
 
-def query_compute_apps(cmd: str) -> list[dict]:
+def query_compute_apps(cmd: str | None) -> list[dict]:
     """Processes with a CUDA context, as the driver lists them (PIDs of this PID namespace or not)."""
     return parse_compute_apps(smi(cmd, ["--query-compute-apps=" + ",".join(APP_FIELDS), CSV_FORMAT]))
+
+
+# ---------------------------------------------------------------- free or busy
+
+
+def select_gpus(gpus: list, requested: list | None) -> list[int]:
+    """The indices that must end up free: `requested` (checked against what exists) or all."""
+    indices = [g["index"] for g in gpus]
+    if requested is None:
+        return indices
+    out = []
+    for value in requested:
+        try:
+            idx = int(value)
+        except (TypeError, ValueError):
+            raise ModuleError(f"gpus entry {value!r} is not a GPU index; use numbers such as [0, 1]")
+        if idx not in indices:
+            raise ModuleError(f"gpus names GPU {idx}, but this host has GPU(s) {indices}; fix 'gpus'")
+        out.append(idx)
+    return out
+
+
+def busy(gpus: list, indices: list, threshold_mib: int) -> list[dict]:
+    """The selected GPUs whose used memory is at or above the threshold (unknown counts as busy)."""
+    return [g for g in gpus if g["index"] in indices and (g["memory_used_mib"] is None or g["memory_used_mib"] >= threshold_mib)]
+
+
+def used_line(gpus: list, indices: list) -> str:
+    return ", ".join(f"GPU {g['index']} {g['memory_used_mib']} MiB" for g in gpus if g["index"] in indices)
+
+
+def query_or_fail(cmd: str | None) -> list:
+    """query_gpus for a run that has already seen the driver: losing it now is an error, not a skip."""
+    try:
+        return query_gpus(cmd)
+    except NoDriver as exc:
+        raise ModuleError(f"nvidia-smi stopped answering while freeing the GPU: {exc}")
+
+
+def wait_until_free(cmd: str | None, indices: list, threshold_mib: int, timeout_s: float, ctx: Context) -> list:
+    """Poll nvidia-smi (tenacity, bounded by timeout_s) until the GPUs are free; return the last reading."""
+    import tenacity
+
+    def note(state: tenacity.RetryCallState) -> None:
+        if state.outcome is not None:
+            ctx.say(f"waiting for GPU memory to be released: {used_line(state.outcome.result(), indices)}")
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+        retry=tenacity.retry_if_result(lambda g: bool(busy(g, indices, threshold_mib))),
+        before_sleep=note,
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome is not None else None,
+    )
+    return retrying(query_or_fail, cmd)
 
 
 # ---------------------------------------------------------------- /proc scan
 
 
-def scan_device_fds(prefix: str = DEVICE_PREFIX, proc_root: str = "/proc") -> tuple[dict, int]:
+def scan_device_fds(prefix: str | None = None, proc_root: str = "/proc") -> tuple[dict, int]:
     """PIDs with open file descriptors on NVIDIA device nodes (paths starting with `prefix`).
 
     Returns ({pid: sorted device paths}, count of processes whose fds could not be read). A non-root
     user cannot read other users' fds: those are counted, not guessed. This process is left out.
     """
+    prefix = prefix or DEVICE_PREFIX
     found: dict[int, list[str]] = {}
     denied = 0
     me = os.getpid()

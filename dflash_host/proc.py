@@ -184,7 +184,7 @@ def examine(record: dict) -> dict:
     for i, entry in enumerate([record] + list(record.get("tree", []))):
         proc, live = _live(entry["pid"])
         why = mismatch(entry, live)
-        if why is None:
+        if why is None and proc is not None:
             if all(a.pid != proc.pid for a in anchors):
                 anchors.append(proc)
         elif live is not None:  # a live process that is not ours: say so, never touch it
@@ -305,7 +305,7 @@ def whole_groups(procs: list[psutil.Process], own_pgid: int) -> list[int]:
     return out
 
 
-def _info(proc: psutil.Process) -> dict:
+def brief(proc: psutil.Process) -> dict:  # {pid, user, cmdline} for a report
     try:
         with proc.oneshot():
             return {"pid": proc.pid, "user": proc.username(), "cmdline": proc.cmdline()}
@@ -363,8 +363,8 @@ def stop_processes(procs: list, grace_s: float, ctx: Any = None, groups: bool = 
         elif proc.pid not in unique and alive(proc):
             unique[proc.pid] = proc
     targets = list(unique.values())
-    result = {
-        "stopped": [_info(p) for p in targets],
+    result: dict[str, Any] = {
+        "stopped": [brief(p) for p in targets],
         "terminated": [],
         "killed": [],
         "survivors": [],

@@ -82,6 +82,20 @@ def main_pid(props: dict) -> int:
         return 0
 
 
+def cgroup_pids(cgroup: str) -> list[int]:
+    """PIDs in a unit's cgroup (the ControlGroup property; v2, else v1's systemd hierarchy): systemd put
+    them there, so they are the unit's. Empty when the unit has no cgroup (not running)."""
+    if not cgroup:
+        return []
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/systemd"):
+        try:
+            with open(f"{root}{cgroup}/cgroup.procs") as fh:
+                return [int(x) for x in fh.read().split()]
+        except (OSError, ValueError):
+            continue
+    return []
+
+
 def _unit_name(unit: str) -> str:
     if not isinstance(unit, str) or not unit.strip() or any(c in unit for c in "\n\r\x00"):
         raise ModuleError(f"systemd unit name {unit!r} is empty or not one line; fix vllm_service_name")

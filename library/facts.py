@@ -3,11 +3,6 @@
 Gathered at the start of every play (the variable `facts`); roles decide from it (flash-attn line
 from the compute capability, GPU roles skip without a driver). Reads /proc and /etc directly and
 calls nvidia-smi at most twice, so it stays fast; it never changes the host.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| nvidia_smi | str | nvidia-smi | the nvidia-smi command (inventory variable `nvidia_smi`) |
-| disk_paths | list | ["~"] | paths whose filesystem's free space is reported (`facts_disk_paths`) |
 """
 
 from __future__ import annotations
@@ -19,11 +14,14 @@ import socket
 import sys
 
 from dflash_host import gpu as _gpu
+from dflash_host import systemd as _systemd
 from dflash_host.module import Context, main
 
 ARGS = {
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "disk_paths": {"type": "list", "default": ["~"]},
+    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
+                   "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
+    "disk_paths": {"type": "list", "default": ["~"], "var": "facts_disk_paths",
+                   "help": "paths whose filesystem's free and total MiB are reported (facts.disk)"},
 }
 
 
@@ -96,11 +94,6 @@ def disk_facts(paths: list) -> dict:
     return out
 
 
-def systemd_is_pid1() -> bool:
-    """sd_booted(): systemd creates /run/systemd/system when it runs as PID 1."""
-    return os.path.isdir("/run/systemd/system")
-
-
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -134,7 +127,7 @@ def run(args: dict, ctx: Context) -> dict:
         "cpu_count": os.cpu_count() or 1,
         "memory_mib": parse_meminfo(_read("/proc/meminfo")),
         "disk": disk_facts(args["disk_paths"] or []),
-        "systemd": systemd_is_pid1(),
+        "systemd": _systemd.present(),
         "gpu": gpu,
         "gpus": gpu_list,
     }

@@ -18,16 +18,11 @@ import psutil
 import pytest
 
 from dflash_host import gpu as _gpu
+from dflash_host.gpu import busy, select_gpus
+from dflash_host.gpu_holders import blocked_by_foreign, foreign_decision, parse_kill_foreign
 from dflash_host.module import ModuleError
 from dflash_host.proc import write_pidfile
-from library.gpu_processes import (
-    blocked_by_foreign,
-    busy,
-    check_numbers,
-    foreign_decision,
-    parse_kill_foreign,
-    select_gpus,
-)
+from library.gpu_processes import check_numbers
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
