@@ -182,12 +182,21 @@ def _check_metadata(path: str, metadata) -> dict:
     return metadata
 
 
+def oversized_index(digits: str) -> str | None:
+    """The digits of a tensor name's numeric part as a message shows them, when above MAX_INDEX; else None.
+
+    The length is compared first, so a name with a million digits is never turned into an int.
+    """
+    if len(digits) > len(str(MAX_INDEX)) or int(digits) > MAX_INDEX:
+        return digits if len(digits) <= 12 else f"{digits[:12]}... ({len(digits)} digits)"
+    return None
+
+
 def _check_name(path: str, name: str) -> None:
     """A numeric part of a tensor name (layers.N., experts.N.) is at most MAX_INDEX: readers index by it."""
     for match in _NUMERIC_PART.finditer(name):
-        digits = match.group(1)
-        if len(digits) > len(str(MAX_INDEX)) or int(digits) > MAX_INDEX:
-            shown = digits if len(digits) <= 12 else f"{digits[:12]}... ({len(digits)} digits)"
+        shown = oversized_index(match.group(1))
+        if shown is not None:
             raise ModuleError(
                 f"{path}: tensor {brief_repr(name)} has the index {shown}, above the {MAX_INDEX} any real checkpoint "
                 f"uses for a layer, expert or block; the file is damaged or crafted"

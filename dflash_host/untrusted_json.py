@@ -54,8 +54,10 @@ def _unique_keys(pairs: list) -> dict:
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise UnsafeJSON(f"it names {brief_repr(twice)} twice")
+        for key, _ in pairs:
+            if key in seen:
+                raise UnsafeJSON(f"it names {brief_repr(key)} twice")
+            seen.add(key)
     return out
 
 
@@ -73,12 +75,11 @@ def _check_json_shape(raw: bytes, max_depth: int) -> None:
     if commas > MAX_JSON_COMMAS:
         raise UnsafeJSON(f"it holds {commas} values, more values than {MAX_TENSORS} tensors need")
     for _ in range(max_depth):
-        skeleton, found = _INNERMOST.subn(b"0", skeleton)
-        if not found:
+        skeleton, replaced = _INNERMOST.subn(b"0", skeleton)
+        if not replaced:
             break
     else:
-        found = _INNERMOST.search(skeleton)
-        if found:
+        if _INNERMOST.search(skeleton):
             raise UnsafeJSON(f"its objects and lists nest deeper than {max_depth} levels")
     if any(b in skeleton for b in (b"{", b"[", b"]", b"}")):
         raise UnsafeJSON("its brackets or quotes do not pair up")

@@ -7,23 +7,6 @@ target_layer_ids: 8 layers with k=2 fused layers gives [1, 5]) and a one-layer D
 z-lab layout (fc.weight [H, H*k], hidden_norm, norm, layers.0.*). The drafter gets no config.json:
 the drafter-config role derives it from the weights and the target. Idempotent: a marker file
 beside the models records the recipe; same recipe = `ok`, no python started.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| state | str | present | present, or absent: remove models that tiny_models made (by its marker; others are never touched) |
-| python | path | none | the serving environment's python (needs torch, transformers, tokenizers, safetensors); required for present |
-| target_dir | path | required | where the target goes |
-| drafter_dir | path | required | where the drafter weights go |
-| hidden_size | int | 64 | hidden size of both |
-| num_layers | int | 8 | target layers |
-| num_heads / num_kv_heads | int | 4 / 2 | attention heads |
-| head_dim | int | 32 | head size (CPU attention supports 32, 64, 80, 96, 112, 128, ...; not 16) |
-| intermediate_size | int | 128 | MLP width |
-| fused_layers | int | 2 | target layers the drafter fuses (k: fc.weight is [H, H*k]) |
-| draft_layers | int | 1 | drafter layers |
-| max_positions | int | 512 | max_position_embeddings |
-| seed | int | 0 | random seed |
-| timeout_s | float | 600 | limit for the generator |
 """
 
 from __future__ import annotations
@@ -38,21 +21,58 @@ from dflash_host.files import atomic_write, read_bytes
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-    "python": {"type": "path", "default": None},
-    "target_dir": {"type": "path", "required": True},
-    "drafter_dir": {"type": "path", "required": True},
-    "hidden_size": {"type": "int", "default": 64},
-    "num_layers": {"type": "int", "default": 8},
-    "num_heads": {"type": "int", "default": 4},
-    "num_kv_heads": {"type": "int", "default": 2},
-    "head_dim": {"type": "int", "default": 32},
-    "intermediate_size": {"type": "int", "default": 128},
-    "fused_layers": {"type": "int", "default": 2},
-    "draft_layers": {"type": "int", "default": 1},
-    "max_positions": {"type": "int", "default": 512},
-    "seed": {"type": "int", "default": 0},
-    "timeout_s": {"type": "float", "default": 600},
+    "state": {
+        "type": "str",
+        "default": "present",
+        "choices": ["present", "absent"],
+        "help": "present, or absent: remove models that tiny_models made (by its marker; others are never touched)",
+    },
+    "python": {
+        "type": "path",
+        "default": None,
+        "var": "venv_python",
+        "help": "the serving environment's python (with torch, transformers, tokenizers, safetensors); required "
+        "for present",
+    },
+    "target_dir": {"type": "path", "required": True, "var": "target_model", "help": "the folder the target goes to"},
+    "drafter_dir": {
+        "type": "path",
+        "required": True,
+        "var": "drafter_model",
+        "help": "the folder the drafter's weights go to",
+    },
+    "hidden_size": {
+        "type": "int",
+        "default": 64,
+        "var": "tiny_models_hidden_size",
+        "help": "hidden size of the target and the drafter",
+    },
+    "num_layers": {
+        "type": "int",
+        "default": 8,
+        "var": "tiny_models_layers",
+        "help": "target layers: deep enough for the reference spacing of target_layer_ids (k ids from 1 to N-3: "
+        "N=8, k=2 gives [1, 5])",
+    },
+    "num_heads": {"type": "int", "default": 4, "help": "attention heads"},
+    "num_kv_heads": {"type": "int", "default": 2, "help": "key/value heads (num_heads must be a multiple)"},
+    "head_dim": {
+        "type": "int",
+        "default": 32,
+        "var": "tiny_models_head_dim",
+        "help": "attention head size: vLLM's CPU attention supports 32, 64, 80, 96, 112, 128, ... but not 16",
+    },
+    "intermediate_size": {"type": "int", "default": 128, "help": "MLP width"},
+    "fused_layers": {
+        "type": "int",
+        "default": 2,
+        "var": "tiny_models_fused_layers",
+        "help": "target layers the drafter fuses (k: its fc.weight is [hidden, hidden * k])",
+    },
+    "draft_layers": {"type": "int", "default": 1, "help": "drafter layers"},
+    "max_positions": {"type": "int", "default": 512, "help": "max_position_embeddings of both"},
+    "seed": {"type": "int", "default": 0, "help": "random seed"},
+    "timeout_s": {"type": "float", "default": 600, "help": "limit for the generator, in seconds"},
 }
 
 MARKER = ".dflash-tiny-models.json"
