@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from _helpers import load_module, run_by_hand, run_module, snapshot
 
+from dflash_host import manifest as manifest_mod
 from dflash_host.module import ModuleError
 
 copy_mod = load_module("copy")
@@ -63,11 +64,11 @@ def test_plan_entries_separates_uploads_from_mode_fixes():
         "differs": {"sha256": b, "mode": 0o644},
         "modeonly": {"sha256": a, "mode": 0o644},
     }
-    assert copy_mod.plan_entries(entries, found) == (["new", "differs"], ["modeonly"])
+    assert manifest_mod.plan_entries(entries, found) == (["new", "differs"], ["modeonly"])
 
 
 def test_extra_paths_lists_unlisted_files_sorted():
-    assert copy_mod.extra_paths(["z", "a/b", "keep"], ["keep"]) == ["a/b", "z"]
+    assert manifest_mod.extra_paths(["z", "a/b", "keep"], ["keep"]) == ["a/b", "z"]
 
 
 @pytest.mark.parametrize(
@@ -85,11 +86,11 @@ def test_extra_paths_lists_unlisted_files_sorted():
 )
 def test_bad_manifest_is_refused_naming_the_entry(manifest, words):
     with pytest.raises(ModuleError, match=words):
-        copy_mod.check_manifest(manifest, None)
+        manifest_mod.check_manifest(manifest, None)
 
 
 def test_manifest_modes_accept_strings_and_ints():
-    got = copy_mod.check_manifest(
+    got = manifest_mod.check_manifest(
         [
             {"path": "a/./b", "sha256": "A" * 64, "mode": "0755"},
             {"path": "c", "sha256": "b" * 64, "mode": 0o600},
