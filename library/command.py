@@ -1,20 +1,11 @@
 """Run a program (an argv list, never a shell string) unless its result already exists.
 
+No role or playbook uses it: it is here for the benchmark's workload (bench/workload/ours.yaml, the
+same tasks as Ansible's) and for user playbooks.
+
 For the steps no other module covers: a one-off build, a probe whose output a later task reads.
 `creates`/`removes` make it idempotent; the task's `changed_when` can refine what "changed" means.
 In check mode it does not run (it says it would), unless the task marks it `check_safe` (read-only).
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| argv | list | required | program and its arguments, e.g. ["uv", "venv", "/opt/env"]; a string is refused |
-| chdir | path | none | working folder (relative `creates`/`removes` are taken from it) |
-| creates | path | none | skip (changed false) when this path exists |
-| removes | path | none | skip (changed false) when this path does not exist |
-| env | dict | none | variables added to the inherited environment |
-| stdin | str | none | text fed to the program's standard input (else it reads from /dev/null) |
-| timeout_s | float | none | stop the program's whole process group after this many seconds; a failure |
-| expect_rc | list | [0] | return codes that count as success |
-| check_safe | bool | false | the command only reads: run it in check mode too |
 
 Result: `rc`, `stdout`, `stderr` (each cut to 64 KiB, head and tail, with a note), `duration_s`, `ran`
 (false when skipped; then `rc` is null), `argv`. A return code outside `expect_rc` fails the task,
@@ -32,15 +23,27 @@ import time
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "argv": {"type": "raw", "required": True},
-    "chdir": {"type": "path", "default": None},
-    "creates": {"type": "path", "default": None},
-    "removes": {"type": "path", "default": None},
-    "env": {"type": "dict", "default": None},
-    "stdin": {"type": "str", "default": None},
-    "timeout_s": {"type": "float", "default": None},
-    "expect_rc": {"type": "list", "default": [0]},
-    "check_safe": {"type": "bool", "default": False},
+    "argv": {
+        "type": "raw",
+        "required": True,
+        "help": 'program and its arguments, e.g. ["uv", "venv", "/opt/env"]; a string is refused',
+    },
+    "chdir": {"type": "path", "default": None, "help": "working folder (relative creates/removes are taken from it)"},
+    "creates": {"type": "path", "default": None, "help": "skip (changed false) when this path exists"},
+    "removes": {"type": "path", "default": None, "help": "skip (changed false) when this path does not exist"},
+    "env": {"type": "dict", "default": None, "help": "variables added to the inherited environment"},
+    "stdin": {
+        "type": "str",
+        "default": None,
+        "help": "text fed to the program's standard input (else it reads from /dev/null)",
+    },
+    "timeout_s": {
+        "type": "float",
+        "default": None,
+        "help": "stop the program's whole process group after this many seconds; a failure",
+    },
+    "expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
+    "check_safe": {"type": "bool", "default": False, "help": "the command only reads: run it in check mode too"},
 }
 
 OUTPUT_LIMIT = 64 * 1024  # characters kept of stdout and of stderr each

@@ -9,15 +9,6 @@ mode and owner the service needs. Only what differs is changed, and only what ca
   system or home folder is never changed;
 - folders it creates get 0755 (less what the umask takes away), parents included; `mode` sets the
   last one exactly.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| path | path | required | the path on the host (absolute, or starting with ~/) |
-| state | str | directory | directory, file (must exist; only mode/owner managed), absent |
-| mode | str | none | octal string such as "0750"; none: an existing path keeps its mode |
-| owner | str | none | user name or uid |
-| group | str | none | group name or gid |
-| recurse | bool | false | with state=absent, remove a non-empty directory too |
 """
 
 from __future__ import annotations
@@ -30,12 +21,21 @@ from dflash_host.module import Context, ModuleError, main
 from dflash_host.paths import check_plain, managed_path
 
 ARGS = {
-    "path": {"type": "path", "required": True},
-    "state": {"type": "str", "default": "directory", "choices": ["directory", "file", "absent"]},
-    "mode": {"type": "str", "default": None},
-    "owner": {"type": "str", "default": None},
-    "group": {"type": "str", "default": None},
-    "recurse": {"type": "bool", "default": False},
+    "path": {"type": "path", "required": True, "help": "the path on the host (absolute, or starting with ~/)"},
+    "state": {
+        "type": "str",
+        "default": "directory",
+        "choices": ["directory", "file", "absent"],
+        "help": "directory, file (must exist; only mode/owner managed), absent",
+    },
+    "mode": {
+        "type": "str",
+        "default": None,
+        "help": 'octal string such as "0750"; none: an existing path keeps its mode',
+    },
+    "owner": {"type": "str", "default": None, "help": "user name or uid"},
+    "group": {"type": "str", "default": None, "help": "group name or gid"},
+    "recurse": {"type": "bool", "default": False, "help": "with state=absent, remove a non-empty directory too"},
 }
 
 

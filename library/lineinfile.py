@@ -1,18 +1,10 @@
 """Ensure one line is in a text file (or replaces the line a regex finds), or that no such line is.
 
+No role or playbook uses it: it is here for the benchmark's workload (bench/workload/ours.yaml, the
+same tasks as Ansible's) and for user playbooks.
+
 For the one setting in a file someone else owns: an environment line, a config key. The rest of the
 file is kept byte for byte; the new file is written atomically, with a backup if asked.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| path | path | required | the file on the host; a symlink is followed |
-| line | str | none | the whole line wanted (without newline); required with state present |
-| regexp | str | none | Python regex: present replaces the last matching line; absent removes every match |
-| state | str | present | present or absent |
-| create | bool | false | create the file (and its missing folders, 0755) when it does not exist |
-| insertafter | str | EOF | where a new line goes: EOF, or after the last line matching this regex (EOF if none) |
-| mode | str | none | octal string such as "0644" for the file |
-| backup | bool | false | keep a timestamped copy of the file before changing it |
 
 With regexp and state present, when no line matches but the exact line is already there, nothing
 changes (so a regexp that does not match the line itself stays idempotent).
@@ -27,14 +19,30 @@ from dflash_host.files import atomic_write, parse_mode, read_bytes
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "path": {"type": "path", "required": True},
-    "line": {"type": "str", "default": None},
-    "regexp": {"type": "str", "default": None},
-    "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-    "create": {"type": "bool", "default": False},
-    "insertafter": {"type": "str", "default": "EOF"},
-    "mode": {"type": "str", "default": None},
-    "backup": {"type": "bool", "default": False},
+    "path": {"type": "path", "required": True, "help": "the file on the host; a symlink is followed"},
+    "line": {
+        "type": "str",
+        "default": None,
+        "help": "the whole line wanted (without newline); required with state present",
+    },
+    "regexp": {
+        "type": "str",
+        "default": None,
+        "help": "Python regex: present replaces the last matching line; absent removes every match",
+    },
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"], "help": "present or absent"},
+    "create": {
+        "type": "bool",
+        "default": False,
+        "help": "create the file (and its missing folders, 0755) when it does not exist",
+    },
+    "insertafter": {
+        "type": "str",
+        "default": "EOF",
+        "help": "where a new line goes: EOF, or after the last line matching this regex (EOF if none)",
+    },
+    "mode": {"type": "str", "default": None, "help": 'octal string such as "0644" for the file'},
+    "backup": {"type": "bool", "default": False, "help": "keep a timestamped copy of the file before changing it"},
 }
 
 

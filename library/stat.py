@@ -1,14 +1,11 @@
 """Report what is at a path (exists, kind, size, mode, owner, times, optional sha256); change nothing.
 
+No role or playbook uses it: it is here for the benchmark's workload (bench/workload/ours.yaml, the
+same tasks as Ansible's) and for user playbooks.
+
 For decisions in later tasks: `when: not drafter_cfg.exists`, or comparing a checksum. Every key is
 always present (null or false when the path is absent), so a `when` on a missing path never trips
 over an undefined variable.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| path | path | required | the path on the host |
-| follow | bool | false | describe a symlink's target instead of the link (islink and lnk_target stay the link's) |
-| checksum | bool | false | add the sha256 of a regular file |
 
 Result: exists, isdir, isfile, islink, size, mode ("0644"), uid, gid, owner, group, mtime (epoch s),
 sha256 (with checksum, for a file), lnk_target (the link's text), path. Never changed.
@@ -25,9 +22,13 @@ import stat as st_mod
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "path": {"type": "path", "required": True},
-    "follow": {"type": "bool", "default": False},
-    "checksum": {"type": "bool", "default": False},
+    "path": {"type": "path", "required": True, "help": "the path on the host"},
+    "follow": {
+        "type": "bool",
+        "default": False,
+        "help": "describe a symlink's target instead of the link (islink and lnk_target stay the link's)",
+    },
+    "checksum": {"type": "bool", "default": False, "help": "add the sha256 of a regular file"},
 }
 
 ABSENT = {

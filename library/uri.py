@@ -1,24 +1,13 @@
 """Make an HTTP request and check its status and, optionally, fields of its JSON answer.
 
+No role or playbook uses it (vllm_server probes the server itself) and the benchmark does not either:
+it is a general module for user playbooks (tests/engine/test_general_modules_play.py runs it).
+
 For health checks and smoke tests of the served model (`/health` 200, `/v1/models` lists the served
 name). Read-only by default: never changed; a request with another method than GET/HEAD counts as a
 change only when the task says `mutating: true`, and such a request is not sent in check mode.
 Headers that look secret (Authorization, Cookie, *token*, *key*, *secret*, *password*) are never
 echoed in the result, nor is a password in the URL.
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| url | str | required | http:// or https:// URL |
-| method | str | GET | HTTP method |
-| headers | dict | {} | request headers |
-| body | str | none | request body (text) |
-| json | raw | none | request body as JSON (a mapping or list); sets Content-Type |
-| status_code | raw | [200] | accepted status code(s): an int or a list |
-| timeout_s | float | 30 | give up on a response after this many seconds |
-| expect_json | dict | none | {dotted.key: expected value} checked in the JSON answer ("data.0.id": "target") |
-| return_content | bool | false | put the body (`content`, and `json` when it parses) in the result |
-| mutating | bool | false | the request changes the server: report changed, and do not send it in check mode |
-| validate_certs | bool | true | check the server's TLS certificate |
 
 Result: `status`, `url`, `method`, `headers` (the response's, secrets redacted), `elapsed_s`,
 `request_headers` (redacted), and with return_content `content` (cut at 1 MiB) and `json`.
@@ -37,17 +26,29 @@ import urllib.request
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "url": {"type": "str", "required": True},
-    "method": {"type": "str", "default": "GET"},
-    "headers": {"type": "dict", "default": None},
-    "body": {"type": "str", "default": None},
-    "json": {"type": "raw", "default": None},
-    "status_code": {"type": "raw", "default": [200]},
-    "timeout_s": {"type": "float", "default": 30.0},
-    "expect_json": {"type": "dict", "default": None},
-    "return_content": {"type": "bool", "default": False},
-    "mutating": {"type": "bool", "default": False},
-    "validate_certs": {"type": "bool", "default": True},
+    "url": {"type": "str", "required": True, "help": "http:// or https:// URL"},
+    "method": {"type": "str", "default": "GET", "help": "HTTP method"},
+    "headers": {"type": "dict", "default": None, "help": "request headers (none: no extra headers)"},
+    "body": {"type": "str", "default": None, "help": "request body (text)"},
+    "json": {"type": "raw", "default": None, "help": "request body as JSON (a mapping or list); sets Content-Type"},
+    "status_code": {"type": "raw", "default": [200], "help": "accepted status code(s): an int or a list"},
+    "timeout_s": {"type": "float", "default": 30.0, "help": "give up on a response after this many seconds"},
+    "expect_json": {
+        "type": "dict",
+        "default": None,
+        "help": '{dotted.key: expected value} checked in the JSON answer ("data.0.id": "target")',
+    },
+    "return_content": {
+        "type": "bool",
+        "default": False,
+        "help": "put the body (content, and json when it parses) in the result",
+    },
+    "mutating": {
+        "type": "bool",
+        "default": False,
+        "help": "the request changes the server: report changed, and do not send it in check mode",
+    },
+    "validate_certs": {"type": "bool", "default": True, "help": "check the server's TLS certificate"},
 }
 
 CONTENT_LIMIT = 1024 * 1024  # bytes of the body kept in the result

@@ -1,20 +1,11 @@
 """Wait until a TCP port is open (or closed), a path exists (or is gone), or a file shows a regex.
 
+No role or playbook uses it (vllm_server waits for the server itself) and the benchmark does not
+either: it is a general module for user playbooks (tests/engine/test_general_modules_play.py runs it).
+
 Instead of `sleep 10 && tail`: it returns as soon as the condition holds and fails with a message
 that names what it waited for and for how long. Read-only: never changed. In check mode it looks
 once and does not wait (an earlier task that would start the thing did not run).
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| port | int | none | TCP port to watch (with host) |
-| host | str | 127.0.0.1 | address of the port |
-| path | path | none | file or folder to watch |
-| search_regex | str | none | with path: wait until the file's text matches this (Python regex, per file, MULTILINE) |
-| from_offset | int | 0 | with search_regex: only look at bytes from this offset (e.g. the log's size before a start) |
-| state | str | started/present | port: started or stopped; path: present or absent (search_regex: present) |
-| timeout_s | float | 60 | give up (fail) after this many seconds |
-| delay_s | float | 0 | wait this long before the first look |
-| sleep_s | float | 0.1 | pause between looks |
 
 Result: `elapsed_s`; with search_regex `match` (the matched text), `groups`, `match_end_offset` (byte
 offset just after the match, a good `from_offset` for the next wait). A file that shrinks below the
@@ -31,15 +22,29 @@ import time
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "port": {"type": "int", "default": None},
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "path": {"type": "path", "default": None},
-    "search_regex": {"type": "str", "default": None},
-    "from_offset": {"type": "int", "default": 0},
-    "state": {"type": "str", "default": None, "choices": ["started", "stopped", "present", "absent"]},
-    "timeout_s": {"type": "float", "default": 60.0},
-    "delay_s": {"type": "float", "default": 0.0},
-    "sleep_s": {"type": "float", "default": 0.1},
+    "port": {"type": "int", "default": None, "help": "TCP port to watch (with host)"},
+    "host": {"type": "str", "default": "127.0.0.1", "help": "address of the port"},
+    "path": {"type": "path", "default": None, "help": "file or folder to watch"},
+    "search_regex": {
+        "type": "str",
+        "default": None,
+        "help": "with path: wait until the file's text matches this (Python regex, per file, MULTILINE)",
+    },
+    "from_offset": {
+        "type": "int",
+        "default": 0,
+        "help": "with search_regex: only look at bytes from this offset (e.g. the log's size before a start)",
+    },
+    "state": {
+        "type": "str",
+        "default": None,
+        "choices": ["started", "stopped", "present", "absent"],
+        "help": "port: started or stopped; path: present or absent, with search_regex present (none: started for a "
+        "port, present for a path)",
+    },
+    "timeout_s": {"type": "float", "default": 60.0, "help": "give up (fail) after this many seconds"},
+    "delay_s": {"type": "float", "default": 0.0, "help": "wait this long before the first look"},
+    "sleep_s": {"type": "float", "default": 0.1, "help": "pause between looks"},
 }
 
 CARRY_BYTES = 64 * 1024  # already-read bytes kept so a match that straddles two reads is still found
