@@ -15,12 +15,14 @@ from engine.client import WorkerClient
 from engine.errors import HostUnreachable, UserError
 from engine.hostlock import describe_holder, lock_path, new_record
 from engine.inventory import Inventory
-from engine.playbook import Block, Play, Task, module_args_spec, modules
+from engine.playbook import Block, Play, Task, modules
 from engine.preflight import Preflight
 from engine.results import STATUSES, HostState, TaskResult  # noqa: F401 - STATUSES re-exported for engine.report
-from engine.strategy import TaskExecutor
+from engine.strategy import TaskExecutor, linked_values
 from engine.templating import Templar
 from engine.variables import Variables
+
+FACTS = "facts"  # the module gathering facts at the start of a play (gather_facts)
 
 
 class Runner:
@@ -163,7 +165,7 @@ class Runner:
                 return
             if not self._lock_host(state, play):
                 return
-        if play.gather_facts and state.facts is None and "facts" in modules():
+        if play.gather_facts and state.facts is None and FACTS in modules():
             self._gather_facts(state, play)
 
     def _lock_host(self, state: HostState, play: Play) -> bool:
@@ -194,17 +196,13 @@ class Runner:
     def _gather_facts(self, state: HostState, play: Play) -> None:
         started = time.monotonic()
         view = self.variables.view(state, play, None)
-        spec = module_args_spec("facts") or {}
-        try:
-            args = {"nvidia_smi": view.get("nvidia_smi", "nvidia-smi")}
-            if "facts_disk_paths" in view:
-                args["disk_paths"] = view["facts_disk_paths"]
-        except Exception as exc:  # an undefined name in their values
-            result = {"failed": True, "msg": f"cannot render nvidia_smi / facts_disk_paths for this host: {exc}"}
+        try:  # the facts module's arguments come from the variables its ARGS link (e.g. nvidia_smi)
+            args = {k: v for k, v in linked_values(FACTS, {}, view).items() if v is not None}
+        except Exception as exc:  # an undefined name in those variables' values
+            result = {"failed": True, "msg": f"cannot render the arguments of {FACTS} for this host: {exc}"}
         else:
-            args = {k: v for k, v in args.items() if k in spec}
             try:
-                result = state.client.run("facts", args, check=False, diff=False)
+                result = state.client.run(FACTS, args, check=False, diff=False)
             except HostUnreachable as exc:
                 self.executor.unreachable(state, "Gathering facts", str(exc))
                 return
