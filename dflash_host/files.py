@@ -1,11 +1,19 @@
 """Files on the host: atomic writes, reads, modes and owners (what modules that write files share).
 
+JSON on the host is read one of two ways, by who wrote the file:
+- read_json: a record this tool wrote itself (an environment's marker, the build journal, a launch record);
+  None when it is missing, unreadable, not JSON or not an object: the caller reads that as "not ours".
+- a file nobody on the host vouches for (a checkpoint's header, a model's config.json) is read bounded in size
+  and nesting by dflash_host/untrusted_json.py (load_json_file raises saying what is wrong);
+  dflash_host/model_config.read_config_json turns that into a ModuleError naming the file and the fix.
+
 Standard library only; errors are ModuleErrors naming the path and the fix.
 """
 
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import time
@@ -151,6 +159,17 @@ def read_bytes(path: str) -> bytes | None:
             return fh.read()
     except FileNotFoundError:
         return None
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON object the tool wrote itself at `path`, or None when there is none to trust (missing,
+    unreadable, not JSON, not an object): markers and records are proven the tool's by their content."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def text_diff(before: Any, after: Any) -> dict:

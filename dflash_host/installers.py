@@ -1,6 +1,7 @@
 """Installers for Python environments on the host: pip inside the environment, or uv.
 
-Find or bootstrap uv, build install and uninstall command lines alike for both, and turn an
+Choose the installer (the one chooser for python_env and flash_attn), find or bootstrap uv, build
+install and uninstall command lines alike for both, run them with live progress, and turn an
 installer's failure output into one paragraph that names the package and the fix.
 Standard library only.
 """
@@ -14,7 +15,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 
-from dflash_host.pyenv import run_cmd
+from dflash_host.files import read_json
+from dflash_host.module import Context, ModuleError
+from dflash_host.pyenv import DEFAULT_TOOL_DIR, ENV_MARKER, run_cmd
+
+# Installer output lines worth showing live (pip's and uv's own words).
+PROGRESS = ("Collecting", "Downloading", "Building", "Installing", "Successfully", "Resolved", "Prepared", "Installed")
 
 
 def find_uv(tool_dir: str | None = None) -> str | None:
@@ -54,6 +60,91 @@ def bootstrap_uv(tool_dir: str, python: str, source: list, timeout: float = 600)
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)
     return os.path.join(target, "bin", "uv"), ""
+
+
+def choose_installer(args: dict, ctx: Context, env: dict | None = None, build_python: str = "") -> tuple[str, str | None]:
+    """('uv', path) or ('pip', None), by args["installer"] (auto, uv, pip) and args["tool_dir"] (where this tool
+    installs uv; none: DEFAULT_TOOL_DIR).
+
+    Into an existing environment (`env`: {"prefix", "has_pip"}, as flash_attn probes it), auto takes the
+    environment's own pip, else uv (PATH, tool_dir, or the uv that built it, named in its marker): nothing is
+    installed there to get an installer. For a new environment (python_env, built from `build_python`), auto
+    takes uv, installing it into tool_dir from the package sources when it is missing, else pip.
+    """
+    tool_dir = os.path.expanduser(args["tool_dir"] or DEFAULT_TOOL_DIR)
+    if env is not None:
+        return _installer_for_env(args["installer"], tool_dir, env)
+    return _installer_for_build(args, tool_dir, ctx, build_python)
+
+
+def _installer_for_env(want: str, tool_dir: str, env: dict) -> tuple[str, str | None]:
+    prefix = env["prefix"]
+    if want == "pip" or (want == "auto" and env["has_pip"]):
+        if not env["has_pip"]:
+            raise ModuleError(
+                f"installer pip is asked for, but the environment {prefix} has no pip; "
+                f"set installer auto (uses uv) or rebuild the env with installer pip"
+            )
+        return "pip", None
+    built_with = (read_json(os.path.join(prefix, ENV_MARKER)) or {}).get("uv")
+    uv = find_uv(tool_dir) or (built_with if isinstance(built_with, str) and os.path.exists(built_with) else None)
+    if not uv:
+        raise ModuleError(
+            f"the environment {prefix} has no pip and uv is not found (PATH, "
+            f"{tool_dir}); run the venv role (it installs uv) or put uv on PATH"
+        )
+    return "uv", uv
+
+
+def _installer_for_build(args: dict, tool_dir: str, ctx: Context, build_python: str) -> tuple[str, str | None]:
+    want = args["installer"]
+    if want == "pip":
+        return "pip", None
+    uv = find_uv(tool_dir)
+    if uv:
+        return "uv", uv
+    wheelhouse = args["wheelhouse"]
+    if wheelhouse and not any(n.startswith("uv-") and n.endswith(".whl") for n in os.listdir(wheelhouse)):
+        if want == "uv":
+            raise ModuleError(
+                f"installer uv is asked for, but uv is not on PATH and the wheelhouse {wheelhouse} has no uv "
+                f"wheel to install it from; add one (`pip download uv -d WHEELHOUSE`) or set installer pip"
+            )
+        return "pip", None
+    ctx.say(f"installing uv into {tool_dir}")
+    src = source_args(args["index_url"], args["extra_index_urls"], args["find_links"], wheelhouse)
+    uv, why = bootstrap_uv(tool_dir, build_python, src, timeout=600)
+    if uv:
+        return "uv", uv
+    if want == "uv":
+        raise ModuleError(f"installer uv is asked for, but it cannot be installed: {why}; put uv on PATH or set installer pip")
+    ctx.warn(f"uv could not be installed ({why}); building with pip instead")
+    return "pip", None
+
+
+def run_installer(
+    argv: list, args: dict, ctx: Context, what: str, fix_where: str, cwd: str | None = None, pass_fds: Iterable[int] = ()
+) -> str:
+    """Run an installer command line, its progress lines said live; returns its output.
+
+    args: the module's timeout_s, wheelhouse and index_url. A run past timeout_s is stopped; a failure is a
+    ModuleError naming the package and the fix (explain_failure; `what` is the step, `fix_where` the variables
+    that set the requirements), with the output's last lines.
+    """
+
+    def progress(line: str) -> None:
+        if line.lstrip().startswith(PROGRESS):
+            ctx.say(line.strip()[:200])
+
+    out = run_cmd(argv, timeout=args["timeout_s"], on_line=progress, cwd=cwd, pass_fds=pass_fds)
+    if out.timed_out:
+        raise ModuleError(f"{what} took longer than timeout_s={args['timeout_s']} s and was stopped; raise timeout_s")
+    if out.rc != 0:
+        raise ModuleError(
+            explain_failure(out.text, args["wheelhouse"], args["index_url"], what, fix_where),
+            output_tail=out.text.strip().splitlines()[-30:],
+        )
+    return out.text
 
 
 def source_args(
@@ -178,7 +269,7 @@ def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, wh
             f"the host, e.g. /opt/wheels) or extra_index_urls (e.g. https://download.pytorch.org/whl/cpu)"
         )
     if pkg and versions not in ("none", "some"):
-        shown = ", ".join(v.strip() for v in versions.split(",")[-8:])
+        shown = ", ".join(v.strip() for v in (versions or "").split(",")[-8:])
         return (
             f"{what} failed: {pkg}{via} does not exist in that version on {index} (latest versions there: "
             f"{shown}); fix the version in {fix_where}"

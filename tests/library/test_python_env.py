@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+from dflash_host import env_build, envs  # noqa: E402
 from dflash_host.installers import bootstrap_uv, explain_failure  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from dflash_host.pyenv import ENV_MARKER  # noqa: E402
@@ -112,7 +113,7 @@ def failing_uv(tmp_path: Path) -> tuple[str, Path]:
     ],
 )
 def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, expected):
-    assert python_env.resolve_specs(flavor, version, reqs) == expected
+    assert env_build.resolve_specs(flavor, version, reqs) == expected
 
 
 @pytest.mark.parametrize(
@@ -128,18 +129,18 @@ def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, exp
 )
 def test_resolve_specs_rejects_bad_input_with_the_fix(flavor, version, reqs, words):
     with pytest.raises(ModuleError) as err:
-        python_env.resolve_specs(flavor, version, reqs)
+        env_build.resolve_specs(flavor, version, reqs)
     for word in words:
         assert word in err.value.msg
 
 
 def test_env_hash_depends_on_content_not_on_order():
     py = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}
-    base = python_env.env_hash(["a==1", "b==2"], py, "none", False, False)
-    assert python_env.env_hash(["b==2", "a==1"], py, "none", False, False) == base
-    assert python_env.env_hash(["a==1", "b==3"], py, "none", False, False) != base
-    assert python_env.env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
-    assert python_env.env_hash(["a==1", "b==2"], py, "none", True, False) != base
+    base = env_build.env_hash(["a==1", "b==2"], py, "none", False, False)
+    assert env_build.env_hash(["b==2", "a==1"], py, "none", False, False) == base
+    assert env_build.env_hash(["a==1", "b==3"], py, "none", False, False) != base
+    assert env_build.env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
+    assert env_build.env_hash(["a==1", "b==2"], py, "none", True, False) != base
     assert len(base) == 16 and int(base, 16) >= 0
 
 
@@ -155,14 +156,14 @@ def test_env_hash_depends_on_content_not_on_order():
     ],
 )
 def test_prune_keeps_current_and_the_most_recent_previous(history, present, current, keep, doomed):
-    assert python_env.prune_plan(history, present, current, keep) == doomed
+    assert envs.prune_plan(history, present, current, keep) == doomed
 
 
 def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
-    folder, files = python_env.cpu_vllm_dist_info("0.32.0")
+    folder, files = env_build.cpu_vllm_dist_info("0.32.0")
     assert folder == "vllm-0.32.0+cpu.dist-info"
     assert "Name: vllm\n" in files["METADATA"] and "Version: 0.32.0+cpu\n" in files["METADATA"]
-    assert python_env.cpu_vllm_dist_info("0.32.0+cpu")[0] == folder
+    assert env_build.cpu_vllm_dist_info("0.32.0+cpu")[0] == folder
     assert f"{folder}/METADATA,," in files["RECORD"]
 
 
@@ -192,7 +193,7 @@ def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
     ],
 )
 def test_verify_problems_name_what_is_broken(res, flavor, require_gpu, words):
-    problems = python_env.verify_problems(res, flavor, require_gpu, True)
+    problems = env_build.verify_problems(res, flavor, require_gpu, True)
     assert bool(problems) == bool(words)
     for word in words:
         assert word in " ".join(problems)
