@@ -91,3 +91,20 @@ def load_launch(p: dict) -> dict:
 def read_env(p: dict) -> dict:
     raw = read_bytes(p["env"])
     return parse_env_file(raw.decode("utf-8")) if raw is not None else {}
+
+
+def files_to_remove(p: dict, launch: dict, absent: bool, foreign: list) -> list:
+    """(path, kind) of what stopping (or, with absent, removing) leaves behind; a misnamed unit goes to `foreign`."""
+    files = [(p["running"], "running")]
+    if launch["mode"] != "systemd" or absent:
+        files.append((p["pidfile"], "pidfile"))
+    unit_path = launch.get("unit_path")
+    if absent:
+        files += [(p["launch"], "launch"), (p["env"], "env")]
+    if absent and unit_path:
+        # the unit the tool renders is UNIT_DIR/SERVICE_NAME.service; a launch naming another file is not believed
+        if os.path.basename(unit_path) == f"{launch.get('service_name')}.service":
+            files.append((unit_path, "unit"))
+        elif os.path.lexists(unit_path):
+            foreign.append(unit_path)
+    return files

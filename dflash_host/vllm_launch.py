@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from dflash_host.module import ModuleError
 from dflash_host.untrusted_json import load_json_file
-from dflash_host.vllm_values import check_env, check_extra_args, check_launch_values, check_line, line_problem
+from dflash_host.vllm_values import MANAGED_FLAGS, check_env, check_extra_args, check_launch_values, check_line, line_problem
 
 SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "SECRET")
 MASK = "********"
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 # What a flavor implies when the variable is left empty (null).
 FLAVOR_DEFAULTS = {
@@ -129,108 +129,142 @@ def env_own_python(venv_python: str) -> str:
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
-def resolve(args: dict, is_multimodal=None) -> dict:
-    """Validate the role's variables and compute the launch: argv, env, expectations.
+# --------------------------------------------------------------------------- vLLM's flags, from a table
+# vllm_server's ARGS is the table: every entry with a "flag" is one vLLM option, written on the command line
+# (and so in the fingerprint) in the table's order when its value is set. Its "kind" says how the value is
+# checked and written; "var" names the variable in messages; a flavor may imply a value (FLAVOR_DEFAULTS).
+#   count     a whole number of at least 1             --flag N
+#   fraction  a number in (0, 1]                        --flag 0.9
+#   choice    one of the entry's "one_of"               --flag WORD
+#   switch    true or false                             --flag (only when true)
 
-    Reads the models' config.json (host I/O limited to that); everything else is pure.
-    """
-    check_launch_values(args)
-    flavor = args.get("flavor") or "cuda"
+
+def _number_text(value: Any, kind: str) -> Any:
+    """`-e name=8` gives text: a count or fraction written as text is read as the number it spells."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if kind == "count" and text.lstrip("-").isdigit():
+        return int(text)
+    if kind == "fraction":
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    return value
+
+
+def flag_value(name: str, entry: dict, value: Any) -> Any:
+    """The checked value of one table flag; None (or False for a switch) leaves it off the command line."""
+    var, kind = entry.get("var", name), entry.get("kind", "count")
+    if value is None:
+        return None
+    value = _number_text(value, kind)
+    if kind == "count" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ModuleError(f"{var} is {value!r}; it must be a whole number of at least 1 (or null)")
+    if kind == "fraction" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1):
+        raise ModuleError(f"{var} is {value!r}; it must be a fraction in (0, 1], e.g. 0.9")
+    if kind == "choice" and value not in entry["one_of"]:
+        raise ModuleError(f"{var} is {value!r}; choose one of: {', '.join(entry['one_of'])}")
+    if kind == "switch" and isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value) if kind == "switch" else value
+
+
+def flag_words(entry: dict, value: Any) -> list:
+    """What one table flag adds to vLLM's command line."""
+    if value is None or value is False:
+        return []
+    if entry.get("kind") == "switch":
+        return [entry["flag"]]
+    if entry.get("kind") == "fraction":
+        return [entry["flag"], f"{float(value):g}"]
+    return [entry["flag"], str(value)]
+
+
+def flag_table(table: dict | None) -> dict:
+    """The entries of a module's ARGS that are vLLM flags, in order."""
+    return {name: entry for name, entry in (table or {}).items() if isinstance(entry, dict) and entry.get("flag")}
+
+
+def flag_values(args: dict, flags: dict, flavor: dict, given: dict) -> dict:
+    """{name: checked value} of every table flag: the argument, else what the flavor implies (`given` wins)."""
+    out = {}
+    for name, entry in flags.items():
+        value = given[name] if name in given else args.get(name)
+        if value is None or value == "":
+            value = flavor.get(name)
+        out[name] = flag_value(name, entry, value)
+    return out
+
+
+# --------------------------------------------------------------------------- the launch
+
+
+def _flavor(args: dict) -> tuple:
+    flavor = args.get("flavor")
     if flavor not in FLAVOR_DEFAULTS:
         raise ModuleError(f"vllm_flavor is {flavor!r}; choose one of: {', '.join(sorted(FLAVOR_DEFAULTS))}")
-    fdef = FLAVOR_DEFAULTS[flavor]
+    return flavor, FLAVOR_DEFAULTS[flavor]
 
-    port = args.get("port")
+
+def _identity(args: dict) -> tuple:
+    """(host, port, served name, venv_python): where the server listens, what it serves, which python runs it."""
+    port = _number_text(args.get("port"), "count")
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise ModuleError(f"vllm_port is {port!r}; it must be a whole number from 1 to 65535")
-    host = args.get("host") or "127.0.0.1"
+    host = args.get("host")
+    if not host:
+        raise ModuleError("vllm_host is empty; set the address vLLM listens on (e.g. 127.0.0.1)")
     served = args.get("served_model_name")
     if not served or not str(served).strip():
         raise ModuleError("served_model_name is empty; set the name clients use in requests (e.g. target)")
     venv_python = args.get("venv_python")
     if not venv_python:
         raise ModuleError("venv_python is empty; it is the serving environment's python (set by the venv role)")
+    return host, port, str(served), venv_python
 
-    model = args.get("target_model")
-    if not model:
-        raise ModuleError("target_model is empty; set it to the model folder on the host or a Hugging Face id")
-    target_cfg = read_model_config(model, "target_model")
 
+def _speculative(args: dict) -> tuple:
+    """(speculative-config, drafter's config.json) for a drafter; (None, None) without one."""
     drafter = args.get("drafter_model")
-    spec_cfg = None
-    drafter_cfg = None
-    if drafter:
-        if not os.path.isdir(os.path.expanduser(drafter)):
-            raise ModuleError(
-                f"drafter_model is {drafter!r}, which does not exist on this host; put the DFlash drafter "
-                "there or fix drafter_model (set it to null to serve without speculative decoding)"
-            )
-        drafter_cfg = read_model_config(drafter, "drafter_model")
-        nst = args.get("num_speculative_tokens")
-        if nst is None:
-            raise ModuleError(
-                "num_speculative_tokens is missing; a drafter needs it (DFlash: block_size - 1, e.g. 15 "
-                "for a block_size-16 drafter, 3 for the tiny local one)"
-            )
-        if not isinstance(nst, int) or isinstance(nst, bool) or nst < 1:
-            raise ModuleError(f"num_speculative_tokens is {nst!r}; it must be a whole number of at least 1")
-        method = args.get("speculative_method") or "dflash"
-        spec_cfg = {"method": method, "model": os.path.expanduser(drafter), "num_speculative_tokens": nst}
-        if args.get("draft_attention_backend"):
-            spec_cfg["attention_backend"] = str(args["draft_attention_backend"])
+    if not drafter:
+        return None, None
+    if not os.path.isdir(os.path.expanduser(drafter)):
+        raise ModuleError(
+            f"drafter_model is {drafter!r}, which does not exist on this host; put the DFlash drafter "
+            "there or fix drafter_model (set it to null to serve without speculative decoding)"
+        )
+    drafter_cfg = read_model_config(drafter, "drafter_model")
+    nst = _number_text(args.get("num_speculative_tokens"), "count")
+    if nst is None:
+        raise ModuleError(
+            "num_speculative_tokens is missing; a drafter needs it (DFlash: block_size - 1, e.g. 15 "
+            "for a block_size-16 drafter, 3 for the tiny local one)"
+        )
+    if not isinstance(nst, int) or isinstance(nst, bool) or nst < 1:
+        raise ModuleError(f"num_speculative_tokens is {nst!r}; it must be a whole number of at least 1")
+    method = args.get("speculative_method") or "dflash"
+    spec_cfg = {"method": method, "model": os.path.expanduser(drafter), "num_speculative_tokens": nst}
+    if args.get("draft_attention_backend"):
+        spec_cfg["attention_backend"] = str(args["draft_attention_backend"])
+    return spec_cfg, drafter_cfg
 
-    dtype = args.get("dtype") or fdef["dtype"]
-    if dtype is not None and dtype not in DTYPES:
-        raise ModuleError(f"dtype is {dtype!r}; choose one of: {', '.join(DTYPES)}")
-    max_model_len = args.get("max_model_len")
-    if max_model_len is None:
-        max_model_len = fdef["max_model_len"]
-    for var, value, low in (
-        ("max_model_len", max_model_len, 1),
-        ("max_num_batched_tokens", args.get("max_num_batched_tokens"), 1),
-        ("tensor_parallel_size", args.get("tensor_parallel_size"), 1),
-    ):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
-            raise ModuleError(f"{var} is {value!r}; it must be a whole number of at least {low} (or null)")
-    gmu = args.get("gpu_memory_utilization")
-    if gmu is not None and (isinstance(gmu, bool) or not isinstance(gmu, (int, float)) or not 0 < gmu <= 1):
-        raise ModuleError(f"gpu_memory_utilization is {gmu!r}; it must be a fraction in (0, 1], e.g. 0.9")
-    enforce_eager = args.get("enforce_eager")
-    if enforce_eager is None:
-        enforce_eager = fdef["enforce_eager"]
 
+def _language_model_only(args: dict, target_cfg: dict | None, is_multimodal: Any) -> Any:
+    """auto (or null): on when the target's config.json is multimodal; else the value given."""
     lmo = args.get("language_model_only")
     if lmo in (None, "auto"):
-        lmo = bool(target_cfg is not None and is_multimodal is not None and is_multimodal(target_cfg))
-    elif isinstance(lmo, str):
-        lmo = lmo.strip().lower() in ("true", "yes", "on", "1")
+        return bool(target_cfg is not None and is_multimodal is not None and is_multimodal(target_cfg))
+    return lmo
 
-    extra = check_extra_args(list(args.get("extra_args") or []))
 
-    argv = [env_own_python(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
-    argv += [os.path.expanduser(model) if target_cfg is not None else model]
-    argv += ["--served-model-name", str(served), "--host", host, "--port", str(port)]
-    if spec_cfg:
-        argv += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
-    if dtype:
-        argv += ["--dtype", dtype]
-    if max_model_len is not None:
-        argv += ["--max-model-len", str(max_model_len)]
-    if args.get("max_num_batched_tokens") is not None:
-        argv += ["--max-num-batched-tokens", str(args["max_num_batched_tokens"])]
-    if gmu is not None:
-        argv += ["--gpu-memory-utilization", f"{float(gmu):g}"]
-    if args.get("tensor_parallel_size") is not None:
-        argv += ["--tensor-parallel-size", str(args["tensor_parallel_size"])]
-    if enforce_eager:
-        argv += ["--enforce-eager"]
-    if lmo:
-        argv += ["--language-model-only"]
-    argv += extra
-
+def _environment(args: dict, flavor_env: dict, all_local: bool) -> dict:
+    """The server's environment: the tool's, the flavor's, offline when every model is local, the compile
+    cache, vllm_env, and the secrets (which go only to the 0600 environment file)."""
     env = dict(COMMON_ENV)
-    env.update(fdef["env"])
-    if target_cfg is not None and (drafter is None or drafter_cfg is not None):
+    env.update(flavor_env)
+    if all_local:
         env.update(OFFLINE_ENV)  # every model is local: never try the network
     cache_root = args.get("cache_root")
     if cache_root:
@@ -247,7 +281,11 @@ def resolve(args: dict, is_multimodal=None) -> dict:
         env["VLLM_API_KEY"] = api_key
     if hf_token:
         env["HF_TOKEN"] = hf_token
+    return env
 
+
+def _expected_architectures(args: dict, target_cfg: dict | None, drafter_cfg: dict | None) -> list:
+    """What the log's `Resolved architecture:` lines must show: the target's, then the drafter's."""
     expected = []
     target_arch = args.get("expected_architecture")
     if not target_arch and target_cfg is not None:
@@ -258,7 +296,41 @@ def resolve(args: dict, is_multimodal=None) -> dict:
     if drafter_cfg is not None:
         archs = drafter_cfg.get("architectures") or ["DFlashDraftModel"]
         expected.append(str(archs[0]))
+    return expected
 
+
+def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) -> dict:
+    """Validate the role's variables and compute the launch: argv, env, expectations.
+
+    `table` is the module's ARGS: its entries with a "flag" are the vLLM flags written from their values.
+    Reads the models' config.json (host I/O limited to that); everything else is pure.
+    """
+    check_launch_values(args)
+    flavor, fdef = _flavor(args)
+    host, port, served, venv_python = _identity(args)
+    model = args.get("target_model")
+    if not model:
+        raise ModuleError("target_model is empty; set it to the model folder on the host or a Hugging Face id")
+    target_cfg = read_model_config(model, "target_model")
+    spec_cfg, drafter_cfg = _speculative(args)
+    flags = flag_table(table)
+    lmo = _language_model_only(args, target_cfg, is_multimodal)
+    values = flag_values(args, flags, fdef, {"language_model_only": lmo} if "language_model_only" in flags else {})
+    taken = dict(MANAGED_FLAGS)
+    taken.update({flags[name]["flag"]: flags[name].get("var", name) for name, v in values.items() if v not in (None, False)})
+    extra = check_extra_args(list(args.get("extra_args") or []), taken)
+
+    argv = [env_own_python(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
+    argv += [os.path.expanduser(model) if target_cfg is not None else model]
+    argv += ["--served-model-name", served, "--host", host, "--port", str(port)]
+    if spec_cfg:
+        argv += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
+    for name, entry in flags.items():
+        argv += flag_words(entry, values[name])
+    argv += extra
+
+    drafter = args.get("drafter_model")
+    env = _environment(args, fdef["env"], target_cfg is not None and (not drafter or drafter_cfg is not None))
     check_assembled(argv, env)
     return {
         "flavor": flavor,
@@ -266,10 +338,10 @@ def resolve(args: dict, is_multimodal=None) -> dict:
         "env": env,
         "host": host,
         "port": port,
-        "served_model_name": str(served),
+        "served_model_name": served,
         "speculative": spec_cfg,
-        "language_model_only": lmo,
-        "expected_architectures": expected,
+        "language_model_only": bool(values.get("language_model_only", lmo)),
+        "expected_architectures": _expected_architectures(args, target_cfg, drafter_cfg),
         "models": {"target": model_stat(model), "drafter": model_stat(drafter) if drafter else None},
     }
 

@@ -267,7 +267,8 @@ def starts_with_marker(path: str) -> bool:
 
 def owned_rotated_files(path: str) -> tuple:
     """(the tool's rotated copies of `path`, oldest first; look-alikes it did not write, left alone)."""
-    ours, foreign = [], []
+    ours: list = []
+    foreign: list = []
     for p in rotated_files(path):
         (ours if starts_with_marker(p) else foreign).append(p)
     return ours, foreign

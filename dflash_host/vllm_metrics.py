@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 PREFIX = "vllm:spec_decode_"
 DRAFTS = PREFIX + "num_drafts_total"
@@ -53,7 +54,7 @@ def spec_decode_counters(text: str) -> dict | None:
     server exports no spec-decode counters at all (speculative decoding is not configured).
     """
     found = False
-    totals = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
+    totals: dict[str, Any] = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
     per_pos: dict = {}
     names = {DRAFTS: "drafts", DRAFT_TOKENS: "draft_tokens", ACCEPTED: "accepted"}
     for name, labels, value in parse_samples(text):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from dflash_host import proc as _proc
+from dflash_host import systemd
 from dflash_host.module import ModuleError
 from dflash_host.vllm_log import marker_line
 
@@ -21,13 +22,7 @@ if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context
 
 POLL_S = 0.1  # process and log are polled this often while waiting
-
-
-def systemctl(argv: list, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(["systemctl"] + argv, capture_output=True, text=True, timeout=120)
-    if check and res.returncode != 0:
-        raise ModuleError(f"systemctl {' '.join(argv)} failed ({res.returncode}): {(res.stderr or res.stdout).strip()[:300]}")
-    return res
+RUNNING_STATES = ("active", "activating", "reloading")  # a unit in one of these runs the server
 
 
 class ProcessServer:
@@ -150,32 +145,26 @@ class SystemdServer:
         self.pid: int | None = None
 
     def show(self) -> dict:
-        res = systemctl(["show", "-p", "ActiveState,MainPID,ExecMainStatus,LoadState", "--", self.name], check=False)
-        out = {}
-        for line in res.stdout.splitlines():
-            if "=" in line:
-                k, v = line.split("=", 1)
-                out[k] = v
-        return out
+        return systemd.show(self.name, ("ActiveState", "MainPID", "ExecMainStatus", "LoadState"), check=False)
 
     def inspect(self) -> dict:
         st = self.show()
-        pid = int(st.get("MainPID") or 0) or None
-        alive = st.get("ActiveState") in ("active", "activating", "reloading") and pid is not None
+        pid = systemd.main_pid(st) or None
+        alive = st.get("ActiveState") in RUNNING_STATES and pid is not None
         return {"alive": alive, "pid": pid if alive else None, "procs": []}
 
     def stop(self, ctx: Context, grace_s: float) -> dict | None:
         st = self.show()
         if st.get("LoadState") == "not-found" or st.get("ActiveState") in ("inactive", "failed", None):
             return None
-        systemctl(["stop", "--", self.name])
+        systemd.stop(self.name, grace_s)
         return {"stopped": [{"unit": self.name}]}
 
     def spawn(self, env: dict) -> int:
-        systemctl(["restart", "--", self.name])
+        systemd.unit_command("restart", self.name)
         for _ in range(100):
             st = self.show()
-            pid = int(st.get("MainPID") or 0)
+            pid = systemd.main_pid(st)
             if pid:
                 self.pid = pid
                 return pid
@@ -186,7 +175,7 @@ class SystemdServer:
 
     def exit_code(self) -> int | None:
         st = self.show()
-        if st.get("ActiveState") in ("active", "activating", "reloading") and int(st.get("MainPID") or 0) == self.pid:
+        if st.get("ActiveState") in RUNNING_STATES and systemd.main_pid(st) == self.pid:
             return None
         try:
             return int(st.get("ExecMainStatus") or -1)
@@ -197,5 +186,7 @@ class SystemdServer:
         pass
 
 
-def server_for(launch: dict, p: dict):
+def server_for(launch: dict, p: dict) -> ProcessServer | SystemdServer:
+    """The managed server of a rendered launch (its mode picks the kind): the one way to inspect, start and
+    stop it (vllm_server, vllm_status, and gpu_processes stopping the tool's server)."""
     return SystemdServer(launch, p) if launch.get("mode") == "systemd" else ProcessServer(launch, p)

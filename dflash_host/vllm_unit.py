@@ -13,6 +13,9 @@ import json
 from dflash_host.module import ModuleError
 from dflash_host.vllm_values import line_problem
 
+# The unit's name when the task gives none (vllm_service_name, roles/common/defaults.yaml, names it in a play).
+SERVICE_NAME = "dflash-vllm"
+
 
 def _env_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`") + '"'

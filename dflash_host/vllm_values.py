@@ -13,7 +13,9 @@ import re
 
 from dflash_host.module import ModuleError
 
-# Flags the role renders itself: giving them in vllm_extra_args would fight the rendered ones.
+# Flags the launch always sets itself: giving them in vllm_extra_args would fight the rendered ones. The
+# flags of vllm_server's table (dtype, max_model_len, ...) are refused there too whenever the launch sets them
+# (vllm_launch.resolve adds them); left unset, they may be given in vllm_extra_args.
 MANAGED_FLAGS = {
     "--model": "target_model",
     "--served-model-name": "served_model_name",
@@ -21,13 +23,6 @@ MANAGED_FLAGS = {
     "--port": "vllm_port",
     "--speculative-config": "drafter_model / num_speculative_tokens / speculative_method",
     "--api-key": "vllm_api_key or vllm_api_key_file (kept out of the process list)",
-    "--dtype": "dtype",
-    "--max-model-len": "max_model_len",
-    "--max-num-batched-tokens": "max_num_batched_tokens",
-    "--gpu-memory-utilization": "gpu_memory_utilization",
-    "--tensor-parallel-size": "tensor_parallel_size",
-    "--enforce-eager": "enforce_eager",
-    "--language-model-only": "language_model_only",
 }
 
 
@@ -114,8 +109,10 @@ def check_launch_values(args: dict) -> None:
             )
 
 
-def check_extra_args(extra: list) -> list:
-    """Shape-check vllm_extra_args: flags start with --, values follow a flag, no managed flags."""
+def check_extra_args(extra: list, taken: dict | None = None) -> list:
+    """Shape-check vllm_extra_args: flags start with --, values follow a flag, none of the flags the launch
+    sets itself (`taken`: {flag: the variable that sets it}; MANAGED_FLAGS when not given)."""
+    taken = MANAGED_FLAGS if taken is None else taken
     out = []
     expect_value_ok = False
     for i, item in enumerate(extra):
@@ -134,10 +131,10 @@ def check_extra_args(extra: list) -> list:
                     "fix vllm_extra_args"
                 )
             name = text.split("=", 1)[0]
-            if name in MANAGED_FLAGS:
+            if name in taken:
                 raise ModuleError(
                     f"vllm_extra_args[{i}] is {name}, which the role sets itself; use the variable "
-                    f"{MANAGED_FLAGS[name]} instead and remove it from vllm_extra_args"
+                    f"{taken[name]} instead and remove it from vllm_extra_args"
                 )
             expect_value_ok = "=" not in text
         elif not expect_value_ok:

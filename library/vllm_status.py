@@ -6,12 +6,6 @@ started (from /metrics), and the GPU memory its processes hold (nvidia-smi; null
 A server that dies while it is being read is reported as not running (the probes are a snapshot; the
 process is looked at again after them). A log deleted under a running server is reported (log_present
 false) with the descriptor through which the server still writes it (log_open_fd, /proc/PID/fd/N).
-
-| argument | type | default | meaning |
-|---|---|---|---|
-| pidfile | path | required | the server's pidfile (the launch files sit beside it) |
-| nvidia_smi | str | nvidia-smi | the nvidia-smi command |
-| timeout_s | float | 2 | per HTTP probe |
 """
 
 from __future__ import annotations
@@ -29,9 +23,11 @@ from dflash_host.vllm_files import load_json, paths, read_env
 from dflash_host.vllm_process import server_for
 
 ARGS = {
-    "pidfile": {"type": "path", "required": True},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
-    "timeout_s": {"type": "float", "default": 2.0},
+    "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
+                "help": "the server's pidfile (required); the launch files sit beside it"},
+    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
+                   "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
+    "timeout_s": {"type": "float", "default": 2.0, "help": "seconds per HTTP probe"},
 }
 
 
@@ -102,32 +98,8 @@ def _log_note(out: dict) -> str:
     return f"; its log {out['log']} is missing (deleted); the next start writes a new one"
 
 
-def run(args: dict, ctx: Context) -> dict:
-    p = paths(args["pidfile"])
-    launch = load_json(p["launch"])
-    out = {
-        "changed": False,
-        "running": False,
-        "pid": None,
-        "port": None,
-        "uptime_s": None,
-        "health": None,
-        "served_model": None,
-        "acceptance_rate": None,
-        "mean_acceptance_length": None,
-        "gpu_used_mib": None,
-    }
-    if launch is None:
-        out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
-        return out
-    out["port"] = launch.get("port")
-    out["mode"] = launch.get("mode")
-    out["log"] = launch.get("log")
-    try:
-        now = server_for(launch, p).inspect()
-    except ModuleError as exc:
-        out["msg"] = exc.msg
-        return out
+def _processes(now: dict, out: dict) -> tuple:
+    """(the server's PIDs with their children, the top process's start time) from an inspect."""
     pids = {x.pid for x in now.get("procs", [])}
     started = None
     if now["alive"]:
@@ -141,21 +113,56 @@ def run(args: dict, ctx: Context) -> dict:
             pass
     elif pids:
         out["leftovers"] = sorted(pids)
+    return pids, started
+
+
+def _probe(launch: dict, p: dict, timeout: float, out: dict) -> bool:
+    """/health, then the served model and acceptance from /v1/models and /metrics; True when a probe failed."""
     url = P.base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
-    health = P.request(url + "/health", timeout=args["timeout_s"])
+    health = P.request(url + "/health", timeout=timeout)
     out["health"] = "ok" if health.status == 200 else health.describe()
-    failed = health.status != 200
-    if health.status == 200:
-        api_key = read_env(p).get("VLLM_API_KEY")
-        names = P.served_models(P.request(url + "/v1/models", timeout=args["timeout_s"], api_key=api_key))
-        out["served_model"] = names[0] if len(names) == 1 else (names or None)
-        metrics = P.request(url + "/metrics", timeout=args["timeout_s"])
-        failed = metrics.status != 200
-        if metrics.status == 200:
-            figures = M.acceptance(M.spec_decode_counters(metrics.body.decode("utf-8", "replace")))
-            out["acceptance_rate"] = figures["acceptance_rate"]
-            out["mean_acceptance_length"] = figures["mean_acceptance_length"]
-            out["draft_tokens"] = figures["draft_tokens"]
+    if health.status != 200:
+        return True
+    api_key = read_env(p).get("VLLM_API_KEY")
+    names = P.served_models(P.request(url + "/v1/models", timeout=timeout, api_key=api_key))
+    out["served_model"] = names[0] if len(names) == 1 else (names or None)
+    metrics = P.request(url + "/metrics", timeout=timeout)
+    if metrics.status != 200:
+        return True
+    figures = M.acceptance(M.spec_decode_counters(metrics.body.decode("utf-8", "replace")))
+    out["acceptance_rate"] = figures["acceptance_rate"]
+    out["mean_acceptance_length"] = figures["mean_acceptance_length"]
+    out["draft_tokens"] = figures["draft_tokens"]
+    return False
+
+
+def _running_msg(out: dict) -> str:
+    if not out["running"]:
+        return f"vLLM is not running (port {out['port']}: health {out['health']})"
+    rate = out["acceptance_rate"]
+    acc = f", acceptance {rate:.1%}" if rate is not None else ""
+    msg = f"vLLM PID {out['pid']} on port {out['port']}, up {out['uptime_s']} s, health {out['health']}{acc}"
+    return msg + _log_note(out)
+
+
+def run(args: dict, ctx: Context) -> dict:
+    if not args.get("pidfile"):
+        raise ModuleError("vllm_pidfile is empty; set the path of the server's pidfile (e.g. DFP_ROOT/run/vllm.pid)")
+    p = paths(args["pidfile"])
+    launch = load_json(p["launch"])
+    out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
+                 "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None}
+    if launch is None:
+        out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
+        return out
+    out.update(port=launch.get("port"), mode=launch.get("mode"), log=launch.get("log"))
+    try:
+        now = server_for(launch, p).inspect()
+    except ModuleError as exc:
+        out["msg"] = exc.msg
+        return out
+    pids, started = _processes(now, out)
+    failed = _probe(launch, p, args["timeout_s"], out)
     if pids:
         out["gpu_used_mib"] = gpu_used_mib(args["nvidia_smi"], pids)
     out.update(log_state(out["log"], pids))
@@ -165,13 +172,7 @@ def run(args: dict, ctx: Context) -> dict:
         return out
     running = load_json(p["running"]) or {}
     out["stale"] = bool(out["running"] and running.get("fingerprint") != launch.get("fingerprint"))
-    if out["running"]:
-        rate = out["acceptance_rate"]
-        acc = f", acceptance {rate:.1%}" if rate is not None else ""
-        out["msg"] = f"vLLM PID {out['pid']} on port {out['port']}, up {out['uptime_s']} s, health {out['health']}{acc}"
-        out["msg"] += _log_note(out)
-    else:
-        out["msg"] = f"vLLM is not running (port {out['port']}: health {out['health']})"
+    out["msg"] = _running_msg(out)
     return out
 
 

@@ -7,10 +7,17 @@ import shlex
 
 import pytest
 
+from dflash_host import vllm_launch
 from dflash_host.module import ModuleError
-from dflash_host.vllm_launch import masked_env, resolve
+from dflash_host.vllm_launch import masked_env
 from dflash_host.vllm_unit import choose_mode, fingerprint, parse_env_file, render_env_file, render_unit
 from dflash_host.vllm_values import check_extra_args
+from library.vllm_server import ARGS
+
+
+def resolve(args, is_multimodal=None):
+    """vllm_launch.resolve with the module's flag table (vllm_server's ARGS), as the module calls it."""
+    return vllm_launch.resolve(args, is_multimodal, ARGS)
 
 
 @pytest.fixture
@@ -216,3 +223,35 @@ def test_fingerprint_changes_with_argv_env_and_model_files_only():
     assert fp != fingerprint(["b"], "X=1\n", models, "process", None)
     assert fp != fingerprint(["a"], "X=2\n", models, "process", None)
     assert fp != fingerprint(["a"], "X=1\n", {"target": {"files": {"config.json": [10, 2]}}}, "process", None)
+
+
+# --------------------------------------------------------------------------- the flag table (vllm_server's ARGS)
+
+
+def test_max_num_seqs_from_the_command_line_reaches_vllms_argv(models):
+    """`-e max_num_seqs=8` arrives as text; the table's entry alone puts --max-num-seqs 8 on vLLM's command line."""
+    argv = resolve(base(models, max_num_seqs="8"))["argv"]
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+    assert "--max-num-seqs" not in resolve(base(models))["argv"]
+    with pytest.raises(ModuleError, match="max_num_seqs is 0; it must be a whole number of at least 1"):
+        resolve(base(models, max_num_seqs=0))
+
+
+def test_a_table_flag_in_extra_args_is_refused_only_when_the_launch_sets_it(models):
+    assert resolve(base(models, extra_args=["--max-num-seqs", "4"]))["argv"][-2:] == ["--max-num-seqs", "4"]
+    with pytest.raises(ModuleError, match=r"vllm_extra_args\[0\] is --max-num-seqs, .* use the variable max_num_seqs"):
+        resolve(base(models, max_num_seqs=8, extra_args=["--max-num-seqs=4"]))
+    with pytest.raises(ModuleError, match="use the variable max_model_len"):  # the cpu flavor sets it
+        resolve(base(models, flavor="cpu", extra_args=["--max-model-len", "4096"]))
+
+
+@pytest.mark.parametrize("name", [n for n, e in ARGS.items() if e.get("flag")])
+def test_every_flag_entry_of_the_table_reaches_argv_and_the_fingerprint(models, name):
+    entry = ARGS[name]
+    value = {"count": 7, "fraction": 0.5, "switch": True}.get(entry["kind"]) or entry.get("one_of", [None])[0]
+    spec = resolve(base(models, **{name: value}))
+    assert entry["flag"] in spec["argv"], spec["argv"]
+    without = resolve(base(models, **{name: False if entry["kind"] == "switch" else None}))
+    assert entry["flag"] not in without["argv"]
+    assert fingerprint(spec["argv"], "", {}, "process", None) != fingerprint(without["argv"], "", {}, "process", None)
+    assert entry.get("help") and entry.get("var")  # documented once, set by its variable
