@@ -167,6 +167,17 @@ def test_bad_input_stops_before_launch_naming_the_variable(tmp_path, inventory_f
     assert not res.find(START, "local") and not (Path(hv["dfp_root"]) / "logs" / "vllm.log").exists()
 
 
+def test_a_vllm_flag_given_with_e_reaches_the_rendered_argv(tmp_path, inventory_file, cleanup):
+    """`-e max_num_seqs=8`: no role line passes it; vllm_server's ARGS entry links the variable to --max-num-seqs."""
+    hv = host_vars(tmp_path)
+    cleanup(Path(hv["dfp_root"]) / "logs")
+    inv = inventory_file(local=True, host_vars={"local": hv})
+    res = play(PLAYBOOK, inv, tmp_path, check=True, extra_vars={"max_num_seqs": "8"})
+    assert res.exit_code == 0, msgs(res)
+    argv = one(res, RENDER, "local")["argv"]
+    assert argv[argv.index("--max-num-seqs") + 1] == "8"
+
+
 def test_crash_at_start_fails_the_play_quoting_the_root_cause(tmp_path, inventory_file, cleanup):
     hv = host_vars(tmp_path, mode="crash_start")
     cleanup(Path(hv["dfp_root"]) / "logs")
@@ -231,8 +242,10 @@ def test_rebuild_rolls_back_to_the_previous_environment_when_the_new_one_does_no
 
         bad = play(rebuild, inv, tmp_path, extra_vars={"extra_requirements": ["dfp-a==1.0", "dfp-b==1.0"]})
         assert bad.exit_code != 0
-        failed = [t for t in bad.tasks if t["status"] == "failed"]
+        # the failed start is rescued (the block's rescue leads to the rollback); the verdict is the one failure left
+        failed = [t for t in bad.tasks if t["status"] == "failed" and not t["rescued"]]
         assert [t["task"] for t in failed] == ["Fail the rebuild when the new environment had to be rolled back"], msgs(bad)
+        assert [t["task"] for t in bad.tasks if t["rescued"]] == [START], msgs(bad)
         assert "AssertionError: Tried to load weights" in failed[0]["msg"] and "rolled back" in failed[0]["msg"]
         assert os.readlink(tmp_path / "venv" / "current") == good_env
         now = one(bad, START, "local")
