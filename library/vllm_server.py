@@ -40,7 +40,8 @@ from dflash_host.vllm_watch import ServerFailed
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"],
-              "help": "rendered (write the launch), started (run it, proven serving), restarted, stopped, absent"},
+              "help": "rendered: write the launch; started: it runs, proven serving; restarted; stopped: the whole tree; "
+              "absent: also the unit, pidfile and launch files (logs stay)"},
     "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
                 "help": "the server's pidfile (required); the launch files sit beside it (NAME.launch.json, NAME.env)"},
     "root": {"type": "path", "default": None, "var": "dfp_root",
@@ -54,7 +55,7 @@ ARGS = {
     "host": {"type": "str", "default": "127.0.0.1", "var": "vllm_host", "help": "the address vLLM listens on"},
     "port": {"type": "raw", "default": None, "var": "vllm_port", "help": "the TCP port vLLM listens on (1-65535)"},
     "flavor": {"type": "str", "default": None, "var": "vllm_flavor",
-               "help": "cuda or cpu (cpu implies float32, max-model-len 512, eager and the CPU environment)"},
+               "help": "cuda, cpu (implies float32, max-model-len 512, eager and the CPU environment) or none"},
     "num_speculative_tokens": {"type": "raw", "default": None, "var": "num_speculative_tokens",
                                "help": "drafted tokens per step, required with a drafter (DFlash: block_size - 1)"},
     "speculative_method": {"type": "str", "default": "dflash", "var": "speculative_method",
