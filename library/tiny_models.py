@@ -17,7 +17,7 @@ import os
 import shutil
 import subprocess
 
-from dflash_host.files import atomic_write, read_bytes
+from dflash_host.files import atomic_write, read_json
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -180,25 +180,67 @@ def remove(args: dict, ctx: Context) -> dict:
     """Remove the models only if the marker says tiny_models made them (a real model is never deleted)."""
     target, drafter = os.path.abspath(args["target_dir"]), os.path.abspath(args["drafter_dir"])
     marker = marker_path(target)
-    raw = read_bytes(marker)
-    try:
-        recorded = json.loads(raw.decode()) if raw else {}
-    except (UnicodeDecodeError, ValueError):
-        recorded = {}
-    made = recorded.get("recipe") or {}
+    has_marker = os.path.isfile(marker)
+    made = (read_json(marker) or {}).get("recipe") or {}
     ours = [d for d in (target, drafter) if d in (made.get("target_dir"), made.get("drafter_dir")) and os.path.lexists(d)]
-    if not ours and raw is None:
+    if not ours and not has_marker:
         return {"changed": False, "msg": "no tiny models made by this tool here; nothing removed"}
     if not ctx.check:
         for d in ours:
             shutil.rmtree(d)
-        if raw is not None:
+        if has_marker:
             os.unlink(marker)
     return {
         "changed": True,
         "msg": f"{'would remove' if ctx.check else 'removed'} the tiny models {', '.join(ours) or '(marker only)'}",
         "removed": ours,
     }
+
+
+def clear_folders(r: dict, recorded: dict, marker: str) -> None:
+    """Empty the model folders for a fresh generation, refusing folders with files tiny_models did not make.
+
+    From scratch: a drafter config.json left from another recipe would no longer fit.
+    """
+    for folder in (r["target_dir"], r["drafter_dir"]):
+        if not recorded and os.path.isdir(folder) and os.listdir(folder):
+            raise ModuleError(
+                f"tiny_models: {folder} holds files that tiny_models did not make (no {marker}); refusing to "
+                "overwrite them. Point target_model/drafter_model elsewhere or turn tiny_models off"
+            )
+    for folder in (r["target_dir"], r["drafter_dir"]):
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+
+
+def generate(python: str, r: dict, timeout_s: float) -> dict:
+    """Run GENERATOR in the serving environment's python; what it printed last (vocab_size, mask_token_id, ...)."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        res = subprocess.run(
+            [python, "-c", GENERATOR, json.dumps(r)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        raise ModuleError(f"tiny_models: the generator ran longer than {timeout_s:g} s; raise timeout_s")
+    if res.returncode != 0:
+        tail = " | ".join(res.stderr.strip().splitlines()[-4:])
+        raise ModuleError(
+            f"tiny_models: generating with {python} failed (exit {res.returncode}): {tail}; "
+            "the serving environment needs torch, transformers, tokenizers and safetensors"
+        )
+    for line in reversed(res.stdout.strip().splitlines()):
+        try:
+            made = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(made, dict):
+            return made
+    return {}
 
 
 def run(args: dict, ctx: Context) -> dict:
@@ -209,69 +251,25 @@ def run(args: dict, ctx: Context) -> dict:
     r = recipe(args)
     marker = marker_path(r["target_dir"])
     digest = hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
-    old = read_bytes(marker)
-    recorded = {}
-    if old:
-        try:
-            recorded = json.loads(old.decode())
-        except (UnicodeDecodeError, ValueError):
-            recorded = {}
+    recorded = read_json(marker) or {}
+    where = {"target_dir": r["target_dir"], "drafter_dir": r["drafter_dir"]}
     if recorded.get("digest") == digest and models_present(r):
-        return {
-            "changed": False,
-            "msg": f"tiny models are in place ({r['target_dir']}, {r['drafter_dir']})",
-            "target_dir": r["target_dir"],
-            "drafter_dir": r["drafter_dir"],
-            **recorded.get("made", {}),
-        }
+        msg = f"tiny models are in place ({r['target_dir']}, {r['drafter_dir']})"
+        return {"changed": False, "msg": msg, **where, **recorded.get("made", {})}
     if ctx.check:
         return {"changed": True, "msg": f"would generate a tiny target in {r['target_dir']} and drafter in {r['drafter_dir']}"}
     python = args["python"]
     if not os.path.exists(python):
         raise ModuleError(f"tiny_models: python {python} does not exist; the venv role builds the serving environment first")
-    for folder in (r["target_dir"], r["drafter_dir"]):
-        if not recorded and os.path.isdir(folder) and os.listdir(folder):
-            raise ModuleError(
-                f"tiny_models: {folder} holds files that tiny_models did not make (no {marker}); refusing to "
-                "overwrite them. Point target_model/drafter_model elsewhere or turn tiny_models off"
-            )
-    # Regenerate from scratch: a drafter config.json left from another recipe would no longer fit.
-    for folder in (r["target_dir"], r["drafter_dir"]):
-        if os.path.isdir(folder):
-            shutil.rmtree(folder)
+    clear_folders(r, recorded, marker)
     ctx.say("generating a tiny Qwen3 target and DFlash drafter")
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    try:
-        res = subprocess.run(
-            [python, "-c", GENERATOR, json.dumps(r)],
-            capture_output=True,
-            text=True,
-            timeout=args["timeout_s"],
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        raise ModuleError(f"tiny_models: the generator ran longer than {args['timeout_s']:g} s; raise timeout_s")
-    if res.returncode != 0:
-        tail = " | ".join(res.stderr.strip().splitlines()[-4:])
-        raise ModuleError(
-            f"tiny_models: generating with {python} failed (exit {res.returncode}): {tail}; "
-            "the serving environment needs torch, transformers, tokenizers and safetensors"
-        )
-    made = {}
-    for line in reversed(res.stdout.strip().splitlines()):
-        try:
-            made = json.loads(line)
-            break
-        except ValueError:
-            continue
+    made = generate(python, r, args["timeout_s"])
     atomic_write(marker, (json.dumps({"digest": digest, "recipe": r, "made": made}, indent=1) + "\n").encode())
     return {
         "changed": True,
         "msg": f"generated a tiny target ({r['num_layers']} layers, hidden {r['hidden_size']}) and a DFlash "
         f"drafter (k={r['fused_layers']}) without config.json; mask_token_id {made.get('mask_token_id')}",
-        "target_dir": r["target_dir"],
-        "drafter_dir": r["drafter_dir"],
+        **where,
         **made,
         "diff": {"before": {"recipe": recorded.get("recipe")}, "after": {"recipe": r}},
     }
