@@ -136,7 +136,8 @@ def _check_module_args(module: str, args: dict, label: str) -> None:
         raise UserError(
             f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)}; it accepts: {', '.join(sorted(spec))}"
         )
-    missing = [a for a, o in spec.items() if o.get("required") and a not in args]
+    # A required argument linked to a variable may be left out: preflight checks the variable is defined.
+    missing = [a for a, o in spec.items() if o.get("required") and a not in args and not o.get("var")]
     if missing:
         raise UserError(f"{label}: module '{module}' needs argument(s) {', '.join(missing)}")
 

@@ -77,7 +77,20 @@ class Preflight:
             wanted |= self._refs(task, "{{ " + e + " }}")
         return wanted
 
+    @staticmethod
+    def _check_required_links(task: Task, known: set[str]) -> None:
+        """A required argument the task leaves out needs its linked variable defined for this host."""
+        spec = module_args_spec(task.module) or {}
+        for arg, var in linked_vars(task.module).items():
+            if arg not in task.args and spec[arg].get("required") and var not in known:
+                raise UserError(
+                    f"{task.source} ('{task.name}'): module '{task.module}' needs '{arg}', which comes from the "
+                    f"variable '{var}' when the task leaves it out, and '{var}' is undefined. Define {var} in the "
+                    f"inventory, a role's defaults.yaml or -e, or pass {arg} in the task."
+                )
+
     def _check_undefined(self, task: Task, known: set[str], values: ChainMap) -> None:
+        self._check_required_links(task, known)
         linked = {var for arg, var in linked_vars(task.module).items() if arg not in task.args and var in values}
         wanted = self._wanted(task) | linked
         seen: set[str] = set()
