@@ -42,8 +42,8 @@ ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"],
               "help": "rendered: write the launch; started: it runs, proven serving; restarted; stopped: the whole tree; "
               "absent: also the unit, pidfile and launch files (logs stay)"},
-    "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
-                "help": "the server's pidfile (required); the launch files sit beside it (NAME.launch.json, NAME.env)"},
+    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
+                "help": "the server's pidfile; the launch files sit beside it (NAME.launch.json, NAME.env)"},
     "root": {"type": "path", "default": None, "var": "dfp_root",
              "help": "dfp_root: pidfile, launch files and log must lie inside it (rendered records it for later states)"},
     "venv_python": {"type": "path", "default": None, "var": "venv_python", "help": "the serving environment's python"},
@@ -306,8 +306,6 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
 
 
 def run(args: dict, ctx: Context) -> dict:
-    if not args.get("pidfile"):
-        raise ModuleError("vllm_pidfile is empty; set the path of the server's pidfile (e.g. DFP_ROOT/run/vllm.pid)")
     args["service_name"] = args.get("service_name") or U.SERVICE_NAME
     state = args["state"]
     if state == "rendered":

@@ -23,8 +23,8 @@ from dflash_host.vllm_files import load_json, paths, read_env
 from dflash_host.vllm_process import server_for
 
 ARGS = {
-    "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
-                "help": "the server's pidfile (required); the launch files sit beside it"},
+    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
+                "help": "the server's pidfile; the launch files sit beside it"},
     "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
                    "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "seconds per HTTP probe"},
@@ -146,8 +146,6 @@ def _running_msg(out: dict) -> str:
 
 
 def run(args: dict, ctx: Context) -> dict:
-    if not args.get("pidfile"):
-        raise ModuleError("vllm_pidfile is empty; set the path of the server's pidfile (e.g. DFP_ROOT/run/vllm.pid)")
     p = paths(args["pidfile"])
     launch = load_json(p["launch"])
     out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
