@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.playbook import PROJECT_ROOT, load_playbook
-from engine.report import Console, json_report, recap_of, write_json, write_junit
+from engine.report import Console, json_report, load_sections, recap_of, write_json, write_junit
 from engine.results import TaskResult
 from engine.runner import Runner
 from engine.yamlfile import check_variable_names
@@ -64,6 +64,17 @@ def exit_code_for(recap: dict) -> int:
     return EXIT_OK
 
 
+def report_sections_of(plays: list) -> list[str]:
+    """The report sections the plays ask for with the play variable `report_sections` (module names)."""
+    names: list[str] = []
+    for play in plays:
+        value = play.vars.get("report_sections") or []
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise UserError(f"{play.source}: play '{play.name}': report_sections must be a list of module names")
+        names += [v for v in value if v not in names]
+    return names
+
+
 def run_playbook(
     playbook: str | Path,
     inventory: str | Path | dict = PROJECT_ROOT / "inventory.yaml",
@@ -89,6 +100,7 @@ def run_playbook(
         inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
         path = resolve_playbook(playbook)
         plays = load_playbook(path)
+        sections = load_sections(report_sections_of(plays))
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
         runner = Runner(
@@ -119,9 +131,9 @@ def run_playbook(
     code = exit_code_for(recap)
     meta = {"playbook": str(path), "check": check, "exit_code": code, "elapsed_s": round(elapsed, 3)}
     if report:
-        write_json(report, json_report(results, recap, meta))
+        write_json(report, json_report(results, recap, meta, sections))
     if junit:
-        write_junit(junit, results, path.stem)
+        write_junit(junit, results, path.stem, sections)
     secrets = runner.variables.secrets
     registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
     return RunResult(code, recap, results, elapsed, registered=registered)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.errors import UserError
 from engine.results import STATUSES, TaskResult
 
 _COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
@@ -181,10 +182,40 @@ def by_host(results: list[TaskResult]) -> dict[str, list[TaskResult]]:
     return out
 
 
-def json_report(results: list[TaskResult], stats: dict, meta: dict) -> dict:
+def load_sections(names: list[str]) -> list[Any]:
+    """The report sections a playbook asks for (play var `report_sections`: importable module names).
+
+    A section module has NAME, `section(results_of_one_host) -> dict | None` and `junit_suite(host, section)
+    -> (tests, failures, xml lines)`. The engine knows none of them: the nightly rebuild's is dfp_cli.rebuild_report.
+    """
+    import importlib
+
+    out = []
+    for name in names:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"report_sections: cannot import {name!r} ({exc}); name an importable module") from None
+        if not all(hasattr(mod, a) for a in ("NAME", "section", "junit_suite")):
+            raise UserError(f"report_sections: {name} needs NAME, section() and junit_suite()")
+        out.append(mod)
+    return out
+
+
+def host_sections(results: list[TaskResult], sections: list[Any]) -> dict[str, dict]:
+    """{host: {section NAME: section}} for the sections that have something to say about a host."""
+    out: dict[str, dict] = {}
+    for host, items in by_host(results).items():
+        for mod in sections:
+            data = mod.section(items)
+            if data is not None:
+                out.setdefault(host, {})[mod.NAME] = data
+    return out
+
+
+def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: list[Any] = ()) -> dict:
     report = {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
-    rebuilds = {host: rebuild_section(items) for host, items in by_host(results).items()}
-    hosts = {host: {"rebuild": section} for host, section in rebuilds.items() if section is not None}
+    hosts = host_sections(results, list(sections))
     if hosts:
         report["hosts"] = hosts
     return report
@@ -194,15 +225,16 @@ def write_json(path: str, report: dict) -> None:
     Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def write_junit(path: str, results: list[TaskResult], name: str) -> None:
+def write_junit(path: str, results: list[TaskResult], name: str, sections: list[Any] = ()) -> None:
     """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
-    rebuild adds one testsuite per host with one testcase per phase (build, serve, switch, rollback, ...)."""
+    report section a playbook asks for adds its own suites (the nightly rebuild: one test case per phase)."""
     from xml.sax.saxutils import quoteattr
 
     hosts = by_host(results)
     suites = [_task_suite(host, items) for host, items in hosts.items()]
-    sections = {host: rebuild_section(items) for host, items in hosts.items()}
-    suites += [_rebuild_suite(host, sec) for host, sec in sections.items() if sec is not None]
+    by_name = {mod.NAME: mod for mod in sections}
+    for host, found in host_sections(results, list(sections)).items():
+        suites += [by_name[n].junit_suite(host, data) for n, data in found.items()]
     tests = sum(s[0] for s in suites)
     failures = sum(s[1] for s in suites)
     parts = ['<?xml version="1.0" encoding="UTF-8"?>']
@@ -213,7 +245,7 @@ def write_junit(path: str, results: list[TaskResult], name: str) -> None:
     Path(path).write_text("\n".join(parts) + "\n", encoding="utf-8")
 
 
-def _case(classname: str, label: str, seconds: float, failed_msg: str | None, skipped_msg: str | None, out: str | None) -> list:
+def junit_case(classname: str, label: str, seconds: float, failed_msg: str | None, skipped_msg: str | None, out: str | None) -> list:
     from xml.sax.saxutils import escape, quoteattr
 
     lines = [f'    <testcase classname={quoteattr(classname)} name={quoteattr(label)} time="{seconds:.3f}">']
@@ -238,159 +270,6 @@ def _task_suite(host: str, items: list[TaskResult]) -> tuple[int, int, list]:
         label = f"{r.role} : {r.task}" if r.role else r.task
         failed = r.msg if r.status in ("failed", "unreachable") and not r.ignored else None
         skipped = r.msg if r.status == "skipped" else None
-        lines += _case(host, label, r.duration_s, failed, skipped, "changed" if r.changed else None)
+        lines += junit_case(host, label, r.duration_s, failed, skipped, "changed" if r.changed else None)
     lines.append("  </testsuite>")
     return len(items), fails, lines
-
-
-def _rebuild_suite(host: str, section: dict) -> tuple[int, int, list]:
-    """The rebuild's phases as test cases; versions, downtime and the rollback as suite properties."""
-    from xml.sax.saxutils import quoteattr
-
-    phases = section["phases"]
-    fails = sum(1 for p in phases if p["status"] == "failed")
-    skips = sum(1 for p in phases if p["status"] == "skipped")
-    t = sum(p["duration_s"] for p in phases)
-    lines = [
-        f'  <testsuite name={quoteattr(host + " rebuild")} tests="{len(phases)}" failures="{fails}" '
-        f'skipped="{skips}" time="{t:.3f}">',
-        "    <properties>",
-    ]
-    for key in ("mode", "old_env", "new_env", "old_versions", "new_versions", "switched", "rolled_back", "downtime_s"):
-        lines.append(f"      <property name={quoteattr(key)} value={quoteattr(json.dumps(section.get(key), default=str))}/>")
-    lines.append("    </properties>")
-    for p in phases:
-        failed = p["msg"] if p["status"] == "failed" else None
-        skipped = "nothing to do in this phase" if p["status"] == "skipped" else None
-        lines += _case(f"{host}.rebuild", p["name"], p["duration_s"], failed, skipped, f"{p['tasks']} task(s)")
-    lines.append("  </testsuite>")
-    return len(phases), fails, lines
-
-
-# ---------------------------------------------------------------------------------------------------
-# The nightly rebuild (playbooks/rebuild.yaml): per host, what it built, each phase, the downtime, the rollback
-
-PHASE_FACT = "rebuild_phase"
-ACCEPTED = "(failure accepted by failed_when) "  # the engine's prefix when failed_when let a failure pass
-
-
-def _phase_fact(r: TaskResult):
-    facts = r.result.get("ansible_facts") if r.module == "set_fact" else None
-    return facts.get(PHASE_FACT) if isinstance(facts, dict) else None
-
-
-def _failed(r: TaskResult) -> bool:
-    """A failure, including one the playbook let pass to roll back (vllm_start_may_fail)."""
-    return (r.status in ("failed", "unreachable") and not r.ignored) or r.msg.startswith(ACCEPTED)
-
-
-def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] | None:
-    """The host's tasks cut into the phases named by the playbook's `rebuild_phase` facts; None without any.
-
-    A fact names the phase of every task after it: a name, or {role: name, "*": name of other tasks}.
-    Tasks before the first fact (facts gathering) belong to the phase it names for them.
-    """
-    facts = [f for f in map(_phase_fact, items) if f is not None]
-    if not facts:
-        return None
-    naming = facts[0]
-    groups: list[tuple[str, list[TaskResult]]] = []
-    for r in items:
-        fact = _phase_fact(r)
-        if fact is not None:
-            naming = fact
-            continue
-        name = str(naming.get(r.role, naming.get("*", "other")) if isinstance(naming, dict) else naming)
-        if not groups or groups[-1][0] != name:
-            groups.append((name, []))
-        groups[-1][1].append(r)
-    return groups
-
-
-def _phase_summary(name: str, tasks: list[TaskResult]) -> dict:
-    ran = [r for r in tasks if r.status != "skipped"]
-    failed = [r for r in ran if _failed(r)]
-    out: dict[str, Any] = {
-        "name": name,
-        "status": "failed" if failed else "passed" if ran else "skipped",
-        "duration_s": round(sum(r.duration_s for r in tasks), 3),
-        "tasks": len(ran),
-        "msg": failed[0].msg[len(ACCEPTED):] if failed and failed[0].msg.startswith(ACCEPTED) else failed[0].msg if failed else "",
-    }
-    server = _server_steps(ran)
-    if server:
-        out["server"] = server
-    return out
-
-
-def _server_steps(tasks: list[TaskResult]) -> dict:
-    """The last server start of a phase, step by step: stopping the old one, readiness, smoke, acceptance."""
-    starts = [r.result for r in tasks if r.module == "vllm_server" and ("ready_s" in r.result or r.result.get("start_failed"))]
-    if not starts:
-        return {}
-    res = starts[-1]
-    steps = {
-        "stop_s": (res.get("stopped") or {}).get("seconds"),
-        "ready_s": res.get("ready_s"),
-        "smoke_s": res.get("smoke_s"),
-        "after_ready_s": round(res["total_s"] - res["ready_s"], 3) if "total_s" in res and "ready_s" in res else None,
-        "acceptance_rate": res.get("acceptance_rate"),
-        "start_failed": bool(res.get("start_failed")),
-    }
-    return {k: v for k, v in steps.items() if v is not None}
-
-
-def serving_downtime(items: list[TaskResult]) -> tuple[float, bool]:
-    """(seconds without a healthy server, whether one is healthy at the end), from the vllm_server results.
-
-    A task that (re)started the server (its result has ready_s or start_failed) stopped the old one first:
-    down from its start to its readiness (its duration less what came after readiness: total_s - ready_s).
-    A failed start is down all through, and so is everything after it until a start is ready again.
-    """
-    total, down = 0.0, False
-    for r in items:
-        res = r.result
-        restart = r.module == "vllm_server" and r.status != "skipped" and ("ready_s" in res or res.get("start_failed"))
-        if restart and "ready_s" in res and not res.get("start_failed"):
-            after = max(0.0, float(res.get("total_s") or res["ready_s"]) - float(res["ready_s"]))
-            total += max(0.0, r.duration_s - after)
-            down = False
-        elif restart or down:
-            total += r.duration_s
-            down = True
-    return round(total, 3), not down
-
-
-def _last(items: list[TaskResult], test) -> dict:
-    found = [r.result for r in items if r.status != "skipped" and test(r)]
-    return found[-1] if found else {}
-
-
-def rebuild_section(items: list[TaskResult]) -> dict | None:
-    """What the nightly rebuild did on one host: None when the run was not a rebuild (no phase facts)."""
-    groups = phase_groups(items)
-    if groups is None:
-        return None
-    phases = [_phase_summary(name, tasks) for name, tasks in groups]
-    build = _last(items, lambda r: r.module == "python_env" and r.result.get("fresh"))
-    switch = _last(items, lambda r: r.module == "python_env" and r.result.get("switched"))
-    back_up = [
-        r for name, tasks in groups if name == "rollback" for r in tasks
-        if r.module == "vllm_server" and "ready_s" in r.result and not _failed(r)
-    ]
-    failed = [p for p in phases if p["status"] == "failed"]
-    downtime, serving = serving_downtime(items)
-    return {
-        "mode": build.get("rebuild_mode"),
-        "old_env": build.get("previous"),
-        "new_env": build.get("env"),
-        "old_versions": build.get("previous_versions"),
-        "new_versions": build.get("versions"),
-        "switched": bool(switch),
-        "rolled_back": bool(back_up),
-        "reason": failed[0]["msg"] if failed else None,
-        "failed_phase": failed[0]["name"] if failed else None,
-        "downtime_s": downtime,
-        "serving": serving,
-        "phases": phases,
-    }
