@@ -7,6 +7,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -213,7 +214,7 @@ def host_sections(results: list[TaskResult], sections: list[Any]) -> dict[str, d
     return out
 
 
-def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: list[Any] = ()) -> dict:
+def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: Sequence[Any] = ()) -> dict:
     report = {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
     hosts = host_sections(results, list(sections))
     if hosts:
@@ -225,7 +226,7 @@ def write_json(path: str, report: dict) -> None:
     Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def write_junit(path: str, results: list[TaskResult], name: str, sections: list[Any] = ()) -> None:
+def write_junit(path: str, results: list[TaskResult], name: str, sections: Sequence[Any] = ()) -> None:
     """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
     report section a playbook asks for adds its own suites (the nightly rebuild: one test case per phase)."""
     from xml.sax.saxutils import quoteattr
