@@ -29,7 +29,12 @@ from dflash_host.module import Context, ModuleError, main
 from dflash_host.pyenv import check_imports, probe_env, run_python
 
 ARGS = {
-    "python": {"type": "str", "required": True, "help": "the serving environment's python (role variable venv_python)"},
+    "python": {
+        "type": "str",
+        "required": True,
+        "var": "venv_python",
+        "help": "the serving environment's python (through `current`; the rebuild passes the new env's own)",
+    },
     "compute_capability": {
         "type": "raw",
         "default": None,
