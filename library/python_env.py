@@ -45,7 +45,7 @@ from dflash_host.paths import managed_path
 from dflash_host.pyenv import ENV_MARKER
 
 ARGS = {
-    "root": {"type": "path", "required": True, "help": "folder of the environments (role variable venv_root)"},
+    "root": {"type": "path", "required": True, "var": "venv_root", "help": "folder of the environments"},
     "state": {
         "type": "str",
         "default": "present",
