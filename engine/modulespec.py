@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def modules() -> dict[str, ModuleSpec]:
     return _MODULES
 
 
+@functools.cache  # read for every task on every host; the tables do not change during a run
 def linked_vars(name: str) -> dict[str, str]:
     """{argument: variable} for a module's arguments whose ARGS entry names a variable (`"var": "vllm_port"`).
 

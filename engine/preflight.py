@@ -11,18 +11,13 @@ from typing import Any, Callable
 
 from jinja2 import meta
 
-from dflash_host import module as module_contract
+from dflash_host import module as contract  # the same argument checks the worker runs
 from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.templating import Templar, is_template
 from engine.variables import MAGIC_VARS
-
-
-def host_contract():
-    """The module contract (dflash_host.module) on the control node: the same argument checks the worker runs."""
-    return module_contract
 
 
 class Preflight:
@@ -115,7 +110,6 @@ class Preflight:
         spec = module_args_spec(task.module)
         if not spec:
             return
-        contract = host_contract()
         for name, value in task.args.items():
             if name not in spec or is_template(str(value)):
                 continue

@@ -108,7 +108,7 @@ class Runner:
         names = self.hosts_for(play)
         if self.console:
             self.console.play_start(play, names)
-        states = [self._state(n) for n in names if not self._state(n).unreachable]
+        states = [st for st in map(self._state, names) if not st.unreachable]
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
         self._parallel(states, lambda st: self._start_host(st, play))

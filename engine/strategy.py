@@ -12,11 +12,11 @@ from typing import Any
 
 from jinja2.sandbox import SecurityError
 
+from dflash_host import module as contract  # the same argument checks the worker runs
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars
 from engine.playbook import Play, Task, module_args_spec
-from engine.preflight import host_contract
 from engine.results import HostState, TaskResult, status_of
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
@@ -187,7 +187,6 @@ class TaskExecutor:
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
         if handles(task.module, args):
             return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
-        contract = host_contract()
         try:
             contract.check_args(module_args_spec(task.module) or {}, args, task.module)
         except contract.ModuleError as exc:

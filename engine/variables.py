@@ -46,6 +46,7 @@ class Variables:
         self.diff = diff
         self.secrets = Secrets()
         self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
+        self._hostvars = {h: hv.vars for h, hv in inventory.hosts.items()}  # once, not per task and host
 
     def _magic(self, state: HostState, play: Play, task: Task | None) -> dict:
         host = state.host
@@ -53,7 +54,7 @@ class Variables:
             "inventory_hostname": host.name,
             "group_names": [g for g in host.groups if g != "all"],
             "groups": self._groups,
-            "hostvars": {h: hv.vars for h, hv in self.inventory.hosts.items()},
+            "hostvars": self._hostvars,
             "ansible_check_mode": self.check,
             "ansible_diff_mode": self.diff,
             "playbook_dir": str(play.source.parent),
