@@ -72,40 +72,40 @@ def test_two_concurrent_runs_lose_no_update(tmp_path, host_inv, shared_tmp):
     assert len(lines) == 600 and len(set(lines)) == 600
 
 
-def test_second_run_fails_naming_the_holder(tmp_path, host_inv, shared_tmp):
+@pytest.fixture
+def holder(tmp_path, host_inv, shared_tmp):
+    """A real run (the CLI in a subprocess) holding the host lock for about 6 s; it must end well."""
     inv, _ = host_inv
     started = shared_tmp / "started"
     slow = write(tmp_path, "slow.yaml", [{"name": "hold", "command": {"argv": ["sh", "-c", f"touch {started}; sleep 6"]}}])
     first = cli(slow, inv)
     try:
         wait_for_file(started)
-        quick = write(tmp_path, "quick.yaml", [{"name": "touch", "command": {"argv": ["true"]}}])
-        report = tmp_path / "second.json"
-        second = cli(quick, inv, "--lock-wait", "1", report=report)
-        out = second.communicate(timeout=60)[0]
-        assert second.returncode == 2, out
-        row = json.loads(report.read_text())["tasks"][0]
-        assert row["task"] == "Host lock" and row["status"] == "failed"
-        for words in ("is locked by another run", "slow.yaml", f"pid {first.pid}", "waited 1 s"):
-            assert words in row["msg"], row["msg"]
+        yield first
     finally:
         assert first.wait(timeout=60) == 0, first.stdout.read()
 
 
-def test_read_only_status_does_not_wait(tmp_path, host_inv, shared_tmp):
-    inv, root = host_inv
-    started = shared_tmp / "started"
-    slow = write(tmp_path, "slow.yaml", [{"name": "hold", "command": {"argv": ["sh", "-c", f"touch {started}; sleep 6"]}}])
-    first = cli(slow, inv)
-    try:
-        wait_for_file(started)
-        began = time.monotonic()
-        res = run_playbook("status", inv, lock_wait=0)
-        assert time.monotonic() - began < 5
-        assert not [r for r in res.results if r.task == "Host lock"], res.tasks
-        assert res.exit_code == 0, res.tasks
-    finally:
-        assert first.wait(timeout=60) == 0
+def test_second_run_fails_naming_the_holder(tmp_path, host_inv, holder):
+    inv, _ = host_inv
+    quick = write(tmp_path, "quick.yaml", [{"name": "touch", "command": {"argv": ["true"]}}])
+    report = tmp_path / "second.json"
+    second = cli(quick, inv, "--lock-wait", "1", report=report)
+    out = second.communicate(timeout=60)[0]
+    assert second.returncode == 2, out
+    row = json.loads(report.read_text())["tasks"][0]
+    assert row["task"] == "Host lock" and row["status"] == "failed"
+    for words in ("is locked by another run", "slow.yaml", f"pid {holder.pid}", "waited 1 s"):
+        assert words in row["msg"], row["msg"]
+
+
+def test_read_only_status_does_not_wait(host_inv, holder):
+    inv, _ = host_inv
+    began = time.monotonic()
+    res = run_playbook("status", inv, lock_wait=0)
+    assert time.monotonic() - began < 5
+    assert not [r for r in res.results if r.task == "Host lock"], res.tasks
+    assert res.exit_code == 0, res.tasks
 
 
 def test_lock_of_a_killed_control_node_is_taken_over(tmp_path, host_inv, shared_tmp):
