@@ -31,18 +31,20 @@ class Preflight:
 
     def check(self, plays: list[Play], hosts_for: Callable[[Play], list[str]], selected: Callable[[Task], bool]) -> None:
         for play in plays:
-            tasks = [t for t in play.all_tasks() if selected(t)]
+            every = play.all_tasks()
+            tasks = [t for t in every if selected(t)]
             known_in_play = (
-                {t.register for t in play.all_tasks() if t.register}
-                | {k for t in play.all_tasks() if t.module == "set_fact" for k in t.args}
-                | {t.loop_var for t in play.all_tasks()}
+                {t.register for t in every if t.register}
+                | {k for t in every if t.module == "set_fact" for k in t.args}
+                | {t.loop_var for t in every}
                 | MAGIC_VARS
                 | set(self.env.globals)
             )
             for name in hosts_for(play):
                 base = ChainMap(self.extra_vars, play.vars, self.inventory.hosts[name].vars, play.defaults)
+                known_on_host = known_in_play | set(base)
                 for task in tasks:
-                    known = known_in_play | set(base) | set(task.vars) | set(task.role_vars)
+                    known = known_on_host | set(task.vars) | set(task.role_vars)
                     self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base))
             for task in tasks:  # argument types do not depend on the host
                 self._check_static_types(task)

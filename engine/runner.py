@@ -17,7 +17,7 @@ from engine.hostlock import describe_holder, lock_path, new_record
 from engine.inventory import Inventory
 from engine.playbook import Block, Play, Task, modules
 from engine.preflight import Preflight
-from engine.results import STATUSES, HostState, TaskResult  # noqa: F401 - STATUSES re-exported for engine.report
+from engine.results import HostState, TaskResult
 from engine.strategy import TaskExecutor, linked_values
 from engine.templating import Templar
 from engine.variables import Variables

@@ -15,11 +15,14 @@ from jinja2.sandbox import SecurityError
 from dflash_host import module as contract  # the same argument checks the worker runs
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
-from engine.modulespec import linked_vars
-from engine.playbook import Play, Task, module_args_spec
+from engine.modulespec import linked_vars, module_args_spec
+from engine.playbook import Play, Task
 from engine.results import HostState, TaskResult, status_of
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
+
+# The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
+ACCEPTED_PREFIX = "(failure accepted by failed_when) "
 
 
 def linked_values(module: str, given: dict, view) -> dict:
@@ -58,8 +61,7 @@ class TaskExecutor:
         """Count, keep and show a result: a masked copy (the registered one, used by later tasks, stays intact)."""
         secrets = self.variables.secrets
         res.msg = secrets.redact(res.msg)
-        if secrets:
-            res.result = secrets.redact_obj(res.result)
+        res.result = secrets.redact_obj(res.result)  # secret-named keys are hidden even when no value is known
         state.stats["ignored" if res.ignored else res.status] += 1
         if res.status == "failed" and not res.ignored:
             state.last_failure = res
@@ -115,7 +117,7 @@ class TaskExecutor:
             for cond in task.when:
                 if not self.truth(cond, view):
                     return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
-            result = self._run_with_retries(state, play, task, None)
+            result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
             items = self.templar.render_value(task.loop, view)
             if not isinstance(items, list):
@@ -139,11 +141,12 @@ class TaskExecutor:
     def truth(self, expr: Any, view) -> bool:
         return to_bool(self.templar.evaluate(expr, view))
 
-    def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None) -> dict:
+    def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None, first_view=None) -> dict:
         attempts = 1 + (task.retries if task.retries is not None else (3 if task.until is not None else 0))
         result: dict = {}
         for attempt in range(1, attempts + 1):
-            view = self.variables.view(state, play, task, extra)
+            # a retry sees what changed meanwhile (a fresh view); the first attempt reuses the `when` check's
+            view = first_view if attempt == 1 and first_view is not None else self.variables.view(state, play, task, extra)
             if extra is not None:
                 for cond in task.when:
                     if not self.truth(cond, view):
@@ -177,12 +180,13 @@ class TaskExecutor:
         if task.failed_when is not None:
             failed = self.truth(task.failed_when, view)
             if result.get("failed") and not failed:
-                result["msg"] = f"(failure accepted by failed_when) {result.get('msg', '')}"
+                result["msg"] = f"{ACCEPTED_PREFIX}{result.get('msg', '')}"
             result["failed"] = failed
         return result
 
     def _run_once(self, state: HostState, play: Play, task: Task, view) -> dict:
         check = self.check if task.check_mode is None else bool(task.check_mode)
+        view.touched.clear()  # what the arguments read, not the `when` (set_fact's secret taint)
         args = {**linked_values(task.module, task.args, view), **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
         if handles(task.module, args):

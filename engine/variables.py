@@ -54,7 +54,6 @@ class Variables:
             "inventory_hostname": host.name,
             "group_names": [g for g in host.groups if g != "all"],
             "groups": self._groups,
-            "hostvars": self._hostvars,
             "ansible_check_mode": self.check,
             "ansible_diff_mode": self.diff,
             "playbook_dir": str(play.source.parent),
@@ -66,6 +65,7 @@ class Variables:
 
     def view(self, state: HostState, play: Play, task: Task | None, extra: dict | None = None) -> LazyVars:
         magic = self._magic(state, play, task)
+        # hostvars is inventory text (templates, rendered when read), so it sits outside the data layers.
         data = (extra or {}, state.registered, state.facts_set, {"facts": state.facts or {}}, magic)
         layers = ChainMap(
             self.extra_vars,
@@ -78,6 +78,7 @@ class Variables:
             play.vars,
             state.host.vars,
             magic,
+            {"hostvars": self._hostvars},
             play.defaults,
         )
         return self.templar.view(layers, data)

@@ -110,3 +110,13 @@ def test_every_value_type(tmp_path, value):
     assert rc == 0, out
     for leaf in value if isinstance(value, list) else [value]:
         assert str(leaf) not in out
+
+
+def test_secret_names_and_counts():
+    """Keys named like a secret are hidden even when the run knows no secret value; counts of tokens are not secrets."""
+    from engine.secrets import Secrets, is_secret_name
+
+    assert all(map(is_secret_name, ["hf_token", "session_token", "vllm_api_key", "db_password"]))
+    assert not any(map(is_secret_name, ["smoke_tokens", "num_speculative_tokens", "tokenizer", "hf_token_file"]))
+    shown = Secrets().redact_obj({"hf_token": "hf_x", "smoke_tokens": 24})
+    assert shown == {"hf_token": "********", "smoke_tokens": 24}

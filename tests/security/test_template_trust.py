@@ -168,3 +168,11 @@ def test_json_report_carries_data_verbatim(tmp_path, local_host, marker):
     res = run_playbook(pb, inventory(tmp_path, local_host), report=str(report))
     assert res.exit_code == 0
     assert payload(marker) in json.loads(report.read_text())["tasks"][-1]["msg"]
+
+
+def test_inventory_text_reached_through_hostvars_is_rendered(tmp_path, local_host):
+    """hostvars holds inventory values: template text from a trusted file, rendered when read (not host data)."""
+    pb = write_playbook(tmp_path / "pb.yaml", [{"name": "other", "debug": {"msg": "{{ hostvars.h.joined }}"}}])
+    res = run_playbook(pb, inventory(tmp_path, dict(local_host, joined="{{ 'a' ~ 'b' }}")))
+    assert res.exit_code == 0, res.tasks
+    assert messages(res, "other") == ["ab"]
