@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from dflash_host.module import ModuleError
 
 if TYPE_CHECKING:  # annotations only: typing costs import time per host per run
-    from typing import Any
+    pass
 
 
 def parse_mode(mode: str | None) -> int | None:
@@ -171,6 +171,3 @@ def read_json(path: str) -> dict | None:
         return None
     return data if isinstance(data, dict) else None
 
-
-def text_diff(before: Any, after: Any) -> dict:
-    return {"before": before, "after": after}

@@ -18,7 +18,6 @@ from dflash_host.pyenv import parse_wheel_filename
 
 FA2, FA4 = "flash-attn", "flash-attn-4"
 LINES = {"fa2": FA2, "fa4": FA4}
-LINE_OF_DIST = {FA2: "fa2", FA4: "fa4"}
 REQUIREMENT = {"fa2": "flash-attn<3", "fa4": "flash-attn-4"}
 CRITICAL_IMPORTS = {"fa2": ["flash_attn", "flash_attn.ops.triton.rotary"], "fa4": ["flash_attn.cute"]}
 _FA2_LOCAL = re.compile(r"cu(\d+)torch(\d+)\.(\d+)cxx11abi(TRUE|FALSE)", re.I)

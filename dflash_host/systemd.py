@@ -21,7 +21,8 @@ from dflash_host.module import ModuleError
 
 TIMEOUT_S = 120.0  # a call that takes longer is reported, never waited on forever
 STOP_TIMEOUT_S = 90.0  # `stop` waits for the unit's TimeoutStopSec (60 s in the tool's unit) and SIGKILL
-ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")  # the unit still holds processes
+RUNNING_STATES = ("active", "activating", "reloading")  # the unit runs its service (not on its way out)
 
 
 def present() -> bool:

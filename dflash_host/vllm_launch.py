@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from dflash_host.model_config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.untrusted_json import load_json_file
 from dflash_host.vllm_values import MANAGED_FLAGS, check_env, check_extra_args, check_launch_values, check_line, line_problem
@@ -47,11 +48,6 @@ def is_secret_name(name: str) -> bool:
 
 def masked_env(env: dict) -> dict:
     return {k: (MASK if is_secret_name(k) else v) for k, v in sorted(env.items())}
-
-
-def looks_like_path(model: str) -> bool:
-    """A local folder (absolute, ~, ./) rather than a Hugging Face id such as Qwen/Qwen3-8B."""
-    return model.startswith(("/", "~", "./", "../")) or os.path.exists(model)
 
 
 # --------------------------------------------------------------------------- the models and secrets it reads

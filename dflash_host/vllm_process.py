@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context
 
 POLL_S = 0.1  # process and log are polled this often while waiting
-RUNNING_STATES = ("active", "activating", "reloading")  # a unit in one of these runs the server
+RUNNING_STATES = systemd.RUNNING_STATES
 
 
 class ProcessServer:

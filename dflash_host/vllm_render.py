@@ -16,10 +16,11 @@ from dflash_host import systemd
 from dflash_host import vllm_log as VL
 from dflash_host import vllm_unit as U
 from dflash_host.files import atomic_write, read_bytes
+from dflash_host.model_config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.paths import managed_path
 from dflash_host.vllm_files import dump, is_tool_file, load_json
-from dflash_host.vllm_launch import looks_like_path, masked_env
+from dflash_host.vllm_launch import masked_env
 
 if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context

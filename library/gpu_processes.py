@@ -47,7 +47,6 @@ ARGS = {
     "device_prefix": {"type": "str", "default": None,
                       "help": "device node prefix looked for in /proc/*/fd; none: /dev/nvidia"},
 }
-RUNNING = ("active", "activating", "reloading", "deactivating")
 
 
 def check_numbers(threshold_mib: int, timeout_s: float, grace_s: float) -> None:
@@ -102,7 +101,7 @@ def survey_ours(args: dict, ctx: Context) -> dict:
         known = {m.pid for m in managed}
         unit_procs = [p for p in _processes(_systemd.cgroup_pids(unit["cgroup"])) if p.pid not in known]
         managed += unit_procs
-    unit_active = bool(unit and unit["active_state"] in RUNNING)
+    unit_active = bool(unit and unit["active_state"] in _systemd.ACTIVE_STATES)
     top_alive = bool(record) and any(p.pid == record["pid"] for p in found["managed"])
     left_running = bool(args["keep_running"] and (top_alive or unit_active))
     return {
