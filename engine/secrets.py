@@ -17,8 +17,9 @@ MASK = "********"
 # Shorter values are not hunted as substrings (masking "on" everywhere would garble every message);
 # they are still hidden where a secret-named key holds them.
 MIN_LENGTH = 4
-# `token` but not `tokens` (num_speculative_tokens, smoke_tokens: counts) nor `tokenizer` (a model path).
-_NAME = re.compile(r"(token(?!s|iz)|passw(or)?d|secret|api_?key|passphrase|credential|private_?key|vault_?pass)", re.I)
+# `token` but not `tokens` (num_speculative_tokens, smoke_tokens: counts), `tokenizer` (a model path) nor
+# `token_id(s)` (mask_token_id, eos_token_id: vocabulary indices).
+_NAME = re.compile(r"(token(?!s|iz|_?ids?(?![a-z]))|passw(or)?d|secret|api_?key|passphrase|credential|private_?key|vault_?pass)", re.I)
 _NOT_SECRET_SUFFIXES = ("_file", "_path", "_dir", "_env_var")
 _MAX_LEAVES = 10_000
 

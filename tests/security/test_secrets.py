@@ -117,6 +117,6 @@ def test_secret_names_and_counts():
     from engine.secrets import Secrets, is_secret_name
 
     assert all(map(is_secret_name, ["hf_token", "session_token", "vllm_api_key", "db_password"]))
-    assert not any(map(is_secret_name, ["smoke_tokens", "num_speculative_tokens", "tokenizer", "hf_token_file"]))
+    assert not any(map(is_secret_name, ["smoke_tokens", "num_speculative_tokens", "tokenizer", "hf_token_file", "mask_token_id"]))
     shown = Secrets().redact_obj({"hf_token": "hf_x", "smoke_tokens": 24})
     assert shown == {"hf_token": "********", "smoke_tokens": 24}
