@@ -6,6 +6,7 @@ the keyword and the fix. They run when the playbook loads, so a wrongly typed ke
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engine.errors import UserError
@@ -31,8 +32,12 @@ TASK_KEYWORDS = {
     "listen",
     "check_mode",
     "timeout",
+    *("become", "become_user", "become_method"),
 }
-PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks"}
+BECOME_KEYWORDS = ("become", "become_user", "become_method")
+BECOME_METHODS = ("sudo",)
+PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks",
+                 "serial", "max_fail_percentage", *BECOME_KEYWORDS}
 
 # -- checks ---------------------------------------------------------------------------------
 # Each returns the value in the type the runner expects, or raises one paragraph naming the place,
@@ -40,7 +45,7 @@ PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_
 
 BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 # The runner reads these flags as plain booleans (it does not render them), so a template is refused.
-FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts")
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become")
 LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
 MAX_DELAY_S = 86400.0
 
@@ -172,6 +177,47 @@ def loop_var_of(value: Any, where: str) -> str:
     return identifier(value.get("loop_var", "item"), where, "loop_control.loop_var")
 
 
+def become_of(raw: dict, where: str) -> dict:
+    """become/become_user/become_method as given at this level (absent keys are inherited from above)."""
+    out: dict[str, Any] = {}
+    if "become" in raw:
+        out["become"] = flag(raw["become"], where, "become")
+    if "become_user" in raw:
+        user = raw["become_user"]
+        if not (isinstance(user, str) and user.strip()) or any(c in user for c in " \t\n\r\0") or user.startswith("-"):
+            raise wrong(where, "become_user", "a user name (or a template giving one)", user, "root")
+        out["become_user"] = user
+    if "become_method" in raw:
+        method = raw["become_method"]
+        if method not in BECOME_METHODS:
+            raise wrong(where, "become_method", f"one of {', '.join(BECOME_METHODS)} (the only supported method)",
+                        method, "sudo")
+        out["become_method"] = method
+    return out
+
+
+def serial_of(value: Any, where: str) -> list:
+    """`serial`: a number of hosts, a percentage ("30%"), a template giving one, or a list of those (growing
+    batches; the last size repeats)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise wrong(where, "serial", "a batch size, a percentage or a list of them", value, "[1, 5, '25%']")
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            continue
+        if isinstance(item, str) and (is_template_text(item) or re.fullmatch(r"\s*\d+(\.\d+)?\s*%\s*|\s*\d+\s*", item)):
+            continue
+        raise wrong(where, "serial", "a whole number of hosts >= 0 (0: all), a percentage like '25%', a template "
+                    "giving one, or a list of those", item, "[1, '25%']")
+    return list(items)
+
+
+def max_fail_percentage_of(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise wrong(where, "max_fail_percentage", "a number from 0 to 100", value, "0")
+    return float(value)
+
+
 def task_keywords(raw: dict, where: str) -> dict:
     """The task's keywords, checked and converted to the types of the Task fields."""
     out: dict[str, Any] = {"loop": loop_of(raw, where)}
@@ -200,4 +246,5 @@ def task_keywords(raw: dict, where: str) -> dict:
     if "timeout" in raw:
         out["timeout"] = timeout_of(raw["timeout"], where)
     out["vars"] = variables_of(raw.get("vars"), where)
+    out.update(become_of(raw, where))
     return out

@@ -11,7 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.keywords import PLAY_KEYWORDS, TASK_KEYWORDS, condition_list, flag, names, task_keywords, variables_of, wrong
+from engine.keywords import (
+    BECOME_KEYWORDS,
+    PLAY_KEYWORDS,
+    TASK_KEYWORDS,
+    become_of,
+    condition_list,
+    flag,
+    max_fail_percentage_of,
+    names,
+    serial_of,
+    task_keywords,
+    variables_of,
+    wrong,
+)
 from engine.modulespec import LIBRARY, PROJECT_ROOT, module_args_spec, modules  # noqa: F401 - LIBRARY, PROJECT_ROOT re-exported
 from engine.roles import load_role, role_tasks
 from engine.yamlfile import check_variable_names, describe_name, load_yaml
@@ -43,6 +56,10 @@ class Task:
     listen: list[str] = field(default_factory=list)
     check_mode: bool | None = None
     role_vars: dict = field(default_factory=dict)  # params given to the role in the play
+    # None: inherited (block, role entry, play, then the host's ansible_become* variables). See engine/become.py.
+    become: bool | None = None
+    become_user: str | None = None
+    become_method: str | None = None
 
 
 @dataclass
@@ -80,6 +97,8 @@ class Play:
     defaults: dict = field(default_factory=dict)  # every role's defaults, merged in role order
     gather_facts: bool = True
     roles: list[str] = field(default_factory=list)
+    serial: list | None = None  # batch sizes (numbers, "N%", templates); None: every host in one batch
+    max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
 
     def all_tasks(self) -> list[Task]:
         """Every task and handler of the play, blocks opened (what preflight and secret collection look at)."""
@@ -153,15 +172,24 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
                 **task_keywords(raw, label))
 
 
-BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars"}
+BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", *BECOME_KEYWORDS}
 
 
-def _inherit(items: list, when: list, tags: set[str], block_vars: dict) -> None:
-    """A block's when/tags/vars apply to every task inside it (the task's own vars win)."""
+def inherit_become(tasks: list[Task], become: dict) -> None:
+    """become/become_user/become_method given above (block, role entry, play) apply where the task says nothing."""
+    for task in tasks:
+        for key, value in become.items():
+            if getattr(task, key) is None:
+                setattr(task, key, value)
+
+
+def _inherit(items: list, when: list, tags: set[str], block_vars: dict, become: dict) -> None:
+    """A block's when/tags/vars/become apply to every task inside it (the task's own vars and become win)."""
     for task in walk_tasks(items):
         task.when = when + task.when
         task.tags |= tags
         task.vars = {**block_vars, **task.vars}
+    inherit_become(walk_tasks(items), become)
 
 
 def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
@@ -177,7 +205,8 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     block = Block(name=str(raw.get("name") or "block"), source=source, **parts)
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where))
+    _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where),
+             become_of(raw, where))
     return block
 
 
@@ -220,11 +249,11 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     """`- import_role: {name: ROLE}` with optional vars/when/tags: the role's tasks here, its defaults and
     handlers added to the play, as Ansible's static import does."""
     spec = raw["import_role"]
-    bad = sorted(map(str, set(raw) - {"import_role", "name", "vars", "when", "tags"}))
+    bad = sorted(map(str, set(raw) - {"import_role", "name", "vars", "when", "tags", *BECOME_KEYWORDS}))
     if bad or not (isinstance(spec, dict) and set(spec) == {"name"}):
         raise UserError(f"{source}: write import_role as `- import_role: {{name: ROLE}}` with optional vars, when "
                         f"and tags beside it{'; unknown: ' + ', '.join(bad) if bad else ''}")
-    entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags") if k in raw}}
+    entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags", *BECOME_KEYWORDS) if k in raw}}
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
     return role_tasks(entry, ctx.playbook, source, ctx.play)
 
@@ -266,6 +295,11 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
     play.handlers.extend(parse_tasks(raw.get("handlers"), path, ParseContext(path)))
     for t in play.all_tasks():
         t.tags |= play_tags
+    inherit_become(play.all_tasks(), become_of(raw, where))
+    if "serial" in raw:
+        play.serial = serial_of(raw["serial"], where)
+    if "max_fail_percentage" in raw:
+        play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
     _check_notified_handlers(play)
     return play
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import UserError
-from engine.keywords import condition_list, names, shown, variables_of, wrong
+from engine.keywords import BECOME_KEYWORDS, become_of, condition_list, names, shown, variables_of, wrong
 from engine.modulespec import PROJECT_ROOT
 from engine.yamlfile import check_variable_names, load_yaml
 
@@ -49,7 +49,7 @@ def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
         raise wrong(where, "role", "a role name (a string)", name, "venv")
     where = f"{where}: role '{name}'"
     params = dict(variables_of(entry.get("vars"), where))
-    extra = {k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when")}
+    extra = {k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when", *BECOME_KEYWORDS)}
     check_variable_names(extra, f"{where}: parameters")
     params.update(extra)
     tags = set(names(entry["tags"], where, "tags")) if "tags" in entry else set()
@@ -83,8 +83,12 @@ def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
     handlers_file = _role_file(role_dir, "handlers")
     handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file,
                            ParseContext(playbook, None, name, role_dir)) if handlers_file else []
+    become = become_of(entry, where) if isinstance(entry, dict) else {}
     for t in walk_tasks(tasks) + handlers:
         t.tags |= role_tags | {name}
+        for key, value in become.items():
+            if getattr(t, key) is None:
+                setattr(t, key, value)
         t.when = role_when + t.when
         t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
     play.handlers.extend(handlers)

@@ -19,10 +19,11 @@ import threading
 import zlib
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from engine.errors import HostUnreachable
 from engine.inventory import Host
+from engine.ssh_connect import open_connection
 
 WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_bytes()
 _PAYLOAD = base64.b64encode(zlib.compress(WORKER_SOURCE, 9)) + b"\n"
@@ -158,115 +159,13 @@ class LocalTransport(Transport):
                 proc.kill()
 
 
-class _QuickAckSocket(socket.socket):
-    """A TCP socket that ACKs at once on every read (Linux does not keep TCP_QUICKACK on).
-
-    sshd sets TCP_NODELAY only for interactive sessions, so when it sends two small packets in a row
-    (during key exchange; the channel confirmation then the exec reply) the second waits for our ACK of
-    the first, which Linux delays by up to 40 ms. Measured: open 80 -> 25-35 ms, session+exec 48 -> 5 ms.
-    """
-
-    def recv(self, bufsize: int, *flags: int) -> bytes:
-        try:
-            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-        except (OSError, AttributeError):
-            pass
-        return super().recv(bufsize, *flags)
-
-
-def _tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
-    """A connected socket with TCP_NODELAY (and quick ACKs) from the first packet of the handshake."""
-    last: OSError | None = None
-    for family, kind, proto, _, addr in socket.getaddrinfo(address, port, type=socket.SOCK_STREAM):
-        sock = _QuickAckSocket(family, kind, proto)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(timeout)
-            sock.connect(addr)
-            return sock
-        except OSError as exc:
-            sock.close()
-            last = exc
-    raise last or OSError(f"no address for {address}")
-
-
-class _AcceptUnknown:
-    """Host key policy for `ansible_host_key_checking: false`: accept, remember nothing."""
-
-    def missing_host_key(self, client, hostname, key) -> None:  # paramiko policy API
-        return None
-
-
 class SSHTransport(Transport):
     name = "ssh"
 
-    def _known_hosts_files(self) -> list[str]:
-        given = self.host.vars.get("ansible_ssh_known_hosts_file")
-        if given:
-            return [os.path.expanduser(str(given))]
-        return [p for p in (os.path.expanduser("~/.ssh/known_hosts"), "/etc/ssh/ssh_known_hosts") if os.path.exists(p)]
-
     def open(self) -> None:
-        import paramiko
-        from fabric import Connection
-
-        v = self.host.vars
-        key_file = v.get("ansible_ssh_private_key_file")
-        connect_kwargs: dict[str, Any] = {}
-        if key_file:
-            connect_kwargs["key_filename"] = [os.path.expanduser(str(key_file))]
-            connect_kwargs["look_for_keys"] = False
-        if v.get("ansible_password"):
-            connect_kwargs["password"] = str(v["ansible_password"])
-        timeout = int(v.get("ansible_ssh_timeout", v.get("ansible_timeout", 10)))
-        connect_kwargs["sock"] = _tcp_socket(self.host.address, self.host.port, timeout)
-        conn = Connection(
-            host=self.host.address,
-            user=self.host.user,
-            port=self.host.port,
-            connect_timeout=timeout,
-            connect_kwargs=connect_kwargs,
-        )
-        client = conn.client
-        checking = v.get("ansible_host_key_checking", True)
-        if isinstance(checking, str):
-            checking = checking.strip().lower() not in ("false", "no", "0", "off")
-        if checking:
-            for path in self._known_hosts_files():
-                try:
-                    client.load_system_host_keys(path)
-                except (OSError, paramiko.SSHException) as exc:
-                    raise HostUnreachable(f"cannot read known_hosts file {path}: {exc}") from None
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        else:
-            client.set_missing_host_key_policy(_AcceptUnknown())
-        where = f"{self.host.user + '@' if self.host.user else ''}{self.host.address}:{self.host.port}"
-        try:
-            conn.open()
-        except paramiko.BadHostKeyException as exc:
-            files = ", ".join(self._known_hosts_files()) or "~/.ssh/known_hosts"
-            raise HostUnreachable(
-                f"host key of {where} CHANGED: it offered {exc.key.get_name()} {exc.key.get_fingerprint().hex()}, "
-                f"known_hosts ({files}) has another key. This may be an attack, or the host was rebuilt; "
-                f"if you know it was rebuilt, remove the old key with "
-                f"ssh-keygen -R {shlex.quote(self._known_name())} -f FILE and add the new one."
-            ) from None
-        except paramiko.SSHException as exc:
-            text = str(exc)
-            if "not found in known_hosts" in text or "Server " in text and "not found" in text:
-                files = ", ".join(self._known_hosts_files()) or "~/.ssh/known_hosts (missing)"
-                raise HostUnreachable(
-                    f"host key of {where} is unknown (not in {files}); refusing to connect. Add it after "
-                    f"checking its fingerprint (ssh-keyscan -p {self.host.port} {self.host.address} >> ~/.ssh/known_hosts), "
-                    "set ansible_ssh_known_hosts_file, or set ansible_host_key_checking: false for this host."
-                ) from None
-            if isinstance(exc, paramiko.AuthenticationException):
-                raise HostUnreachable(
-                    f"authentication to {where} failed ({text}); check ansible_user and ansible_ssh_private_key_file"
-                ) from None
-            raise
+        conn = open_connection(self.host)
         self.conn = conn
-        transport = client.get_transport()
+        transport = conn.client.get_transport()
         transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_keepalive(15)
         self.chan = transport.open_session()
@@ -274,9 +173,6 @@ class SSHTransport(Transport):
         threading.Thread(target=self._drain, args=(self.chan.recv_stderr,), daemon=True).start()
         self._stream = _Stream(self.chan.recv)
         self._write(_PAYLOAD)
-
-    def _known_name(self) -> str:
-        return self.host.address if self.host.port == 22 else f"[{self.host.address}]:{self.host.port}"
 
     def _write(self, data: bytes) -> None:
         self.chan.sendall(data)
