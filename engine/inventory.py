@@ -97,7 +97,9 @@ def _check_port(host: str, port: Any, path: Path | None) -> None:
 class Inventory:
     """Hosts and groups with each host's variables merged in Ansible's order."""
 
-    def __init__(self, path: str | Path | None = None, data: dict | None = None) -> None:
+    def __init__(self, path: str | Path | list | tuple | None = None, data: dict | None = None) -> None:
+        if isinstance(path, (list, tuple)):  # several -i: interface first, the merging follows
+            path = path[-1] if path else None
         self.path = Path(path) if path else None
         self.groups: dict[str, Group] = {"all": Group("all")}
         self._host_inline: dict[str, dict] = {}
