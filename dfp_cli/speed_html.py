@@ -1,0 +1,113 @@
+"""Self-contained HTML pages of the speed figures (inline SVG, no script, no external file).
+
+One page per host (`serving-bench --compare-baseline` and `tune` results) and an index for a group.
+People read a bar chart faster than a table: tokens/s per k against the baseline, and the acceptance of
+each draft position. Every text that comes from a host is escaped: it is data, never markup.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+WIDTH, HEIGHT, PAD = 640, 260, 48
+STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f4f4f4}"
+         ".bad{color:#b00020;font-weight:bold}.good{color:#0a7d28;font-weight:bold}")
+
+
+def _num(value: Any, fmt: str = "{:,.1f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def bar_chart(title: str, bars: list[tuple[str, float | None]], unit: str, reference: float | None = None) -> str:
+    """An SVG bar chart; `reference` draws a dashed line (the baseline's value)."""
+    values = [v for _, v in bars if v is not None] + ([reference] if reference else [])
+    top = max(values, default=1.0) * 1.1 or 1.0
+    slot = (WIDTH - 2 * PAD) / max(len(bars), 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" role="img" '
+             f'aria-label="{escape(title)}"><title>{escape(title)}</title>',
+             f'<text x="{PAD}" y="18" font-size="14">{escape(title)} ({escape(unit)})</text>',
+             f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" stroke="#333"/>']
+    for i, (label, value) in enumerate(bars):
+        x = PAD + i * slot + slot * 0.15
+        h = 0 if value is None else (HEIGHT - 2 * PAD) * value / top
+        parts.append(f'<rect x="{x:.1f}" y="{HEIGHT - PAD - h:.1f}" width="{slot * 0.7:.1f}" height="{h:.1f}" '
+                     f'fill="{"#999" if label == "baseline" else "#3b6fb6"}"/>')
+        parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD + 16}" font-size="12" '
+                     f'text-anchor="middle">{escape(label)}</text>')
+        parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD - h - 4:.1f}" font-size="11" '
+                     f'text-anchor="middle">{_num(value, "{:,.3g}")}</text>')
+    if reference:
+        y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * reference / top
+        parts.append(f'<line x1="{PAD}" y1="{y:.1f}" x2="{WIDTH - PAD}" y2="{y:.1f}" stroke="#b00020" '
+                     'stroke-dasharray="6 4"/>')
+    return "".join(parts) + "</svg>"
+
+
+def _runs_table(runs: list[dict], baseline: dict[int, dict]) -> str:
+    head = ("<tr><th>concurrency</th><th>tokens/s</th><th>without drafter</th><th>speed-up</th><th>TTFT p50/p99 ms"
+            "</th><th>TPOT p50/p99 ms</th><th>acceptance</th><th>mean acceptance length</th></tr>")
+    rows = []
+    for r in runs:
+        c = int(r["concurrency"])
+        base = baseline.get(c, {}).get("output_tokens_per_s")
+        tps = r.get("output_tokens_per_s")
+        ratio = tps / base if tps and base else None
+        cls = "" if ratio is None else (' class="good"' if ratio >= 1 else ' class="bad"')
+        rows.append(f"<tr><td>{c}</td><td>{_num(tps)}</td><td>{_num(base)}</td><td{cls}>{_num(ratio, '{:.2f}x')}</td>"
+                    f"<td>{_num(r.get('ttft_ms_p50'))} / {_num(r.get('ttft_ms_p99'))}</td>"
+                    f"<td>{_num(r.get('tpot_ms_p50'), '{:.2f}')} / {_num(r.get('tpot_ms_p99'), '{:.2f}')}</td>"
+                    f"<td>{_num(r.get('acceptance_rate'), '{:.1%}')}</td>"
+                    f"<td>{_num(r.get('mean_acceptance_length'), '{:.2f}')}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def host_page(host: str, bench: dict | None = None, tune: dict | None = None) -> str:
+    """One host's page: the with/without table and charts from serving-bench and/or tune."""
+    body = [f"<h1>{escape(host)}: is the drafter a speed-up?</h1>"]
+    if tune:
+        choice = tune.get("choice") or {}
+        c = choice.get("concurrency")
+        body.append(f"<p><b>{escape(str(choice.get('recommendation', '')))}</b></p>")
+        bars = [("baseline", choice.get("baseline_tokens_per_s"))]
+        bars += [(f"k={row['k']}", row.get("tokens_per_s")) for row in choice.get("table", [])]
+        body.append(bar_chart(f"tokens/s at concurrency {c}", bars, "output tokens/s", choice.get("baseline_tokens_per_s")))
+        for k, runs in sorted((tune.get("by_k") or {}).items(), key=lambda i: int(i[0])):
+            body.append(_acceptance_chart(f"k={k}", runs))
+    if bench:
+        baseline = {int(r["concurrency"]): r for r in bench.get("baseline_runs") or []}
+        body.append(f"<h2>Serving benchmark ({escape(str(bench.get('load_generator', '')))})</h2>")
+        body.append(_runs_table(bench.get("runs") or [], baseline))
+        for run in bench.get("runs") or []:
+            body.append(_acceptance_chart(f"concurrency {run.get('concurrency')}", [run]))
+    measured = (bench or tune or {}).get("measured_at_utc", "")
+    body.append(f"<p>measured {escape(str(measured))}</p>")
+    return _page(f"{host}: drafter speed-up", body)
+
+
+def _acceptance_chart(label: str, runs: list[dict]) -> str:
+    run = runs[0] if runs else {}
+    rates = run.get("per_position_acceptance") or []
+    if not rates:
+        return ""
+    bars: list[tuple[str, float | None]] = [(f"pos {i}", float(r)) for i, r in enumerate(rates)]
+    return bar_chart(f"acceptance per draft position, {label}", bars, "share of drafts accepted")
+
+
+def index_page(rows: list[dict]) -> str:
+    """A group's index: rows of {host, page, speedup, chosen_k, acceptance_rate, measured_at_utc}."""
+    lines = ["<tr><th>host</th><th>speed-up</th><th>k</th><th>acceptance</th><th>measured</th></tr>"]
+    for row in rows:
+        sp = row.get("speedup")
+        cls = "" if sp is None else (' class="good"' if sp >= 1 else ' class="bad"')
+        lines.append(f'<tr><td><a href="{escape(row["page"])}">{escape(row["host"])}</a></td>'
+                     f"<td{cls}>{_num(sp, '{:.2f}x')}</td><td>{_num(row.get('chosen_k'), '{}')}</td>"
+                     f"<td>{_num(row.get('acceptance_rate'), '{:.1%}')}</td>"
+                     f"<td>{escape(str(row.get('measured_at_utc', '')))}</td></tr>")
+    return _page("drafter speed-up per host", ["<h1>Drafter speed-up per host</h1>", f"<table>{''.join(lines)}</table>"])
+
+
+def _page(title: str, body: list[str]) -> str:
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
