@@ -1,16 +1,21 @@
 """Run plays: hosts in parallel (bounded by forks), tasks in order, one worker per host.
 
 Linear strategy, as in Ansible: each task runs on every active host before the next task starts, so
-the output reads as a runbook. A failed host stops; the others go on. What a task means on one host is
-engine/strategy.py; the variables it sees, engine/variables.py; the checks before any host is touched,
+the output reads as a runbook. A failed host stops; the others go on. A play with `serial` runs whole (tasks
+and handlers, from facts and host lock on) on one batch of hosts after another, and a failed batch stops the
+roll: later batches and plays are not run, their hosts never connected (engine/batches.py). What a task
+means on one host is engine/strategy.py; the variables it sees, engine/variables.py; the checks before any host is touched,
 engine/preflight.py; the worker protocol, engine/client.py.
 """
 
 from __future__ import annotations
 
 import time
+from collections import ChainMap
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
+from engine.batches import host_list, resolve_serial, roll_stops, roll_summary, split_batches
 from engine.client import WorkerClient
 from engine.errors import HostUnreachable, UserError
 from engine.hostlock import describe_holder, lock_path, new_record
@@ -54,6 +59,8 @@ class Runner:
         self.states: dict[str, HostState] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._lock_record = new_record()
+        # One entry per play run with serial/max_fail_percentage: batches, done, failed, untouched hosts.
+        self.rolls: list[dict] = []
 
     @property
     def results(self) -> list[TaskResult]:
@@ -84,12 +91,14 @@ class Runner:
                 self.variables.collect_secrets(self._state(name), play)
         try:
             Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
+            serials = [self.serial_for(play) for play in plays]
         except UserError as exc:  # a message may quote a value: never a secret
             raise UserError(self.variables.secrets.redact(str(exc))) from None
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
         try:
-            for play in plays:
-                self.run_play(play)
+            for number, play in enumerate(plays):
+                if not self.run_play(play, serials[number], later_plays=plays[number + 1:]):
+                    break  # a failed batch stops the whole playbook, as in Ansible
         finally:
             # Every host at once: each close waits for its worker to exit (a serial loop cost 10-20 ms a host).
             open_states = [s for s in self.states.values() if s.client is not None]
@@ -104,10 +113,59 @@ class Runner:
         assert self._pool is not None  # noqa: S101 - set by run() before any play
         return list(self._pool.map(fn, states))
 
-    def run_play(self, play: Play) -> None:
+    def serial_for(self, play: Play) -> list | None:
+        """The play's batch sizes, its templates rendered with -e, the play's vars and its roles' defaults."""
+        if play.serial is None:
+            return None
+        view = self.templar.view(ChainMap(self.extra_vars, play.vars, play.defaults))
+        return resolve_serial(play.serial, lambda item: self.templar.render_value(item, view),
+                              f"{play.source}: play '{play.name}'")
+
+    def run_play(self, play: Play, serial: list | None = None, later_plays: list[Play] = ()) -> bool:
+        """Run a play; False when a failed batch stopped its roll (the plays after it are not run)."""
         names = self.hosts_for(play)
+        if serial is None and play.max_fail_percentage is None:
+            self._run_batch(play, names, play)
+            return True
+        batches = split_batches([n for n in names if self._state(n).active], serial)
+        if not batches and self.console:
+            self.console.play_start(play, [])
+        for number, batch in enumerate(batches, start=1):
+            label = f"{play.name} (batch {number} of {len(batches)}: {host_list(batch)})" if len(batches) > 1 else play.name
+            self._run_batch(play, batch, replace(play, name=label))
+            failed_now = [h for h in batch if not self._state(h).active]
+            if roll_stops(len(batch), len(failed_now), play.max_fail_percentage):
+                self._stop_roll(play, batches, number, len(failed_now), [p.name for p in later_plays])
+                return False
+        self._record_roll(play, batches, len(batches), [], stopped=False)
+        return True
+
+    def _record_roll(self, play: Play, batches: list[list[str]], ran: int, untouched: list[str], stopped: bool
+                     ) -> tuple[list, list]:
+        reached = [h for batch in batches[:ran] for h in batch]
+        done = [h for h in reached if self._state(h).active]
+        failed = [h for h in reached if not self._state(h).active]
+        self.rolls.append({"play": play.name, "batches": batches, "batches_run": ran, "done": done, "failed": failed,
+                           "untouched": untouched, "stopped": stopped})
+        return done, failed
+
+    def _stop_roll(self, play: Play, batches: list[list[str]], number: int, failed_now: int, later: list[str]) -> None:
+        """Say which hosts the roll did, failed and left untouched: a skipped 'Rolling update' result per untouched host."""
+        untouched = [h for batch in batches[number:] for h in batch]
+        done, failed = self._record_roll(play, batches, number, untouched, stopped=True)
+        msg = roll_summary(play.name, number, len(batches), failed_now, len(batches[number - 1]),
+                           play.max_fail_percentage, done, failed, untouched, later)
         if self.console:
-            self.console.play_start(play, names)
+            self.console.task_start(msg, None, untouched)
+        for host in untouched:
+            self.executor.record(self._state(host), TaskResult(host, "Rolling update", None, "-", "skipped", False, msg, 0.0))
+        if self.console:
+            self.console.task_done()
+
+    def _run_batch(self, play: Play, names: list[str], banner: Play) -> None:
+        """The whole play on these hosts: connection, lock and facts, then tasks, then handlers."""
+        if self.console:
+            self.console.play_start(banner, names)
         states = [st for st in map(self._state, names) if not st.unreachable]
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
