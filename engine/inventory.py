@@ -1,20 +1,28 @@
-"""Inventory: Ansible's YAML format (all/hosts/vars/children) plus group_vars/ and host_vars/.
+"""Inventory: Ansible's YAML and INI formats, inventory folders and several sources, with group_vars/
+and host_vars/, read as ansible-inventory reads them.
 
 Users reuse the inventories they already have, so the connection variables (`ansible_host`,
 `ansible_port`, `ansible_user`, `ansible_ssh_private_key_file`, `ansible_connection`) keep their
-Ansible names and precedence.
+Ansible names, host names take ranges (engine/hostranges.py) and a host's variables merge in
+ansible-inventory's order (see `_build_host`). Several sources (-i A -i B) load in order into one
+inventory, later ones winning; a folder is every file in it (sorted) plus its group_vars/ and host_vars/.
+Forms that stay unsupported (inventory scripts and plugins, TOML) are refused by name.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.yamlfile import check_variable_names, describe_name, load_yaml
+from engine.hostranges import expand, split_port
+from engine.inventory_ini import parse_ini
+from engine.secrets import mask_vault_values
+from engine.yamlfile import check_variable_names, describe_name, load_yaml, read_text
 
 
 @dataclass
@@ -48,9 +56,17 @@ class Group:
     children: list[str] = field(default_factory=list)
     vars: dict[str, Any] = field(default_factory=dict)
     parents: list[str] = field(default_factory=list)
+    priority: int = 1  # ansible_group_priority: among groups of one depth, a higher one's vars win
+    depth: int = 0  # longest chain of parents down from 'all'
 
 
 _GROUP_KEYS = {"hosts", "vars", "children"}
+_YAML_SUFFIXES = (".yaml", ".yml", ".json")
+_VARS_SUFFIXES = ("", ".yml", ".yaml", ".json")  # group_vars/NAME, NAME.yml, ... : the first that exists
+# What ansible-inventory skips in an inventory folder (INVENTORY_IGNORE_EXTS and the always-ignored names).
+_IGNORED_IN_FOLDER = re.compile(
+    r"^\.|^host_vars$|^group_vars$|^vars_plugins$|(\.pyc|\.pyo|\.swp|\.bak|~|\.rpm|\.md|\.txt|\.rst|\.orig|\.cfg|\.retry)$"
+)
 
 
 def _check_entry_name(name: Any, where: str, kind: str) -> None:
@@ -82,122 +98,256 @@ def _named_entries(value: Any, where: str, what: str, kind: str) -> dict:
     return {str(k): v for k, v in value.items()}
 
 
-def _check_port(host: str, port: Any, path: Path | None) -> None:
+def _check_port(host: str, port: Any, where: str) -> None:
     """`ansible_port` is read as a number when connecting; a bad one is refused before any host is touched."""
     if port is None:
         return
     number = int(port.strip()) if isinstance(port, str) and re.fullmatch(r"[0-9]{1,5}", port.strip()) else port
     if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
         raise UserError(
-            f"{path or '<inventory>'}: host '{host}': ansible_port must be a port number from 1 to 65535, got "
+            f"{where}: host '{host}': ansible_port must be a port number from 1 to 65535, got "
             f"{repr(port)[:40]}; fix it in the inventory (host vars, group vars or group_vars/host_vars files)."
         )
 
 
+def _unsupported(path: Path, what: str, fix: str) -> UserError:
+    return UserError(f"{path}: {what} is not supported; {fix}")
+
+
+def _vars_files(base: Path, name: str) -> list[Path]:
+    """group_vars/NAME (a file or a folder of files, walked sorted), else NAME.yml, NAME.yaml, NAME.json."""
+    for suffix in _VARS_SUFFIXES:
+        cand = base / f"{name}{suffix}"
+        if cand.is_dir():
+            return _folder_vars_files(cand)
+        if cand.is_file():
+            return [cand]
+    return []
+
+
+def _folder_vars_files(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith(".") or entry.name.endswith("~"):
+            continue
+        if entry.is_dir() and not entry.suffix:
+            found.extend(_folder_vars_files(entry))
+        elif entry.is_file() and entry.suffix in _VARS_SUFFIXES:
+            found.append(entry)
+    return found
+
+
+def _looks_like_yaml(text: str) -> bool:
+    """The first line that says anything: 'name:' or '---' or '{' is YAML; '[group]' or a host line is INI."""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        return line.startswith(("---", "{")) or bool(re.match(r"^[^\s\[=]+:(\s|$)", line))
+    return True
+
+
+def _as_paths(path: Any) -> list[Path]:
+    if path is None:
+        return []
+    items = list(path) if isinstance(path, (list, tuple)) else [path]
+    return [Path(p) for p in items if p]
+
+
 class Inventory:
-    """Hosts and groups with each host's variables merged in Ansible's order."""
+    """Hosts and groups with each host's variables merged in Ansible's order.
+
+    `Inventory(path)` or `Inventory([path, ...])`: each a YAML file, an INI file or a folder, loaded in
+    order (later sources win). `Inventory(data={...})`: a YAML-shaped mapping, without group_vars/.
+    """
 
     def __init__(self, path: str | Path | list | tuple | None = None, data: dict | None = None) -> None:
-        if isinstance(path, (list, tuple)):  # several -i: interface first, the merging follows
-            path = path[-1] if path else None
-        self.path = Path(path) if path else None
-        self.groups: dict[str, Group] = {"all": Group("all")}
+        self.sources = _as_paths(path)
+        self.path = self.sources[0] if len(self.sources) == 1 else None
+        self.groups: dict[str, Group] = {"all": Group("all"), "ungrouped": Group("ungrouped")}
         self._host_inline: dict[str, dict] = {}
-        if data is None:
-            if self.path is None:
-                raise UserError("no inventory given; pass -i FILE")
-            data = load_yaml(self.path, "inventory")
-        if data is None:
-            data = {}
-        where = str(self.path or "<inventory>")
-        if not isinstance(data, dict):
-            raise UserError(f"{where}: an inventory must be a mapping with a top-level 'all:' key")
-        for name in data:
-            _check_entry_name(name, where, "group")
-        unknown_top = [k for k in data if k != "all"]
-        for name in unknown_top:  # Ansible allows top-level groups besides 'all'
-            self.groups["all"].children.append(name)
-        for name, body in data.items():
-            self._load_group(name, body, where, parent=None)
-        self._link_ungrouped()
+        self._vars_cache: dict[tuple[Path, str, str], dict] = {}
+        if data is not None:
+            self._load_yaml_data(data, "<inventory>")
+        elif not self.sources:
+            raise UserError("no inventory given; pass -i FILE")
+        for source in self.sources if data is None else []:
+            self._load_source(source)
+        self._vars_dirs = [s if s.is_dir() else s.parent for s in self.sources] if data is None else []
+        self._link_to_all()
+        self._set_depths()
+        self._fill_ungrouped()
         self.hosts: dict[str, Host] = {}
         for name in self._host_inline:
             self.hosts[name] = self._build_host(name)
 
-    # -- loading -------------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        return ", ".join(map(str, self.sources)) or "<inventory>"
+
+    # -- loading sources -----------------------------------------------------------------------
+    def _load_source(self, path: Path) -> None:
+        if path.is_dir():
+            for entry in sorted(path.iterdir(), key=lambda p: p.name):
+                if not _IGNORED_IN_FOLDER.search(entry.name):
+                    self._load_source(entry)
+        elif not path.exists():
+            raise UserError(f"{path}: inventory not found; check the -i path")
+        elif path.suffix in _YAML_SUFFIXES:
+            self._load_yaml_file(path)
+        elif path.suffix == ".toml":
+            raise _unsupported(path, "a TOML inventory", "write it as YAML or INI.")
+        else:
+            self._load_text_inventory(path)
+
+    def _load_yaml_file(self, path: Path) -> None:
+        data = load_yaml(path, "inventory")
+        if isinstance(data, dict) and "plugin" in data:
+            raise _unsupported(path, f"an inventory plugin configuration (plugin: {str(data['plugin'])[:60]})",
+                               "only static YAML and INI inventories are read; write the hosts out (e.g. "
+                               "`ansible-inventory -i THIS --list --yaml > hosts.yaml`) and use that file.")
+        self._load_yaml_data(data, str(path))
+
+    def _load_text_inventory(self, path: Path) -> None:
+        """A file without a YAML suffix: an inventory script, YAML written without the suffix, or INI."""
+        text = read_text(path, "inventory")
+        if text.startswith("#!") and os.access(path, os.X_OK):
+            raise _unsupported(path, "a dynamic inventory script", "only static YAML and INI inventories are read; "
+                               "save its output (`ansible-inventory -i THIS --list --yaml > hosts.yaml`) and use that.")
+        if _looks_like_yaml(text):
+            self._load_yaml_file(path)
+        else:
+            self._load_ini_data(parse_ini(text, path, set(self.groups)), str(path))
+
+    def _load_yaml_data(self, data: Any, where: str) -> None:
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            raise UserError(f"{where}: an inventory must be a mapping with a top-level 'all:' key")
+        for name in data:
+            _check_entry_name(name, where, "group")
+        for name, body in data.items():
+            self._load_group(name, body, where, parent=None)
+
+    def _load_ini_data(self, groups: dict[str, dict], where: str) -> None:
+        for name, body in groups.items():
+            group = self._group(name, where)
+            for host, hvars in body["hosts"].items():
+                self._add_host(group, host, hvars, where)
+            for key, value in body["vars"].items():
+                self._set_group_var(group, key, value, where)
+            for child in body["children"]:
+                self._add_child(group, self._group(child, where), where)
+
+    # -- building the graph --------------------------------------------------------------------
+    def _group(self, name: str, where: str) -> Group:
+        _check_entry_name(name, where, "group")
+        return self.groups.setdefault(name, Group(name))
+
+    def _add_child(self, parent: Group, child: Group, where: str) -> None:
+        if child.name == parent.name:
+            raise UserError(f"{where}: group '{parent.name}' lists itself as a child; remove it from its children.")
+        if child.name == "all":
+            raise UserError(f"{where}: group 'all' cannot be a child of '{parent.name}'; every group is already in 'all'.")
+        if child.name not in parent.children:
+            parent.children.append(child.name)
+        if parent.name not in child.parents:
+            child.parents.append(parent.name)
+
+    def _add_host(self, group: Group, pattern: str, hvars: Any, where: str) -> None:
+        """A host entry: its name may be a range and may carry ':port'; its variables are host variables."""
+        if hvars is not None and not isinstance(hvars, dict):
+            raise UserError(f"{where}: variables of host '{pattern}' must be a mapping")
+        check_variable_names(hvars or {}, f"{where}: host '{pattern}'")
+        name, port = split_port(str(pattern))
+        for host in expand(name, where):
+            _check_entry_name(host, where, "host")
+            inline = self._host_inline.setdefault(host, {})
+            if port is not None:
+                inline["ansible_port"] = port
+            inline.update(hvars or {})
+            if group.name != "all" and host not in group.hosts:
+                group.hosts.append(host)
+
+    def _set_group_var(self, group: Group, key: Any, value: Any, where: str) -> None:
+        check_variable_names([key], f"{where}: vars of group '{group.name}'")
+        if key != "ansible_group_priority":
+            group.vars[key] = value
+            return
+        try:
+            group.priority = int(value)
+        except (TypeError, ValueError):
+            raise UserError(f"{where}: group '{group.name}': ansible_group_priority must be a whole number, got "
+                            f"{repr(value)[:40]}.") from None
+
     def _load_group(self, name: str, body: Any, where: str, parent: str | None) -> None:
-        group = self.groups.setdefault(name, Group(name))
-        if parent and parent not in group.parents:
-            group.parents.append(parent)
+        group = self._group(name, where)
+        if parent:
+            self._add_child(self.groups[parent], group, where)
         if body is None:
             return
         if not isinstance(body, dict):
             raise UserError(f"{where}: group '{name}' must be a mapping with hosts/vars/children")
-        bad = sorted(set(body) - _GROUP_KEYS)
+        bad = sorted(map(str, set(body) - _GROUP_KEYS))
         if bad:
             raise UserError(
                 f"{where}: group '{name}' has unknown key(s) {', '.join(bad)}; a group may only have hosts, vars and children"
             )
-        hosts = _named_entries(body.get("hosts"), where, f"'hosts' of group '{name}'", "host")
-        for host, hvars in hosts.items():
-            host = str(host)
-            if hvars is not None and not isinstance(hvars, dict):
-                raise UserError(f"{where}: variables of host '{host}' must be a mapping")
-            check_variable_names(hvars or {}, f"{where}: host '{host}'")
-            self._host_inline.setdefault(host, {}).update(hvars or {})
-            if host not in group.hosts:
-                group.hosts.append(host)
+        for host, hvars in _named_entries(body.get("hosts"), where, f"'hosts' of group '{name}'", "host").items():
+            self._add_host(group, host, hvars, where)
         gvars = body.get("vars") or {}
         if not isinstance(gvars, dict):
             raise UserError(f"{where}: 'vars' of group '{name}' must be a mapping")
-        check_variable_names(gvars, f"{where}: vars of group '{name}'")
-        group.vars.update(gvars)
+        for key, value in gvars.items():
+            self._set_group_var(group, key, value, where)
         children = _named_entries(body.get("children"), where, f"'children' of group '{name}'", "group")
         for child, cbody in children.items():
-            if child == name:
-                raise UserError(f"{where}: group '{name}' lists itself as a child")
-            if child not in group.children:
-                group.children.append(child)
             self._load_group(child, cbody, where, parent=name)
 
-    def _link_ungrouped(self) -> None:
+    def _link_to_all(self) -> None:
+        """Groups without a parent belong to 'all' (ungrouped first, as in Ansible)."""
+        top = self.groups["all"]
         for gname, group in self.groups.items():
             if gname != "all" and not group.parents:
-                group.parents.append("all")
-                if gname not in self.groups["all"].children:
-                    self.groups["all"].children.append(gname)
+                self._add_child(top, group, self.where)
 
-    def _extra_vars_file(self, folder: str, name: str) -> dict:
-        """group_vars/NAME.yaml (or .yml, or no suffix, or a folder of such files) beside the inventory."""
-        if self.path is None:
-            return {}
-        base = self.path.parent / folder
-        merged: dict = {}
-        candidates = [base / f"{name}.yaml", base / f"{name}.yml", base / name]
-        for cand in candidates:
-            if cand.is_dir():
-                files = sorted(p for p in cand.iterdir() if p.suffix in (".yaml", ".yml"))
-            elif cand.is_file():
-                files = [cand]
+    def _set_depths(self) -> None:
+        """Each group's depth (longest chain down from 'all'); a cycle in children is refused by name."""
+        order: list[str] = []
+        state: dict[str, int] = {}  # 1 on the current path, 2 done
+        stack: list[tuple[str, int]] = [("all", 0)]
+        path: list[str] = []
+        while stack:
+            name, index = stack.pop()
+            children = self.groups[name].children
+            if index == 0:
+                state[name] = 1
+                path.append(name)
+            if index < len(children):
+                stack.append((name, index + 1))
+                child = children[index]
+                if state.get(child) == 1:
+                    cycle = path[path.index(child):] + [child]
+                    raise UserError(f"{self.where}: groups are children of each other in a loop "
+                                    f"({' -> '.join(cycle)}); remove one of those children.")
+                if child not in state:
+                    stack.append((child, 0))
             else:
-                continue
-            for f in files:
-                data = load_yaml(f, "variables file") or {}
-                if not isinstance(data, dict):
-                    raise UserError(f"{f}: a variables file must be a mapping of names to values")
-                check_variable_names(data, str(f))
-                merged.update(data)
-            break
-        return merged
+                state[name] = 2
+                path.pop()
+                order.append(name)
+        for name in reversed(order):  # parents before children
+            for child in self.groups[name].children:
+                self.groups[child].depth = max(self.groups[child].depth, self.groups[name].depth + 1)
 
-    def _depth(self, name: str, seen: tuple = ()) -> int:
-        group = self.groups[name]
-        if name == "all" or not group.parents or name in seen:
-            return 0
-        return 1 + max(self._depth(p, seen + (name,)) for p in group.parents)
+    def _fill_ungrouped(self) -> None:
+        """'ungrouped' holds exactly the hosts in no other group."""
+        grouped = {h for g, grp in self.groups.items() if g not in ("all", "ungrouped") for h in grp.hosts}
+        self.groups["ungrouped"].hosts = [h for h in self._host_inline if h not in grouped]
 
+    # -- a host's variables --------------------------------------------------------------------
     def groups_of(self, host: str) -> list[str]:
-        """All groups a host is in (directly or through children), shallowest first."""
+        """All groups a host is in (directly or through children): 'all', then by depth, priority, name."""
         direct = [g for g, grp in self.groups.items() if host in grp.hosts]
         found: set[str] = {"all"}
         stack = list(direct)
@@ -207,18 +357,39 @@ class Inventory:
                 continue
             found.add(g)
             stack.extend(self.groups[g].parents)
-        return sorted(found, key=lambda g: (self._depth(g), g))
+        return sorted(found, key=lambda g: (self.groups[g].depth, self.groups[g].priority, g))
+
+    def _file_vars(self, base: Path, folder: str, name: str) -> dict:
+        """The merged variables of group_vars/NAME or host_vars/NAME beside one source (read once)."""
+        key = (base, folder, name)
+        if key not in self._vars_cache:
+            merged: dict = {}
+            for f in _vars_files(base / folder, name):
+                data = load_yaml(f, "variables file") or {}
+                if not isinstance(data, dict):
+                    raise UserError(f"{f}: a variables file must be a mapping of names to values")
+                check_variable_names(data, str(f))
+                merged.update(data)
+            self._vars_cache[key] = merged
+        return self._vars_cache[key]
 
     def _build_host(self, name: str) -> Host:
+        """ansible-inventory's order: inline vars of 'all', then of the other groups (by depth, priority,
+        name), group_vars/all, group_vars/GROUP (per source, in source order), the host's inline vars,
+        host_vars/HOST. Later wins."""
         groups = self.groups_of(name)
         merged: dict[str, Any] = {}
-        for g in groups:  # inline group vars, parents before children
+        for g in groups:
             merged.update(self.groups[g].vars)
-        for g in groups:  # group_vars/ files override inline group vars
-            merged.update(self._extra_vars_file("group_vars", g))
+        for base in self._vars_dirs:
+            merged.update(self._file_vars(base, "group_vars", "all"))
+        for base in self._vars_dirs:
+            for g in groups[1:]:
+                merged.update(self._file_vars(base, "group_vars", g))
         merged.update(self._host_inline.get(name, {}))
-        merged.update(self._extra_vars_file("host_vars", name))
-        _check_port(name, merged.get("ansible_port"), self.path)
+        for base in self._vars_dirs:
+            merged.update(self._file_vars(base, "host_vars", name))
+        _check_port(name, merged.get("ansible_port"), self.where)
         return Host(name=name, vars=merged, groups=groups)
 
     # -- selection -----------------------------------------------------------------------------
@@ -244,7 +415,7 @@ class Inventory:
             matched = self._match_one(part)
             if not matched:
                 raise UserError(
-                    f"{where}: '{part}' matches no host or group in {self.path or 'the inventory'}; "
+                    f"{where}: '{part}' matches no host or group in {self.where}; "
                     f"hosts: {', '.join(self.hosts) or '(none)'}; groups: {', '.join(g for g in self.groups if g != 'all')}"
                 )
             selected.extend(h for h in matched if h not in selected)
@@ -273,23 +444,33 @@ class Inventory:
 
     # -- ansible-inventory compatible output -------------------------------------------------------
     def as_list(self) -> dict:
-        out: dict[str, Any] = {"_meta": {"hostvars": {h: host.vars for h, host in self.hosts.items()}}}
-        for gname, group in self.groups.items():
-            entry: dict[str, Any] = {}
-            if group.children:
-                entry["children"] = list(group.children)
-            if group.hosts:
-                entry["hosts"] = list(group.hosts)
-            out[gname] = entry
-        ungrouped = [h for h in self.hosts if self.groups_of(h) == ["all"]]
-        if ungrouped:
-            out["ungrouped"] = {"hosts": ungrouped}
-            out["all"].setdefault("children", []).append("ungrouped")
+        """ansible-inventory --list's shape; values that came from Ansible Vault are shown masked."""
+        out: dict[str, Any] = {}
+        seen: set[str] = set()
+        self._list_group("all", out, seen)
+        hostvars = {h: host.vars for h, host in self.hosts.items() if host.vars}
+        out["_meta"] = {"hostvars": mask_vault_values(hostvars)}
         return out
+
+    def _list_group(self, name: str, out: dict, seen: set[str]) -> None:
+        """A group's entry (hosts, children) before its children's; empty groups are left out, as Ansible does."""
+        group = self.groups[name]
+        entry: dict[str, Any] = {}
+        out[name] = entry
+        if name != "all" and group.hosts:
+            entry["hosts"] = list(group.hosts)
+        if group.children:
+            entry["children"] = list(group.children)
+        for child in group.children:
+            if child not in seen:
+                seen.add(child)
+                self._list_group(child, out, seen)
+        if not entry:
+            del out[name]
 
     def host_vars(self, name: str) -> dict:
         if name not in self.hosts:
             raise UserError(
-                f"host '{name}' is not in {self.path or 'the inventory'}; known hosts: {', '.join(self.hosts) or '(none)'}"
+                f"host '{name}' is not in {self.where}; known hosts: {', '.join(self.hosts) or '(none)'}"
             )
         return self.hosts[name].vars

@@ -5,6 +5,8 @@ A secret is the value of a variable named like one (`*token*`, `*password*`, `*s
 key given as digits is a secret too), and any set_fact value computed from one. Values are masked
 wherever they appear as text; a mapping key named like a secret hides its value whatever it is.
 The registered results the next tasks read stay intact: only what is shown or reported is masked.
+Every value decrypted from Ansible Vault (engine/vault.py) is a secret too, whatever its name, and
+is hidden even when it is shorter than MIN_LENGTH wherever it is a whole value.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import re
 import threading
 from typing import Any
+
+from engine import vault
 
 MASK = "********"
 # Shorter values are not hunted as substrings (masking "on" everywhere would garble every message);
@@ -57,12 +61,23 @@ class Secrets:
         self._lock = threading.Lock()
         self._values: set[str] = set()
         self._ordered: tuple[str, ...] = ()
+        self._vault_version = -1
+        self._vault_values: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
+        self._sync_vault()
         return bool(self._ordered)
 
     def __contains__(self, text: str) -> bool:
-        return text in self._values
+        self._sync_vault()
+        return text in self._values or text in self._vault_values
+
+    def _sync_vault(self) -> None:
+        """Take in what Ansible Vault decrypted since the last look (files can be read mid-run)."""
+        version, values = vault.revealed()
+        if version != self._vault_version:
+            self._vault_version, self._vault_values = version, values
+            self.add(list(values))
 
     def add(self, value: Any) -> None:
         """Remember every scalar inside `value` long enough to be hunted as a substring."""
@@ -74,21 +89,32 @@ class Secrets:
             self._ordered = tuple(sorted(self._values, key=len, reverse=True))  # longest first
 
     def redact(self, text: str) -> str:
+        self._sync_vault()
+        if text in self._vault_values:
+            return MASK
         for s in self._ordered:
             if s in text:
                 text = text.replace(s, MASK)
         return text
 
-    def redact_obj(self, value: Any, key: Any = None) -> Any:
-        """A masked copy of a result: secret-named keys hidden whatever their value, secrets in text masked."""
-        if is_secret_name(key) and has_value(value):
+    def redact_obj(self, value: Any, key: Any = None, by_name: bool = True) -> Any:
+        """A masked copy of a result: secret-named keys hidden whatever their value, secrets in text masked.
+
+        `by_name=False` masks only known values (no name rule): what the inventory listing needs."""
+        if by_name and is_secret_name(key) and has_value(value):
             return MASK
+        self._sync_vault()
         if isinstance(value, str):
             return self.redact(value)
         if isinstance(value, dict):
-            return {k: self.redact_obj(v, k) for k, v in value.items()}
+            return {k: self.redact_obj(v, k, by_name) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.redact_obj(v) for v in value]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in self._values:
+            return [self.redact_obj(v, None, by_name) for v in value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in self:
             return MASK
         return value
+
+
+def mask_vault_values(value: Any) -> Any:
+    """A copy with every value decrypted from Ansible Vault masked (inventory listings show the rest as is)."""
+    return Secrets().redact_obj(value, key=None, by_name=False)

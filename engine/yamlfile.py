@@ -18,10 +18,37 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, SequenceNode
 
+from engine import vault
 from engine.errors import UserError
 
 # The C loader is several times faster; fall back where libyaml is missing.
-_Loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """The safe loader plus Ansible's `!vault` tag; `dfp_path` names the file in errors."""
+
+    dfp_path: Path | None = None
+
+
+def _construct_vault(loader: Any, node: Any) -> str:
+    """`!vault |` holds one vault envelope; its plaintext is the value (and a secret, see engine/vault.py)."""
+    where = f"{loader.dfp_path}:{node.start_mark.line + 1}"
+    if not isinstance(node, yaml.ScalarNode):
+        raise UserError(f"{where}: a !vault value must be the text ansible-vault encrypt_string prints, not a list or mapping.")
+    return vault.decrypt(loader.construct_scalar(node), f"{where} (!vault value)")
+
+
+def _refuse_tag(loader: Any, suffix: str, node: Any) -> None:
+    """Ansible's other tags (!unsafe, ...) and Python tags are not read; say so instead of 'malformed YAML'."""
+    where = f"{loader.dfp_path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+    raise UserError(f"{where}: the YAML tag {node.tag} is not supported (only !vault is, besides plain YAML); "
+                    "remove the tag and write the plain value.")
+
+
+_Loader.add_constructor("!vault", _construct_vault)
+_Loader.add_multi_constructor("!", _refuse_tag)
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/", _refuse_tag)
 
 MAX_YAML_BYTES = 8 * 1024 * 1024  # our largest real file is a few KiB; a bigger one is a mistake or an attack
 MAX_YAML_NODES = 1_000_000  # values after expanding every alias (and merge key) each time it is used
@@ -44,9 +71,39 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
     if key in _cache:
         return _cache[key]
-    data = _parse(_read_bounded(path, what), path, what)
+    text = _read_bounded(path, what)
+    encrypted = vault.is_encrypted(text)
+    if encrypted:
+        text = vault.decrypt(text, f"{path} (vault-encrypted {what})")
+    data = _parse(text, path, what)
+    if encrypted:  # a whole file encrypted by ansible-vault: every value in it is a secret
+        for leaf in _leaf_texts(data):
+            vault.remember_secret(leaf)
     _cache[key] = data
     return data
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A file's text, bounded, decrypted when ansible-vault encrypted it (INI inventories can be too)."""
+    path = Path(path)
+    text = _read_bounded(path, what)
+    if vault.is_encrypted(text):
+        text = vault.decrypt(text, f"{path} (vault-encrypted {what})")
+    return text
+
+
+def _leaf_texts(value: Any) -> list[str]:
+    """Every string and number inside a decrypted file (bools and null are not secrets)."""
+    out, stack = [], [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, (str, int, float)) and not isinstance(item, bool):
+            out.append(str(item))
+    return out
 
 
 def _read_bounded(path: Path, what: str) -> str:
@@ -89,6 +146,7 @@ def _parse(text: str, path: Path, what: str) -> Any:
     if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH:
         _check_event_depth(text, path, what)
     loader = _Loader(text)
+    loader.dfp_path = path
     try:
         node = loader.get_single_node()
         if node is None:
