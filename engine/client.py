@@ -4,7 +4,13 @@
     runtime  -> dflash_host (psutil/tenacity) unpacked on the host (only when hello says they are missing)
     lock     -> the host lock held for the run                   (engine/hostlock.py)
     run      -> one module call; the task module's own source travels with its first call
+    put      -> a file's bytes, in chunks (only to a become worker; the login user's files go by SFTP)
     exit     -> the worker releases the lock and exits
+
+Become (engine/become.py): a second worker per become identity, started through sudo on another channel of
+the same connection the first time a call needs it, with its own hello/runtime (the runtime cache is per
+user). Which worker a call goes to: the identity set for the current task (`acting_as`), else the play's
+(`for_play`: host lock and facts), else the login user's.
 
 Every request is sent once. A connection that drops while a request is out is not reopened: the host
 is unreachable for the rest of the run (the first copy may still be running there).
@@ -13,14 +19,21 @@ is unreachable for the rest of the run (the first copy may still be running ther
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Callable
 
+from engine import become as _become
 from engine import runtime
+from engine.become import Become, BecomeError
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host
 from engine.modulespec import LIBRARY
 from engine.transport import Transport, WorkerDied, connect
+
+PUT_CHUNK = 4 << 20  # bytes per `put` request to a become worker (5.3 MiB of base64 on one JSON line)
+_UNSET = object()
 
 Progress = Callable[[str], None]
 
@@ -73,21 +86,42 @@ def _open_transport(host: Host) -> Transport:
         ) from None
 
 
+class _Channel:
+    """One worker on the host (the login user's, or one per become identity) and what it has been sent."""
+
+    def __init__(self, transport: Transport, user: str) -> None:
+        self.transport = transport
+        self.user = user  # "" for the login user
+        self.sent_sources: set[str] = set()
+        self.hello: dict = {}
+
+
 class WorkerClient:
-    """Talks to one host's worker: each request sent once, each task module's source shipped once."""
+    """Talks to one host's workers: each request sent once, each task module's source shipped once per worker."""
 
     def __init__(self, host: Host, transport: Transport) -> None:
         self.host = host
         self.transport = transport
-        self.sent_sources: set[str] = set()
-        self.hello: dict = {}
+        self._login = _Channel(transport, "")
+        self._become: dict[str, _Channel] = {}
+        self._refused: dict[str, str] = {}  # become user -> sudo's refusal: not asked again in this run
+        self._play_become: Become | None = None
+        self._acting: object = _UNSET
+
+    @property
+    def hello(self) -> dict:
+        return self._login.hello
+
+    @property
+    def sent_sources(self) -> set[str]:
+        return self._login.sent_sources
 
     @classmethod
     def open(cls, host: Host) -> WorkerClient:
         """Connect, start the worker, and give it the runtime packages it lacks."""
         client = cls(host, _open_transport(host))
         try:
-            client._ensure_runtime()
+            client._ensure_runtime(client._login)
         except WorkerDied as exc:
             client.transport.close()
             raise HostUnreachable(
@@ -96,36 +130,86 @@ class WorkerClient:
             ) from None
         return client
 
-    def _ensure_runtime(self) -> None:
-        self.hello = self.transport.request({"op": "hello", "runtime": runtime.local_key()})
-        if self.hello.get("missing"):
-            key, blob = runtime.runtime_for(self.hello)
-            reply = self.transport.request({"op": "runtime", "key": key, "zip": base64.b64encode(blob).decode()})
+    def _ensure_runtime(self, channel: _Channel) -> None:
+        channel.hello = channel.transport.request({"op": "hello", "runtime": runtime.local_key()})
+        if channel.hello.get("missing"):
+            key, blob = runtime.runtime_for(channel.hello)
+            reply = channel.transport.request({"op": "runtime", "key": key, "zip": base64.b64encode(blob).decode()})
             if reply.get("missing"):
                 raise HostUnreachable(f"could not provide {', '.join(reply['missing'])} on {self.host.name}")
             runtime.remember_key(key)
 
-    def request(self, payload: dict, progress: Progress | None = None) -> dict:
-        """Send one request, once; a dropped connection makes the host unreachable (HostUnreachable)."""
+    # -- become -------------------------------------------------------------------------------------
+    def for_play(self, become: Become | None) -> None:
+        """The identity of the play's own calls (host lock, facts), its worker started now: a refusal is the
+        host's failure to start the play (HostUnreachable), as a refused login is."""
+        self._play_become = become
         try:
-            return self.transport.request(payload, progress)
+            self._channel(become)
+        except BecomeError as exc:
+            raise HostUnreachable(str(exc)) from None
+
+    @contextlib.contextmanager
+    def acting_as(self, become: Become | None) -> Iterator[None]:
+        """Calls made inside go to `become`'s worker (a task's identity; None: the login user)."""
+        previous, self._acting = self._acting, become
+        try:
+            yield
+        finally:
+            self._acting = previous
+
+    def _current(self) -> Become | None:
+        return self._play_become if self._acting is _UNSET else self._acting  # type: ignore[return-value]
+
+    def _channel(self, become: Become | None) -> _Channel:
+        """The worker for an identity, started the first time it is needed; BecomeError when sudo refuses."""
+        if become is None:
+            return self._login
+        channel = self._become.get(become.user)
+        if channel is not None:
+            return channel
+        if become.user in self._refused:
+            raise BecomeError(self._refused[become.user])
+        try:
+            spawned = _become.start(self.transport, become)
+        except BecomeError as exc:
+            self._refused[become.user] = str(exc)
+            raise
+        channel = _Channel(spawned, become.user)
+        try:
+            self._ensure_runtime(channel)
         except WorkerDied as exc:
-            self.transport.close()
+            spawned.close()
+            raise BecomeError(f"the worker started as {become.user} through sudo on {self.host.name} died at once: "
+                              f"{exc}. Check that '{spawned.python()}' runs for that user.") from None
+        self._become[become.user] = channel
+        return channel
+
+    # -- requests -----------------------------------------------------------------------------------
+    def request(self, payload: dict, progress: Progress | None = None, channel: _Channel | None = None) -> dict:
+        """Send one request, once; a dropped connection makes the host unreachable (HostUnreachable)."""
+        channel = channel or self._channel(self._current())
+        try:
+            return channel.transport.request(payload, progress)
+        except WorkerDied as exc:
+            channel.transport.close()
             what = f"module {payload['module']}" if "module" in payload else f"'{payload.get('op')}'"
+            who = f" (as {channel.user}, through sudo)" if channel.user else ""
             raise HostUnreachable(
-                f"lost the connection to {self.host.name} while it ran {what}: {exc}. The request was sent once "
+                f"lost the connection to {self.host.name}{who} while it ran {what}: {exc}. The request was sent once "
                 "and is not sent again (it may have finished on the host); the host is out of this run. Run again "
                 "to converge."
             ) from None
 
     def run(self, module: str, args: dict, *, check: bool, diff: bool, timeout_s: float | None = None,
-            progress: Progress | None = None) -> dict:
-        """One module call on the host; its result dict."""
+            progress: Progress | None = None, become: object = _UNSET) -> dict:
+        """One module call on the host, by the worker of `become` (default: the current identity); its result."""
+        channel = self._channel(self._current() if become is _UNSET else become)  # type: ignore[arg-type]
         payload = {"op": "run", "module": module, "args": args, "check": check, "diff": diff, "timeout_s": timeout_s}
-        if module not in self.sent_sources:
+        if module not in channel.sent_sources:
             payload["source"] = module_source(module)
-        reply = self.request(payload, progress)
-        self.sent_sources.add(module)
+        reply = self.request(payload, progress, channel)
+        channel.sent_sources.add(module)
         if "result" not in reply:
             raise TaskError(f"the worker on {self.host.name} answered without a result: {reply}")
         return reply["result"]
@@ -138,12 +222,29 @@ class WorkerClient:
         return reply
 
     def put(self, local: str, remote: str) -> None:
-        self.transport.put(local, remote)
+        """A file onto the host as the current identity: by SFTP as the login user, else through its worker."""
+        become = self._current()
+        if become is None:
+            self.transport.put(local, remote)
+            return
+        channel = self._channel(become)
+        with open(local, "rb") as fh:
+            first = True
+            while True:
+                chunk = fh.read(PUT_CHUNK)
+                if not chunk and not first:
+                    break
+                reply = self.request({"op": "put", "path": remote, "append": not first,
+                                      "data": base64.b64encode(chunk).decode()}, None, channel)
+                if reply.get("error"):
+                    raise OSError(reply["error"])
+                first = False
 
     def close(self) -> None:
-        """Ask the worker to exit (it releases the host lock), then close the connection."""
-        try:
-            self.transport.request({"op": "exit"})
-        except Exception:  # noqa: S110 - a host already gone at the end of the run: closing is all that is left
-            pass
-        self.transport.close()
+        """Ask every worker to exit (the one holding the host lock releases it), then close the connection."""
+        for channel in [*self._become.values(), self._login]:
+            try:
+                channel.transport.request({"op": "exit"})
+            except Exception:  # noqa: S110 - a host already gone at the end of the run: closing is all that is left
+                pass
+            channel.transport.close()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import nullcontext
 from typing import Any
 
 from jinja2.sandbox import SecurityError
 
 from dflash_host import module as contract  # the same argument checks the worker runs
+from engine import become
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
@@ -186,16 +188,19 @@ class TaskExecutor:
 
     def _run_once(self, state: HostState, play: Play, task: Task, view) -> dict:
         check = self.check if task.check_mode is None else bool(task.check_mode)
+        # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
+        identity = become.for_task(task, view, self.templar, self.variables.secrets)
         view.touched.clear()  # what the arguments read, not the `when` (set_fact's secret taint)
         args = {**linked_values(task.module, task.args, view), **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
-        if handles(task.module, args):
-            return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
-        try:
-            contract.check_args(module_args_spec(task.module) or {}, args, task.module)
-        except contract.ModuleError as exc:
-            raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
-        return self.module(state, task.module, args, check, task)
+        with state.client.acting_as(identity) if state.client is not None else nullcontext():
+            if handles(task.module, args):
+                return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
+            try:
+                contract.check_args(module_args_spec(task.module) or {}, args, task.module)
+            except contract.ModuleError as exc:
+                raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
+            return self.module(state, task.module, args, check, task)
 
     def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None) -> dict:
         """One module call on the host (progress lines shown live, masked)."""

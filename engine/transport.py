@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shlex
 import shutil
 import socket
@@ -31,6 +32,12 @@ _PAYLOAD = base64.b64encode(zlib.compress(WORKER_SOURCE, 9)) + b"\n"
 BOOTSTRAP = (
     "import sys,zlib,base64;exec(compile(zlib.decompress(base64.b64decode(sys.stdin.buffer.readline())),'dfp-worker','exec'))"
 )
+
+
+# A second worker started through sudo (engine/become.py) writes this line first, from python, once sudo has
+# let it run: until it arrives, what the channel shows on stderr is sudo's (its prompt, its refusals).
+READY_LINE = b"dfp-worker-ready"
+BECOME_BOOTSTRAP = f"import sys;sys.stdout.write('{READY_LINE.decode()}\\n');sys.stdout.flush();" + BOOTSTRAP
 
 
 class WorkerDied(Exception):
@@ -196,6 +203,130 @@ class SSHTransport(Transport):
             except Exception:  # noqa: S110 - the channel is already broken; the connection is closed next
                 pass
             conn.close()
+
+
+class SpawnedTransport(Transport):
+    """Another worker process on the same host, started with `argv` (sudo ... python3 -c BECOME_BOOTSTRAP) on a
+    new exec channel of the parent's SSH connection (or as a local subprocess): no new connection, no new login.
+
+    Until the READY_LINE arrives the caller (engine/become.py) watches stderr (`stderr_text`) and may write to
+    stdin (a password at sudo's prompt); `send_worker()` then sends the worker's source, as Transport.open does.
+    """
+
+    def __init__(self, parent: Transport, argv: list[str]) -> None:
+        super().__init__(parent.host)
+        self.name = parent.name
+        self.parent = parent
+        self.argv = argv
+        self.ready = threading.Event()  # READY_LINE seen on stdout
+        self.ended = threading.Event()  # stdout closed: the process (sudo or the worker) is gone
+        self.activity = threading.Event()  # set on any output; the caller waits on it
+        self._chunks: queue.Queue[bytes] = queue.Queue()
+        self._err = bytearray()
+
+    def python(self) -> str:
+        return self.parent.python()
+
+    def open(self) -> None:
+        if self.name == "ssh":
+            self.chan = self.parent.conn.client.get_transport().open_session()  # type: ignore[attr-defined]
+            self.chan.exec_command(" ".join(shlex.quote(a) for a in self.argv))
+            read_out, read_err, self._send = self.chan.recv, self.chan.recv_stderr, self.chan.sendall
+        else:
+            env = dict(os.environ)
+            env.pop("PYTHONSTARTUP", None)
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env)
+            assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # noqa: S101 - all three are PIPE
+            read_out, read_err = self.proc.stdout.read1, self.proc.stderr.read1  # type: ignore[attr-defined]
+            self._send = self._send_local
+        threading.Thread(target=self._pump_out, args=(read_out,), daemon=True).start()
+        threading.Thread(target=self._pump_err, args=(read_err,), daemon=True).start()
+        self._stream = _Stream(self._next_chunk)
+
+    def _send_local(self, data: bytes) -> None:
+        self.proc.stdin.write(data)  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+
+    def _pump_out(self, read: Callable[[int], bytes]) -> None:
+        """stdout into the queue once the READY_LINE has come; lines before it are noise kept for messages."""
+        head = b""
+        while True:
+            try:
+                chunk = read(65536)
+            except Exception:
+                chunk = b""
+            if not chunk:
+                break
+            if not self.ready.is_set():
+                head += chunk
+                chunk = b""
+                while b"\n" in head and not self.ready.is_set():
+                    first, _, head = head.partition(b"\n")
+                    if first.strip() == READY_LINE:
+                        self.ready.set()
+                        chunk, head = head, b""
+                    else:
+                        self._err += first + b"\n"
+            if chunk:
+                self._chunks.put(chunk)
+            self.activity.set()
+        self._chunks.put(b"")
+        self.ended.set()
+        self.activity.set()
+
+    def _pump_err(self, read: Callable[[int], bytes]) -> None:
+        """stderr kept whole until the worker is ready (sudo's prompt has no newline), then as a tail of lines."""
+        while True:
+            try:
+                chunk = read(65536)
+            except Exception:
+                return
+            if not chunk:
+                return
+            if self.ready.is_set():
+                self.stderr_tail.extend(chunk.decode("utf-8", "replace").splitlines())
+            else:
+                self._err += chunk
+            self.activity.set()
+
+    def stderr_text(self) -> str:
+        """What the channel printed on stderr before the worker was ready (sudo's prompts and messages)."""
+        return bytes(self._err).decode("utf-8", "replace")
+
+    def _next_chunk(self, _size: int) -> bytes:
+        return self._chunks.get()
+
+    def send_worker(self) -> None:
+        self._write(_PAYLOAD)
+
+    def _write(self, data: bytes) -> None:
+        self._send(data)
+
+    def _readline(self) -> bytes:
+        return self._stream.readline()
+
+    def put(self, local: str, remote: str) -> None:
+        raise NotImplementedError("files reach a become worker through its protocol (engine/client.py)")
+
+    def close(self) -> None:
+        """End this worker's channel (or process) only; the parent's connection stays open."""
+        chan = getattr(self, "chan", None)
+        if chan is not None:
+            try:
+                if not chan.closed:
+                    chan.shutdown_write()
+                    chan.status_event.wait(2)
+            except Exception:  # noqa: S110 - the channel is already broken
+                pass
+            chan.close()
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except Exception:
+                proc.kill()
 
 
 def connect(host: Host) -> Transport:

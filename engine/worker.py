@@ -7,6 +7,7 @@ bootstrap command, so nothing is ever interpolated into a shell), then JSON requ
   {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack dflash_host (and psutil/tenacity) into the user's cache
   {"id", "op": "lock", "path", "wait_s", "record"} -> {"locked", "holder" | "stale"}: the host lock
   {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "source"}  (source: the first time only)
+  {"id", "op": "put", "path", "data": B64, "append"} -> {"written": N} or {"error"}: a file's bytes, in chunks
   {"id", "op": "exit"}                             -> releases the host lock, then exits
 
 and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
@@ -272,6 +273,26 @@ class Worker:
 
     def op_lock(self, req):
         return self.lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, self.progress(req.get("id")))
+
+    def op_put(self, req):
+        """Write a chunk of a file the engine uploads (to a worker started through sudo, which SFTP cannot reach
+        as its user): the first chunk creates or truncates the file (mode 0600), the next ones append."""
+        import base64
+
+        path = os.path.expanduser(req["path"])
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if req.get("append") else os.O_TRUNC)
+        try:
+            data = base64.b64decode(req.get("data") or "")
+            fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as exc:
+            return {"error": "{}: {}".format(path, getattr(exc, "strerror", None) or exc)}
+        return {"written": len(data)}
 
     def op_exit(self, req):
         self.lock.release()
