@@ -10,9 +10,9 @@ from __future__ import annotations
 from invoke import Collection, Task
 
 from dfp_cli import commands as cmd
-from dfp_cli.options import PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
+from dfp_cli.options import INVENTORY_OPTIONS, PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
 
-PURGE = Option("purge", False, "also remove environments and generated configs (logs are kept)")
+PURGE = Option("purge", False, "also remove environments and generated configs (logs are kept)", ("p",))
 
 ns = Collection(
     invoke_task(cmd.playbook_command("provision"), PLAYBOOK_OPTIONS, "provision",
@@ -30,11 +30,7 @@ ns = Collection(
                 "Is the server running and healthy, what it serves, its acceptance rate and GPU memory."),
     invoke_task(cmd.report_command("facts"), REPORT_OPTIONS, "facts",
                 "Gather and print facts (OS, python, CPUs, memory, disk, systemd, GPUs)."),
-    Task(cmd.inventory, name="inventory", help={
-        "list": "all hosts and groups (like ansible-inventory --list)",
-        "host": "one host's merged variables",
-        "inventory": "inventory file (default: inventory.yaml)",
-    }),
+    invoke_task(cmd.inventory, INVENTORY_OPTIONS, "inventory", "Print the inventory as JSON, like ansible-inventory."),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),
     Task(cmd.module_docs, name="module-docs"),
     Task(cmd.test, name="test", help={"k": "only tests matching this expression", "fast": "skip slow and end-to-end tests"}),

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from invoke import Exit
 
-from dfp_cli.options import limit_of, parse_extra_vars
+from dfp_cli.options import (
+    inventories_of,
+    limit_of,
+    parse_extra_vars,
+    split_tags,
+    use_vault_password_file,
+    verbosity_of,
+)
 from engine.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,25 +31,26 @@ def fail_user(exc: Exception | str) -> Exit:
 
 def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     """Run a playbook with the shared options; exit with the run's code (0, 2, 3, 4)."""
-    from engine.api import run_playbook
-
     try:
-        result = run_playbook(
-            playbook,
-            opts["inventory"] or DEFAULT_INVENTORY,
+        settings = dict(
             limit=limit_of(opts["host"], opts["group"], opts["limit"]),
-            extra_vars={**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])},
             check=opts["check"],
             diff=opts["diff"],
-            tags=[t for t in (opts["tags"] or "").split(",") if t],
-            skip_tags=[t for t in (opts["skip_tags"] or "").split(",") if t],
+            tags=split_tags(opts["tags"]),
+            skip_tags=split_tags(opts["skip_tags"]),
             forks=int(opts["forks"]),
             report=opts["report"],
             junit=opts["junit"],
-            verbose=int(opts["verbose"] or 0),
+            verbose=verbosity_of(opts["verbose"]),
             quiet=False,
             lock_wait=float(opts["lock_wait"]),
         )
+        use_vault_password_file(opts["vault_password_file"])
+        extra_vars = {**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])}
+        from engine.api import run_playbook  # here, not at the top: `invoke --list` and --help stay fast
+
+        result = run_playbook(playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
+                              **settings)
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:
@@ -69,23 +77,14 @@ def teardown(c, purge=False, **opts):
 def report_command(kind: str):
     """A read-only playbook run quietly; prints what its task registered as `report`, per host."""
 
-    def body(c, host=None, group=None, inventory=None, extra_vars=None, json=False):  # noqa: A002 - the --json flag
-        print_report(kind, host, group, inventory, extra_vars, json)
+    def body(c, **opts):
+        print_report(kind, opts)
 
     return body
 
 
-def print_report(kind: str, host, group, inventory, extra_vars, as_json: bool) -> None:
-    from dfp_cli.summaries import render_summary
-    from engine.api import run_playbook
-
-    try:
-        result = run_playbook(kind, inventory or DEFAULT_INVENTORY, limit=limit_of(host, group, None),
-                              extra_vars=parse_extra_vars(extra_vars), quiet=True)
-    except UserError as exc:
-        raise fail_user(exc) from None
-    if result.error:
-        raise fail_user(result.error)
+def _reports(kind: str, result) -> dict[str, dict]:
+    """{host: what its `report` registered}, or {unreachable/failed, msg} for a host that could not say."""
     out: dict[str, dict] = {}
     for r in result.results:
         if r.status == "unreachable" or (r.status == "failed" and r.host not in result.registered):
@@ -94,22 +93,65 @@ def print_report(kind: str, host, group, inventory, extra_vars, as_json: bool) -
         report = registered.get("report")
         if isinstance(report, dict) and not report.get("skipped"):
             out[h] = report.get(kind, report)
-    if as_json:
+    return out
+
+
+# `invoke status` exits as `systemctl status` does (LSB status codes), the worst host deciding.
+STATUS_RUNNING = 0  # running, and /health answers 200
+STATUS_NOT_RUNNING = 3  # not running, or running without a healthy /health (starting, hung)
+STATUS_UNKNOWN = 4  # never provisioned there (no launch files: systemctl's "no such unit"), unreachable, failed
+
+
+def status_exit_code(reports: dict[str, dict]) -> int:
+    codes = [STATUS_UNKNOWN]  # no host reported: nothing is known
+    if reports:
+        codes = [_host_status_code(data) for data in reports.values()]
+    return max(codes)
+
+
+def _host_status_code(data: dict) -> int:
+    if not isinstance(data, dict) or data.get("unreachable") or data.get("failed"):
+        return STATUS_UNKNOWN
+    if not data.get("provisioned", "mode" in data):  # vllm_status sets mode from the launch file it found
+        return STATUS_UNKNOWN
+    if data.get("running") and data.get("health") == "ok":
+        return STATUS_RUNNING
+    return STATUS_NOT_RUNNING
+
+
+def print_report(kind: str, opts: dict) -> None:
+    from dfp_cli.summaries import render_summary
+
+    try:
+        use_vault_password_file(opts["vault_password_file"])
+        extra_vars = parse_extra_vars(opts["extra_vars"])
+        from engine.api import run_playbook
+
+        result = run_playbook(kind, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
+                              limit=limit_of(opts["host"], opts["group"], opts["limit"]), quiet=True)
+    except UserError as exc:
+        raise fail_user(exc) from None
+    if result.error:
+        raise fail_user(result.error)
+    out = _reports(kind, result)
+    if opts["json"]:
         print(json.dumps(out, indent=2, sort_keys=True, default=str))
     else:
         for h, data in out.items():
             print(render_summary(kind, h, data))
-    if result.exit_code:
-        raise Exit(code=result.exit_code)
+    code = status_exit_code(out) if kind == "status" else result.exit_code
+    if code:
+        raise Exit(code=code)
 
 
-def inventory(c, list=False, host=None, inventory=None):  # noqa: A002 - flag names mirror ansible-inventory
+def inventory(c, **opts):
     """Print the inventory as JSON, like ansible-inventory."""
-    from engine.inventory import Inventory
-
     try:
-        inv = Inventory(inventory or DEFAULT_INVENTORY)
-        data = inv.host_vars(host) if host else inv.as_list()
+        use_vault_password_file(opts["vault_password_file"])
+        from engine.inventory import Inventory
+
+        inv = Inventory(inventories_of(opts["inventory"], DEFAULT_INVENTORY))
+        data = inv.host_vars(opts["host"]) if opts["host"] else inv.as_list()
     except UserError as exc:
         raise fail_user(exc) from None
     print(json.dumps(data, indent=2, sort_keys=True, default=str))

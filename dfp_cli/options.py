@@ -1,4 +1,9 @@
-"""The option set every playbook command shares, defined once, and what the options turn into."""
+"""The option set every playbook command shares, defined once, and what the options turn into.
+
+Flags follow ansible-playbook where it has one: -i (repeatable), -e, -l, -t, -f, -C/--check, -D/--diff,
+-v/-vv/--verbose=N, --skip-tags, --vault-password-file. The Invoke arguments are built here from the table
+(not from a signature), so a flag's names, kind and help are written once.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from invoke import Argument, Task
 
 from engine.errors import UserError
 
@@ -15,38 +22,93 @@ class Option:
     name: str
     default: Any
     help: str
-    repeatable: bool = False  # -e may be given many times
-    counter: bool = False  # -v, -vv
+    short: tuple[str, ...] = ()  # single letters, e.g. ("C", "c")
+    repeatable: bool = False  # -e, -i may be given many times
+    level: bool = False  # -v, -vv, --verbose=N
 
 
 PLAYBOOK_OPTIONS = (
-    Option("host", None, "run on this host only (a name from the inventory)"),
-    Option("group", None, "run on the hosts of this group only"),
-    Option("limit", None, "Ansible-style host pattern (e.g. 'gpu*:!gpu3')"),
-    Option("check", False, "report what would change, change nothing"),
-    Option("diff", False, "show before/after of what changes"),
-    Option("extra_vars", None, "KEY=VALUE (repeatable); JSON values allowed; @FILE.yaml loads a file", repeatable=True),
-    Option("tags", None, "only tasks with these tags (comma-separated)"),
-    Option("skip_tags", None, "skip tasks with these tags (comma-separated)"),
-    Option("forks", 8, "hosts in parallel (default 8)"),
-    Option("report", None, "write a JSON report to this file"),
-    Option("junit", None, "write a JUnit XML report to this file"),
-    Option("inventory", None, "inventory file (default: inventory.yaml)"),
-    Option("lock_wait", 60, "seconds to wait for another run's host lock before failing that host (default 60)"),
-    Option("verbose", 0, "more output (-v: messages of ok tasks and progress, -vv: tracebacks of module crashes)", counter=True),
+    Option("host", None, "run on this host only (a name from the inventory)", ("h",)),
+    Option("group", None, "run on the hosts of this group only", ("g",)),
+    Option("limit", None, "Ansible-style host pattern (e.g. 'gpu*:!gpu3')", ("l",)),
+    Option("check", False, "report what would change, change nothing (as ansible-playbook -C)", ("C", "c")),
+    Option("diff", False, "show before/after of what changes (as ansible-playbook -D)", ("D", "d")),
+    Option("extra_vars", None, "KEY=VALUE (JSON values), a JSON/YAML mapping '{\"k\": 1}', or @FILE.yaml; "
+           "repeatable, later wins", ("e",), repeatable=True),
+    Option("tags", None, "only tasks with these tags (comma-separated); a tag no task has is an error", ("t",)),
+    Option("skip_tags", None, "skip tasks with these tags (comma-separated); a tag no task has is an error", ("s",)),
+    Option("forks", 8, "hosts in parallel (default 8)", ("f",)),
+    Option("report", None, "write a JSON report to this file", ("r",)),
+    Option("junit", None, "write a JUnit XML report to this file", ("j",)),
+    Option("inventory", None, "inventory file (default: inventory.yaml); repeatable, later files win", ("i",),
+           repeatable=True),
+    Option("vault_password_file", None, "file holding the Ansible Vault password (or an executable printing it); "
+           "default: $ANSIBLE_VAULT_PASSWORD_FILE"),
+    Option("lock_wait", 60, "seconds to wait for another run's host lock before failing that host (default 60)", ("o",)),
+    Option("verbose", 0, "more output: -v messages of ok tasks and progress, -vv (or --verbose=2) tracebacks of "
+           "module crashes", ("v",), level=True),
 )
-REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in ("host", "group", "inventory", "extra_vars")) + (
-    Option("json", False, "print JSON"),
+_READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file")
+REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in _READ_ONLY) + (Option("json", False, "print JSON"),)
+INVENTORY_OPTIONS = (
+    Option("list", False, "all hosts and groups (like ansible-inventory --list)"),
+    Option("host", None, "one host's merged variables"),
+    *(o for o in PLAYBOOK_OPTIONS if o.name in ("inventory", "vault_password_file")),
 )
+
+
+class LevelArgument(Argument):
+    """-v, -vv, -v -v and --verbose=N (or -v N) all give a level, as ansible-playbook's -v does.
+
+    Invoke's counting flags take no value (--verbose=2 was refused) and its value flags do not count, so this
+    flag takes an optional value: seen bare it adds one; '-vv' reaches it as '-v' with the value 'v'."""
+
+    def set_value(self, value: Any, cast: bool = True) -> None:
+        current = self._value if isinstance(self._value, int) else 0
+        if value is True:  # the flag without a value; raw_value stays unset so a repeated -v counts again
+            self._value = current + 1
+            return
+        self.raw_value = value
+        text = str(value)
+        if text and set(text) == {"v"}:  # -vv, -vvv
+            self._value = current + 1 + len(text)
+        elif text.isdigit():
+            self._value = int(text)
+        else:
+            self._value = text  # refused by verbosity_of with a message
+
+
+def verbosity_of(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise UserError("--verbose takes a level: -v, -vv, -vvv or --verbose=N with N a whole number (e.g. --verbose=2)")
+
+
+def _argument(o: Option) -> Argument:
+    long = o.name.replace("_", "-")
+    names = (long, *o.short)
+    common: dict[str, Any] = {"names": names, "help": o.help, "attr_name": o.name if "_" in o.name else None}
+    if o.level:
+        return LevelArgument(kind=str, optional=True, default=o.default, **common)
+    if o.repeatable:
+        return Argument(kind=list, default=[], **common)
+    kind = type(o.default) if o.default is not None else str
+    return Argument(kind=kind, default=o.default, **common)
+
+
+class OptionTask(Task):
+    """An Invoke task whose flags come from an option table instead of its body's signature."""
+
+    def __init__(self, body: Callable, options: tuple[Option, ...], positional: tuple[str, ...] = (), **kwargs: Any):
+        self.options = options
+        super().__init__(body, positional=list(positional), auto_shortflags=False, **kwargs)
+
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
+        return [Argument(name=p, positional=True) for p in self.positional] + [_argument(o) for o in self.options]
 
 
 def invoke_task(body: Callable, options: tuple[Option, ...], name: str, doc: str, positional: tuple[str, ...] = ()):
-    """An Invoke task whose flags are `options`: `body(c, **values)` gets them by name.
-
-    Invoke reads a task's flags from its signature; the signature is built here from the option table, so the
-    table is the one place an option is written."""
-    from invoke import Task
-
+    """An Invoke task whose flags are `options`: `body(c, *positional, **values)` gets them by name."""
     params = [inspect.Parameter("c", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     params += [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in positional]
     params += [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default) for o in options]
@@ -57,8 +119,7 @@ def invoke_task(body: Callable, options: tuple[Option, ...], name: str, doc: str
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     run.__name__ = run.__qualname__ = name.replace("-", "_")
     run.__doc__ = doc
-    return Task(run, name=name, help={o.name: o.help for o in options},
-                iterable=[o.name for o in options if o.repeatable], incrementable=[o.name for o in options if o.counter])
+    return OptionTask(run, options, positional, name=name)
 
 
 def limit_of(host: str | None, group: str | None, limit: str | None) -> str | None:
@@ -69,41 +130,110 @@ def limit_of(host: str | None, group: str | None, limit: str | None) -> str | No
     return parts[0] if parts else None
 
 
+def inventories_of(value: list[str] | str | None, default: str) -> list[str]:
+    """-i given zero, one or several times: the files in order (later wins); none: the default inventory."""
+    if isinstance(value, str):
+        return [value]
+    return list(value) if value else [default]
+
+
+def use_vault_password_file(path: str | None) -> None:
+    """--vault-password-file for this process; without it engine.vault reads ANSIBLE_VAULT_PASSWORD_FILE."""
+    from engine import vault
+
+    vault.use_password_file(path or None)
+
+
+def split_tags(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+# -- extra variables (-e) --------------------------------------------------------------------------------
+# As in ansible-playbook: -e KEY=VALUE, -e '{"key": value}' (JSON, or YAML flow as Ansible accepts) and
+# -e @file.yaml, later ones winning. Unlike Ansible, a KEY=VALUE value that is valid JSON keeps its type
+# (-e vllm_port=8001 is a number, -e 'ids=[1,2]' a list; Ansible would pass the strings), as this project
+# has always documented; a value that starts like JSON ([, {, ") but is not valid JSON is refused instead
+# of silently becoming a string. Templates ({{ ... }}) are strings, rendered when read.
+_JSON_START = ("[", "{", '"')
+_TEMPLATE_START = ("{{", "{%", "{#")
+_TEXT_NOT_SHOWN = "(its text is not shown: it may be a secret)"
+
+
+def _starts_like_json(text: str) -> bool:
+    t = text.lstrip()
+    return t.startswith(_JSON_START) and not t.startswith(_TEMPLATE_START)
+
+
+def _json_value(raw: str, where: str) -> Any:
+    """A KEY=VALUE value: JSON when it is valid JSON, an error when it starts like JSON, else the string."""
+    try:
+        return json.loads(raw)
+    except RecursionError:  # nested far deeper than check_nesting allows
+        raise UserError(f"{where}: the JSON value nests lists/mappings too deep; flatten it") from None
+    except ValueError as exc:
+        if _starts_like_json(raw):
+            raise UserError(
+                f"{where}: the value starts like JSON (with [, {{ or \") but is not valid JSON ({exc.msg}; "
+                f"character {exc.pos + 1} of the value) {_TEXT_NOT_SHOWN}. Write valid JSON, e.g. -e "
+                "'dirs=[\"/tmp\", \"/data\"]'; a string that starts with one of those characters goes in JSON "
+                "quotes: -e 'note=\"[x] y\"'."
+            ) from None
+        return raw
+
+
 def _extra_var(item: str, where: str) -> tuple[str, Any]:
     from engine.yamlfile import check_nesting
 
     if "=" not in item:
-        raise UserError(f"{where}: extra variables are KEY=VALUE (or @file.yaml), and this one has no '='; e.g. -e "
-                        "vllm_port=8001 (its text is not shown: it may be a secret)")
+        raise UserError(f"{where}: extra variables are KEY=VALUE, a JSON mapping or @file.yaml, and this one has no "
+                        f"'='; e.g. -e vllm_port=8001 {_TEXT_NOT_SHOWN}")
     key, _, raw = item.partition("=")
     key = key.strip()
     if not key.isidentifier():
         raise UserError(f"{where}: the text before '=' is not a valid variable name (letters, digits and _, not starting "
-                        "with a digit); e.g. -e vllm_port=8001 (its text is not shown: it may be a secret)")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = raw
-    except RecursionError:  # nested far deeper than check_nesting allows
-        raise UserError(f"{where} ({key}): the JSON value nests lists/mappings too deep; flatten it") from None
-    check_nesting(value, f"{where} ({key})")
+                        f"with a digit); e.g. -e vllm_port=8001 {_TEXT_NOT_SHOWN}")
+    where = f"{where} ({key})"
+    value = _json_value(raw, where)
+    check_nesting(value, where)
     return key, value
 
 
+def _mapping_arg(item: str, where: str) -> dict:
+    """-e '{"a": 1, "b": [2]}': a JSON object or YAML flow mapping whose keys are the variables (as in Ansible)."""
+    from pathlib import Path
+
+    from engine.yamlfile import _parse, check_nesting, check_variable_names
+
+    try:
+        data = _parse(item, Path(where), "extra variables")
+    except UserError as exc:
+        raise UserError(f"{exc} An -e that starts with '{{' or '[' is read as a JSON object or YAML flow mapping of "
+                        f"variables, e.g. -e '{{\"vllm_port\": 8001}}' {_TEXT_NOT_SHOWN}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: an -e that starts with '{{' or '[' must be a mapping of variable names to values, "
+                        f"e.g. -e '{{\"vllm_port\": 8001}}' {_TEXT_NOT_SHOWN}")
+    check_variable_names(data, where)
+    check_nesting(data, where)
+    return data
+
+
 def parse_extra_vars(items: list[str] | None) -> dict:
-    """-e KEY=VALUE (JSON values) and -e @file.yaml, in order. Errors name the -e by position, never its
-    text: a mistyped -e may be a secret (a token pasted without its KEY=)."""
+    """-e KEY=VALUE, -e '{JSON}' and -e @file.yaml, in order (later wins). Errors name the -e by position,
+    never its text: a mistyped -e may be a secret (a token pasted without its KEY=)."""
     from engine.yamlfile import check_variable_names, load_yaml
 
     out: dict = {}
     for number, item in enumerate(items or [], start=1):
+        where = f"-e number {number}"
         if item.startswith("@"):
             data = load_yaml(item[1:], "extra vars file")
             if not isinstance(data, dict):
                 raise UserError(f"{item[1:]}: an extra vars file must be a mapping of variable names to values")
             check_variable_names(data, item[1:])
             out.update(data)
+        elif _starts_like_json(item):
+            out.update(_mapping_arg(item, where))
         else:
-            key, value = _extra_var(item, f"-e number {number}")
+            key, value = _extra_var(item, where)
             out[key] = value
     return out

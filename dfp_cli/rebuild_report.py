@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.report import junit_case
+from engine.report import junit_case, junit_suite_element, xml_text
 from engine.results import TaskResult
 from engine.strategy import ACCEPTED_PREFIX
 
@@ -141,28 +141,22 @@ def rebuild_section(items: list[TaskResult]) -> dict | None:
     }
 
 
-def junit_suite(host: str, section: dict) -> tuple[int, int, list]:
+def junit_suite(host: str, section: dict):
     """The rebuild's phases as test cases; versions, downtime and the rollback as suite properties."""
-    from xml.sax.saxutils import quoteattr
+    import xml.etree.ElementTree as ET  # noqa: N817 - the usual name
 
     phases = section["phases"]
     fails = sum(1 for p in phases if p["status"] == "failed")
     skips = sum(1 for p in phases if p["status"] == "skipped")
-    t = sum(p["duration_s"] for p in phases)
-    lines = [
-        f'  <testsuite name={quoteattr(host + " rebuild")} tests="{len(phases)}" failures="{fails}" '
-        f'skipped="{skips}" time="{t:.3f}">',
-        "    <properties>",
-    ]
+    suite = junit_suite_element(host + " rebuild", len(phases), fails, skips, sum(p["duration_s"] for p in phases))
+    props = ET.SubElement(suite, "properties")
     for key in ("mode", "old_env", "new_env", "old_versions", "new_versions", "switched", "rolled_back", "downtime_s"):
-        lines.append(f"      <property name={quoteattr(key)} value={quoteattr(json.dumps(section.get(key), default=str))}/>")
-    lines.append("    </properties>")
+        ET.SubElement(props, "property", {"name": key, "value": xml_text(json.dumps(section.get(key), default=str))})
     for p in phases:
         failed = p["msg"] if p["status"] == "failed" else None
         skipped = "nothing to do in this phase" if p["status"] == "skipped" else None
-        lines += junit_case(f"{host}.rebuild", p["name"], p["duration_s"], failed, skipped, f"{p['tasks']} task(s)")
-    lines.append("  </testsuite>")
-    return len(phases), fails, lines
+        suite.append(junit_case(f"{host}.rebuild", p["name"], p["duration_s"], failed, skipped, f"{p['tasks']} task(s)"))
+    return suite
 
 
 section = rebuild_section  # the name engine/report.py asks a section module for

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.playbook import PROJECT_ROOT, load_playbook
+from engine.preflight import check_tags
 from engine.report import Console, json_report, load_sections, recap_of, write_json, write_junit
 from engine.results import TaskResult
 from engine.runner import Runner
@@ -77,7 +78,7 @@ def report_sections_of(plays: list) -> list[str]:
 
 def run_playbook(
     playbook: str | Path,
-    inventory: str | Path | dict = PROJECT_ROOT / "inventory.yaml",
+    inventory: str | Path | list | dict = PROJECT_ROOT / "inventory.yaml",
     *,
     limit: str | None = None,
     extra_vars: dict | None = None,
@@ -115,6 +116,7 @@ def run_playbook(
             console=console,
             lock_wait=lock_wait,
         )
+        check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
         hosts: list[str] = []
         for play in plays:
             hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
@@ -130,10 +132,10 @@ def run_playbook(
     console.recap(recap, elapsed)
     code = exit_code_for(recap)
     meta = {"playbook": str(path), "check": check, "exit_code": code, "elapsed_s": round(elapsed, 3)}
+    secrets = runner.variables.secrets
     if report:
-        write_json(report, json_report(results, recap, meta, sections))
+        write_json(report, json_report(results, recap, meta, sections, secrets))
     if junit:
         write_junit(junit, results, path.stem, sections)
-    secrets = runner.variables.secrets
     registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
     return RunResult(code, recap, results, elapsed, registered=registered)

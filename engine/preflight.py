@@ -15,7 +15,7 @@ from dflash_host import module as contract  # the same argument checks the worke
 from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.modulespec import linked_vars, module_args_spec
-from engine.playbook import Play, Task
+from engine.playbook import Play, Task, walk_tasks
 from engine.templating import Templar, is_template
 from engine.variables import MAGIC_VARS
 
@@ -119,3 +119,20 @@ class Preflight:
                 contract.check_args({name: spec[name]}, {name: value}, task.module)
             except contract.ModuleError as exc:
                 raise UserError(f"{task.source} ('{task.name}'): {exc.msg}") from None
+
+
+def check_tags(plays: list[Play], tags: set[str], skip_tags: set[str], selected: Callable[[Task], bool]) -> None:
+    """A --tags or --skip-tags name no task carries is a typo that would run only fact gathering (or skip
+    nothing) and exit 0; and tags that together select no task run nothing. Both are refused, listing the
+    playbook's tags (a role's tasks carry the role's name)."""
+    every = [t for play in plays for t in walk_tasks(play.tasks) + play.handlers]
+    known = sorted({tag for t in every for tag in t.tags})
+    listing = f"the playbook's tags are: {', '.join(known)}" if known else "no task of the playbook has a tag"
+    for flag, names in (("--tags", tags), ("--skip-tags", skip_tags)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise UserError(f"{flag}: no task has the tag(s) {', '.join(map(repr, unknown))}; {listing}. "
+                            f"Fix the spelling or leave {flag} out.")
+    if tags and not any(selected(t) for play in plays for t in walk_tasks(play.tasks)):
+        raise UserError(f"--tags {','.join(sorted(tags))} with --skip-tags {','.join(sorted(skip_tags))} selects no "
+                        f"task: nothing would run; {listing}.")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET  # noqa: N817 - the usual name
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -169,10 +171,15 @@ def format_diff(diff: dict) -> str:
 
 
 def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
+    """Per host counts as Ansible's PLAY RECAP: ok counts every task that succeeded, changed ones included
+    (ok=5 changed=2 is five successes, two of which changed something)."""
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
         key = "ignored" if r.ignored else "rescued" if r.rescued else r.status
-        stats.setdefault(r.host, {s: 0 for s in STATUSES})[key] += 1
+        counts = stats.setdefault(r.host, {s: 0 for s in STATUSES})
+        counts[key] += 1
+        if key == "changed":
+            counts["ok"] += 1
     return stats
 
 
@@ -187,7 +194,8 @@ def load_sections(names: list[str]) -> list[Any]:
     """The report sections a playbook asks for (play var `report_sections`: importable module names).
 
     A section module has NAME, `section(results_of_one_host) -> dict | None` and `junit_suite(host, section)
-    -> (tests, failures, xml lines)`. The engine knows none of them: the nightly rebuild's is dfp_cli.rebuild_report.
+    -> xml.etree.ElementTree.Element` (a <testsuite> with tests and failures set; build it with junit_suite_element
+    and junit_case). The engine knows none of them: the nightly rebuild's is dfp_cli.rebuild_report.
     """
     import importlib
 
@@ -214,8 +222,38 @@ def host_sections(results: list[TaskResult], sections: list[Any]) -> dict[str, d
     return out
 
 
-def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: Sequence[Any] = ()) -> dict:
-    report = {"recap": stats, "tasks": [r.as_report() for r in results], **meta}
+# -- the JSON report ---------------------------------------------------------------------------------------
+REPORT_STRING_MAX = 4096  # characters of one string in a task's data (stdout, a diff); the rest is cut with a note
+REPORT_LIST_MAX = 500  # items of one list in a task's data
+_IN_ENTRY = {"changed", "failed", "skipped", "msg", "warnings"}  # already fields of the task entry
+
+
+def _bounded(value: Any) -> Any:
+    """A task's data made report-sized: long strings and lists cut, saying by how much."""
+    if isinstance(value, str) and len(value) > REPORT_STRING_MAX:
+        return value[:REPORT_STRING_MAX] + f"... [cut: {len(value)} characters, the report keeps {REPORT_STRING_MAX}]"
+    if isinstance(value, dict):
+        return {str(k): _bounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = [_bounded(v) for v in value[:REPORT_LIST_MAX]]
+        if len(value) > REPORT_LIST_MAX:
+            out.append(f"... [cut: {len(value)} items, the report keeps {REPORT_LIST_MAX}]")
+        return out
+    return value
+
+
+def task_data(r: TaskResult, secrets: Any = None) -> dict:
+    """What the task's module returned (what `register` holds: acceptance rate, versions, timings), as data,
+    secrets masked again with everything the run learnt by its end (a set_fact may name one late)."""
+    data = {k: v for k, v in r.result.items() if k not in _IN_ENTRY}
+    if secrets is not None:
+        data = secrets.redact_obj(data)
+    return _bounded(data)
+
+
+def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: Sequence[Any] = (), secrets: Any = None) -> dict:
+    tasks = [dict(r.as_report(), data=task_data(r, secrets)) for r in results]
+    report = {"recap": stats, "tasks": tasks, **meta}
     hosts = host_sections(results, list(sections))
     if hosts:
         report["hosts"] = hosts
@@ -226,51 +264,59 @@ def write_json(path: str, report: dict) -> None:
     Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
 
 
-def write_junit(path: str, results: list[TaskResult], name: str, sections: Sequence[Any] = ()) -> None:
-    """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
-    report section a playbook asks for adds its own suites (the nightly rebuild: one test case per phase)."""
-    from xml.sax.saxutils import quoteattr
-
-    hosts = by_host(results)
-    suites = [_task_suite(host, items) for host, items in hosts.items()]
-    by_name = {mod.NAME: mod for mod in sections}
-    for host, found in host_sections(results, list(sections)).items():
-        suites += [by_name[n].junit_suite(host, data) for n, data in found.items()]
-    tests = sum(s[0] for s in suites)
-    failures = sum(s[1] for s in suites)
-    parts = ['<?xml version="1.0" encoding="UTF-8"?>']
-    parts.append(f'<testsuites name={quoteattr(name)} tests="{tests}" failures="{failures}">')
-    for _, _, lines in suites:
-        parts.extend(lines)
-    parts.append("</testsuites>")
-    Path(path).write_text("\n".join(parts) + "\n", encoding="utf-8")
+# -- JUnit XML -----------------------------------------------------------------------------------------------
+# Built with ElementTree (escaping done by the library); characters XML 1.0 cannot hold at all (control
+# characters other than tab, newline and carriage return, lone surrogates, U+FFFE/U+FFFF) are dropped, so a
+# module message carrying a terminal escape or a stray \x01 still gives a file every CI parser reads.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def junit_case(classname: str, label: str, seconds: float, failed_msg: str | None, skipped_msg: str | None, out: str | None) -> list:
-    from xml.sax.saxutils import escape, quoteattr
+def xml_text(value: Any) -> str:
+    return _NOT_XML.sub("", str(value))
 
-    lines = [f'    <testcase classname={quoteattr(classname)} name={quoteattr(label)} time="{seconds:.3f}">']
+
+def junit_suite_element(name: str, tests: int, failures: int, skipped: int, seconds: float) -> ET.Element:
+    return ET.Element("testsuite", {"name": xml_text(name), "tests": str(tests), "failures": str(failures),
+                                    "skipped": str(skipped), "time": f"{seconds:.3f}"})
+
+
+def junit_case(classname: str, label: str, seconds: float, failed_msg: str | None, skipped_msg: str | None,
+               out: str | None) -> ET.Element:
+    case = ET.Element("testcase", {"classname": xml_text(classname), "name": xml_text(label), "time": f"{seconds:.3f}"})
     if failed_msg is not None:
-        lines.append(f"      <failure message={quoteattr(failed_msg[:500])}>{escape(failed_msg)}</failure>")
+        failure = ET.SubElement(case, "failure", {"message": xml_text(failed_msg[:500])})
+        failure.text = xml_text(failed_msg)
     elif skipped_msg is not None:
-        lines.append(f"      <skipped message={quoteattr(skipped_msg[:200])}/>")
+        ET.SubElement(case, "skipped", {"message": xml_text(skipped_msg[:200])})
     elif out:
-        lines.append(f"      <system-out>{escape(out)}</system-out>")
-    lines.append("    </testcase>")
-    return lines
+        ET.SubElement(case, "system-out").text = xml_text(out)
+    return case
 
 
-def _task_suite(host: str, items: list[TaskResult]) -> tuple[int, int, list]:
-    from xml.sax.saxutils import quoteattr
-
+def _task_suite(host: str, items: list[TaskResult]) -> ET.Element:
     fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
     skips = sum(1 for r in items if r.status == "skipped")
-    t = sum(r.duration_s for r in items)
-    lines = [f'  <testsuite name={quoteattr(host)} tests="{len(items)}" failures="{fails}" skipped="{skips}" time="{t:.3f}">']
+    suite = junit_suite_element(host, len(items), fails, skips, sum(r.duration_s for r in items))
     for r in items:
         label = f"{r.role} : {r.task}" if r.role else r.task
         failed = r.msg if r.status in ("failed", "unreachable") and not r.ignored else None
         skipped = r.msg if r.status == "skipped" else None
-        lines += junit_case(host, label, r.duration_s, failed, skipped, "changed" if r.changed else None)
-    lines.append("  </testsuite>")
-    return len(items), fails, lines
+        suite.append(junit_case(host, label, r.duration_s, failed, skipped, "changed" if r.changed else None))
+    return suite
+
+
+def write_junit(path: str, results: list[TaskResult], name: str, sections: Sequence[Any] = ()) -> None:
+    """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
+    report section a playbook asks for adds its own suites (the nightly rebuild: one test case per phase)."""
+    suites = [_task_suite(host, items) for host, items in by_host(results).items()]
+    by_name = {mod.NAME: mod for mod in sections}
+    for host, found in host_sections(results, list(sections)).items():
+        suites += [by_name[n].junit_suite(host, data) for n, data in found.items()]
+    root = ET.Element("testsuites", {
+        "name": xml_text(name),
+        "tests": str(sum(int(s.get("tests", 0)) for s in suites)),
+        "failures": str(sum(int(s.get("failures", 0)) for s in suites)),
+    })
+    root.extend(suites)
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="UTF-8", xml_declaration=True)
