@@ -1,17 +1,24 @@
-"""Opening the SSH connection to a host: address, user, keys, host-key checking, and what each refusal means.
+"""Opening the SSH connection to a host: route (direct, jump hosts, ProxyCommand), keys, host-key checking,
+and what each refusal means.
 
-engine/transport.py starts the worker on the connection this returns; this module owns how a host is reached.
+engine/transport.py starts the worker on the connection this returns; engine/ssh_options.py decides the route and
+each hop's settings from the inventory, the ssh arguments and the ssh config, as Ansible + OpenSSH would.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shlex
+import signal
 import socket
+import subprocess
+import threading
+from collections import deque
 from typing import Any
 
 from engine.errors import HostUnreachable
 from engine.inventory import Host
+from engine.ssh_options import Hop, ProxyCommandSpec, resolve
 
 
 class _QuickAckSocket(socket.socket):
@@ -47,81 +54,271 @@ def _tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
 
 
 class _AcceptUnknown:
-    """Host key policy for `ansible_host_key_checking: false`: accept, remember nothing."""
+    """Host key policy for StrictHostKeyChecking no / `ansible_host_key_checking: false`: accept, remember nothing."""
 
     def missing_host_key(self, client, hostname, key) -> None:  # paramiko policy API
         return None
 
 
-def known_hosts_files(host: Host) -> list[str]:
-    given = host.vars.get("ansible_ssh_known_hosts_file")
-    if given:
-        return [os.path.expanduser(str(given))]
-    return [p for p in (os.path.expanduser("~/.ssh/known_hosts"), "/etc/ssh/ssh_known_hosts") if os.path.exists(p)]
+class _AcceptNew:
+    """StrictHostKeyChecking accept-new: an unknown key is added to the first known_hosts file; a changed one is
+    still refused (paramiko raises BadHostKeyException before asking the policy)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+        with open(self.path, "a", encoding="ascii") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
-def known_name(host: Host) -> str:
-    return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
+class _ChannelSocket:
+    """A direct-tcpip channel through a jump host, used as the next hop's socket.
+
+    There is no TCP socket here (the jump host's connection carries it), so setsockopt is a no-op:
+    engine/transport.py sets TCP_NODELAY on whatever socket the connection has.
+    """
+
+    def __init__(self, channel) -> None:
+        self._channel = channel
+
+    def __getattr__(self, name: str):
+        return getattr(self._channel, name)
+
+    def setsockopt(self, *args: Any) -> None:
+        return None
 
 
-def open_connection(host: Host):
-    """A connected, authenticated fabric Connection; every refusal is a HostUnreachable that says what to do."""
-    import paramiko
+class _ProxyCommandSocket:
+    """A ProxyCommand run as OpenSSH runs it (`sh -c 'exec COMMAND'`) used as the socket; its stderr is kept
+    for error messages, and its end of output ends reads (paramiko's ProxyCommand would spin until a timeout)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.process = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        self.timeout: float | None = None
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        for line in iter(self.process.stderr.readline, b""):
+            self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+
+    def send(self, data: bytes) -> int:
+        try:
+            self.process.stdin.write(data)
+        except OSError as exc:
+            raise OSError(errno.EPIPE, f"the ProxyCommand ended ({exc.strerror})") from None
+        return len(data)
+
+    def recv(self, size: int) -> bytes:
+        import select
+
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not ready:
+            raise socket.timeout()
+        return os.read(self.process.stdout.fileno(), size)  # b"" once the command ends: the connection ended
+
+    def settimeout(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+    def setsockopt(self, *args: Any) -> None:
+        return None
+
+    @property
+    def _closed(self) -> bool:
+        return self.process.poll() is not None
+
+    closed = _closed
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def why_it_ended(self) -> str:
+        self.process.poll()
+        tail = " | ".join(list(self.stderr_tail)[-3:])
+        code = self.process.returncode
+        return (f"exit status {code}" if code is not None else "still running") + (f", said: {tail}" if tail else "")
+
+
+def _connection_class():
     from fabric import Connection
 
-    v = host.vars
-    key_file = v.get("ansible_ssh_private_key_file")
-    connect_kwargs: dict[str, Any] = {}
-    if key_file:
-        connect_kwargs["key_filename"] = [os.path.expanduser(str(key_file))]
-        connect_kwargs["look_for_keys"] = False
-    if v.get("ansible_password"):
-        connect_kwargs["password"] = str(v["ansible_password"])
-    timeout = int(v.get("ansible_ssh_timeout", v.get("ansible_timeout", 10)))
-    connect_kwargs["sock"] = _tcp_socket(host.address, host.port, timeout)
-    conn = Connection(
-        host=host.address,
-        user=host.user,
-        port=host.port,
-        connect_timeout=timeout,
-        connect_kwargs=connect_kwargs,
-    )
-    client = conn.client
-    checking = v.get("ansible_host_key_checking", True)
-    if isinstance(checking, str):
-        checking = checking.strip().lower() not in ("false", "no", "0", "off")
-    if checking:
-        for path in known_hosts_files(host):
+    class RoutedConnection(Connection):
+        """A fabric Connection that also closes the jump hosts it was reached through (outermost last)."""
+
+        def close(self) -> None:
             try:
-                client.load_system_host_keys(path)
-            except (OSError, paramiko.SSHException) as exc:
-                raise HostUnreachable(f"cannot read known_hosts file {path}: {exc}") from None
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    else:
+                super().close()
+            finally:
+                for jump in reversed(self._jumps):
+                    jump.close()
+
+    return RoutedConnection
+
+
+_ROUTED: list = []
+
+
+def _make_connection(hop: Hop, sock, jumps: list):
+    """A fabric Connection for one hop, reading no ssh config of its own (ssh_options already did)."""
+    import paramiko
+    from fabric import Config
+
+    if not _ROUTED:
+        _ROUTED.append(_connection_class())
+    connect_kwargs: dict[str, Any] = {"sock": sock}
+    if hop.identity_files:
+        connect_kwargs["key_filename"] = list(hop.identity_files)
+        connect_kwargs["look_for_keys"] = False
+    if hop.password:
+        connect_kwargs["password"] = hop.password
+    if hop.compress:
+        connect_kwargs["compress"] = True
+    conn = _ROUTED[0](host=hop.hostname, user=hop.user, port=hop.port, connect_timeout=hop.timeout,
+                      connect_kwargs=connect_kwargs, gateway=False, config=Config(ssh_config=paramiko.SSHConfig()))
+    conn._set(_jumps=jumps)
+    return conn
+
+
+def _set_host_key_policy(client, hop: Hop) -> None:
+    import paramiko
+
+    if hop.checking == "no":
         client.set_missing_host_key_policy(_AcceptUnknown())
-    where = f"{host.user + '@' if host.user else ''}{host.address}:{host.port}"
-    try:
-        conn.open()
-    except paramiko.BadHostKeyException as exc:
-        files = ", ".join(known_hosts_files(host)) or "~/.ssh/known_hosts"
-        raise HostUnreachable(
+        return
+    for path in hop.known_hosts:
+        if hop.checking == "accept-new" and not os.path.exists(path):
+            continue
+        try:
+            client.load_system_host_keys(path)
+        except (OSError, paramiko.SSHException) as exc:
+            raise HostUnreachable(f"{hop.label}: cannot read known_hosts file {path}: {exc}") from None
+    if hop.checking == "accept-new":
+        client.set_missing_host_key_policy(_AcceptNew(hop.known_hosts[0] if hop.known_hosts
+                                                      else os.path.expanduser("~/.ssh/known_hosts")))
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+def _through(hop: Hop) -> str:
+    via = hop.via
+    if isinstance(via, Hop):
+        return f" (reached through {via.label}, {via.where})"
+    if isinstance(via, ProxyCommandSpec):
+        return f" (reached through the ProxyCommand {via.command!r})"
+    return ""
+
+
+def _refusal(hop: Hop, exc: Exception, sock, is_target: bool) -> Exception:
+    """What a failed SSH handshake with one hop means, in one paragraph naming the hop and the fix."""
+    import paramiko
+
+    where = f"{hop.label} ({hop.where}){_through(hop)}"
+    files = ", ".join(hop.known_hosts) or "~/.ssh/known_hosts (missing)"
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return HostUnreachable(
             f"host key of {where} CHANGED: it offered {exc.key.get_name()} {exc.key.get_fingerprint().hex()}, "
             f"known_hosts ({files}) has another key. This may be an attack, or the host was rebuilt; "
             f"if you know it was rebuilt, remove the old key with "
-            f"ssh-keygen -R {shlex.quote(known_name(host))} -f FILE and add the new one."
-        ) from None
+            f"ssh-keygen -R '{hop.known_name}' -f FILE and add the new one.")
+    text = str(exc)
+    if "not found in known_hosts" in text or "Server " in text and "not found" in text:
+        scan = f"ssh-keyscan -p {hop.port} {hop.hostname}" + (" on the host it is reached through" if hop.via else "")
+        return HostUnreachable(
+            f"host key of {where} is unknown (not in {files}); refusing to connect. Add it after checking its "
+            f"fingerprint ({scan} >> ~/.ssh/known_hosts), set ansible_ssh_known_hosts_file or UserKnownHostsFile, "
+            "or set ansible_host_key_checking: false for this host (a jump host: StrictHostKeyChecking in its "
+            "ssh config entry).")
+    if isinstance(exc, paramiko.AuthenticationException):
+        keys = ", ".join(hop.identity_files) or "the default keys and the ssh agent"
+        return HostUnreachable(
+            f"authentication to {where} failed ({text}; tried {keys}); check ansible_user and "
+            "ansible_ssh_private_key_file (a jump host: the user in its spec, its IdentityFile in the ssh config).")
+    if isinstance(sock, _ProxyCommandSocket):
+        return OSError(errno.ECONNABORTED, f"the ProxyCommand for {where} ended before SSH could talk through it "
+                                           f"({sock.why_it_ended()}); run it by hand to see why")
+    if hop.via is not None or not is_target:  # retried by engine/client.py, with the hop named
+        return OSError(errno.ECONNABORTED, f"SSH with {where} failed: {text}")
+    return exc
+
+
+def _open_hop(hop: Hop, sock, jumps: list, is_target: bool):
+    """Authenticate one hop over `sock` (a TCP socket, a channel or a proxy command); closes it on failure."""
+    import paramiko
+
+    conn = _make_connection(hop, sock, jumps)
+    try:
+        _set_host_key_policy(conn.client, hop)
+        conn.open()
     except paramiko.SSHException as exc:
-        text = str(exc)
-        if "not found in known_hosts" in text or "Server " in text and "not found" in text:
-            files = ", ".join(known_hosts_files(host)) or "~/.ssh/known_hosts (missing)"
-            raise HostUnreachable(
-                f"host key of {where} is unknown (not in {files}); refusing to connect. Add it after "
-                f"checking its fingerprint (ssh-keyscan -p {host.port} {host.address} >> ~/.ssh/known_hosts), "
-                "set ansible_ssh_known_hosts_file, or set ansible_host_key_checking: false for this host."
-            ) from None
-        if isinstance(exc, paramiko.AuthenticationException):
-            raise HostUnreachable(
-                f"authentication to {where} failed ({text}); check ansible_user and ansible_ssh_private_key_file"
-            ) from None
+        conn.client.close()
+        sock.close()
+        raise _refusal(hop, exc, sock, is_target) from None
+    except BaseException:
+        conn.client.close()
+        sock.close()
         raise
     return conn
+
+
+def _tcp_to(hop: Hop, is_target: bool) -> socket.socket:
+    try:
+        return _tcp_socket(hop.hostname, hop.port, hop.timeout)
+    except OSError as exc:
+        if is_target:
+            raise  # engine/client.py retries and names the host's address
+        raise OSError(exc.errno, f"{hop.label} ({hop.where}) is unreachable: {exc.strerror or exc}; check the "
+                                 "ProxyJump spec, the jump host's ssh config entry and that its sshd runs") from None
+
+
+def _socket_for(hop: Hop, jumps: list, is_target: bool):
+    """The stream `hop` is reached on; every jump host opened on the way is appended to `jumps`."""
+    import paramiko
+
+    via = hop.via
+    if via is None:
+        return _tcp_to(hop, is_target)
+    if isinstance(via, ProxyCommandSpec):
+        return _ProxyCommandSocket(via.command)
+    jump = _open_hop(via, _socket_for(via, jumps, False), [], False)
+    jumps.append(jump)
+    try:
+        channel = jump.client.get_transport().open_channel(
+            "direct-tcpip", dest_addr=(hop.hostname, hop.port), src_addr=("127.0.0.1", 0), timeout=hop.timeout)
+    except (paramiko.ChannelException, paramiko.SSHException, OSError) as exc:
+        reason = getattr(exc, "text", None) or str(exc) or type(exc).__name__
+        raise OSError(errno.EHOSTUNREACH,
+                      f"{via.label} ({via.where}) could not open a connection to {hop.hostname}:{hop.port} for "
+                      f"{hop.label} ({reason}); check that ansible_host/ansible_port are as the jump host sees "
+                      "them, that sshd runs there, and that the jump host allows TCP forwarding") from None
+    return _ChannelSocket(channel)
+
+
+def open_connection(host: Host):
+    """A connected, authenticated fabric Connection; every refusal is a HostUnreachable that says what to do.
+
+    Closing it also closes the jump hosts it went through.
+    """
+    hop = resolve(host)
+    jumps: list = []
+    try:
+        sock = _socket_for(hop, jumps, True)
+        return _open_hop(hop, sock, jumps, True)
+    except BaseException:
+        for jump in reversed(jumps):
+            jump.close()
+        raise
