@@ -7,7 +7,7 @@ they are read with ansible-inventory's rules:
   as Python literals (`8000` a number, `True` a boolean, `"a b"` a string, `[1, 2]` a list), and text
   that is not a literal stays text; `[group:vars]` values are read the same way (ansible-core does so,
   although its guide says strings);
-- a section name's characters other than letters, digits and '_' become '_' (`[gpu-nodes]` is gpu_nodes);
+- a section name is kept as written (`[gpu-nodes]` is gpu-nodes: ansible-core 2.19 no longer rewrites it);
 - `[g:children]` may name a group defined by a later section, but every child and every `[g:vars]` must
   end up defined; host names take ranges (`gpu[01:64]`) and a `:port`.
 """
@@ -26,7 +26,6 @@ from engine.hostranges import expand, split_port
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_LINE = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
-_UNSAFE_GROUP_CHARS = re.compile(r"^[\d\W]|[^\w]")
 
 
 def parse_ini(text: str, path: Path, known_groups: set[str]) -> dict[str, dict]:
@@ -76,7 +75,7 @@ class _IniParser:
         if state not in ("hosts", "children", "vars"):
             raise UserError(f"{self.where()}: section [{raw_name}:{state}] has an unknown type '{state}'; "
                             "the types are :vars and :children.")
-        name = _UNSAFE_GROUP_CHARS.sub("_", raw_name)
+        name = raw_name
         self.current, self.state = name, state
         self.group(name)
         if state == "vars":
