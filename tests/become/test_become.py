@@ -1,0 +1,211 @@
+"""become through sudo against real sshd hosts and real sudo (users: tests/become/conftest.py)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import pwd
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from engine.api import run_playbook
+from tests.become.conftest import NO_SUDO_USER, NOPASSWD_USER, PASSWORD_USER, TARGET_USER
+
+pytestmark = pytest.mark.ssh
+
+
+def playbook(tmp_path: Path, tasks: list, **play) -> Path:
+    path = tmp_path / "pb.yaml"
+    path.write_text(yaml.safe_dump([dict({"hosts": "all", "gather_facts": False, "tasks": tasks}, **play)]))
+    return path
+
+
+def inventory(tmp_path: Path, host_vars: dict) -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"h1": host_vars}}}))
+    return path
+
+
+def mkdir(path: Path, **keywords) -> dict:
+    return dict({"name": f"make {path.name}", "file": {"path": str(path), "state": "directory"}}, **keywords)
+
+
+def owner(path: Path) -> str:
+    return pwd.getpwuid(os.stat(path).st_uid).pw_name
+
+
+def failure(res, task: str) -> str:
+    [r] = res.find(task)
+    assert r.status == "failed", r.msg
+    return r.msg
+
+
+def test_task_become_makes_a_root_owned_folder_and_the_next_task_runs_as_the_login_user(
+        become_users, shared_tmp, tmp_path):
+    root_dir, user_dir = shared_tmp / "as-root", shared_tmp / "as-login"
+    pb = playbook(tmp_path, [mkdir(root_dir, become=True), mkdir(user_dir)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    assert res.exit_code == 0, res.tasks
+    assert owner(root_dir) == "root"
+    assert owner(user_dir) == NOPASSWD_USER
+
+
+def test_host_var_become_runs_every_task_as_root(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "host-var"
+    pb = playbook(tmp_path, [{"name": "who", "facts": {}, "register": "who"}, mkdir(target)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER, ansible_become=True)))
+    assert res.exit_code == 0, res.tasks
+    assert owner(target) == "root"
+    assert res.registered["h1"]["who"]["facts"]["user"] == "root"
+
+
+def test_become_false_on_a_task_overrides_the_host_var(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "not-root"
+    pb = playbook(tmp_path, [mkdir(target, become=False)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER, ansible_become=True)))
+    assert res.exit_code == 0, res.tasks
+    assert owner(target) == NOPASSWD_USER
+
+
+def test_become_user_templated_runs_as_that_user_and_ships_it_the_runtime(become_users, shared_tmp, tmp_path):
+    """The target user's cache is empty at session start: the run had to give its worker the runtime."""
+    target = shared_tmp / "as-target"
+    pb = playbook(tmp_path, [mkdir(target, become=True, become_user="{{service_user}}")],
+                  vars={"service_user": TARGET_USER})
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    assert res.exit_code == 0, res.tasks
+    assert owner(target) == TARGET_USER
+    runtimes = Path(pwd.getpwnam(TARGET_USER).pw_dir) / ".cache" / "dflash-provision" / "runtime"
+    assert any((d / "dflash_host" / "module.py").is_file() for d in runtimes.iterdir())
+
+
+def test_copy_with_become_uploads_through_the_root_worker(become_users, shared_tmp, tmp_path):
+    """SFTP runs as the login user and cannot write into a root-owned folder; the become worker can."""
+    src = tmp_path / "files"
+    src.mkdir()
+    (src / "a.txt").write_text("hello from the control node\n")
+    dest = shared_tmp / "root-dest"
+    pb = playbook(tmp_path, [mkdir(dest, become=True),
+                             {"name": "copy", "copy": {"src": str(src / "a.txt"), "dest": f"{dest}/a.txt"},
+                              "become": True}])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    assert res.exit_code == 0, res.tasks
+    assert (dest / "a.txt").read_text() == "hello from the control node\n"
+    assert owner(dest / "a.txt") == "root"
+
+
+def test_password_sudo_with_the_password_and_with_a_password_file(become_users, shared_tmp, tmp_path):
+    password = become_users.passwords[PASSWORD_USER]
+    pw_file = tmp_path / "become-pass"
+    pw_file.write_text(password + "\n")
+    for i, source in enumerate(({"ansible_become_password": password}, {"ansible_become_password_file": str(pw_file)})):
+        target = shared_tmp / f"pw-{i}"
+        pb = playbook(tmp_path, [mkdir(target, become=True)])
+        res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER, **source)))
+        assert res.exit_code == 0, res.tasks
+        assert owner(target) == "root"
+
+
+def test_wrong_password_is_a_clear_error_changes_nothing_and_is_never_shown(
+        become_users, shared_tmp, tmp_path, capsys):
+    """ansible_become_pass is not named like a secret (no 'password'): become itself must mask its value, even
+    where a task prints it."""
+    wrong = "Wr0ng-" + become_users.passwords[PASSWORD_USER][::-1]
+    target = shared_tmp / "never-made"
+    pb = playbook(tmp_path, [{"name": "show", "debug": {"msg": "pw={{ ansible_become_pass }}"}, "become": True},
+                             mkdir(target, become=True), mkdir(shared_tmp / "never-either", become=True)])
+    report, junit = tmp_path / "r.json", tmp_path / "j.xml"
+    started = time.monotonic()
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER, ansible_become_pass=wrong)),
+                       report=str(report), junit=str(junit), quiet=False, verbose=2)
+    assert time.monotonic() - started < 20
+    assert res.exit_code == 2
+    msg = failure(res, f"make {target.name}")
+    assert "incorrect password" in msg and "Nothing ran as that user" in msg
+    assert not target.exists() and not (shared_tmp / "never-either").exists()
+    assert res.find("show")[0].msg == "pw=********"
+    shown = capsys.readouterr().out + report.read_text() + junit.read_text() + json.dumps(res.tasks)
+    assert wrong not in shown
+
+
+def test_password_required_but_not_given_fails_at_once_naming_the_variables(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "no-password"
+    pb = playbook(tmp_path, [mkdir(target, become=True)])
+    started = time.monotonic()
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER)))
+    assert time.monotonic() - started < 10  # sudo -n: no wait for a password that never comes
+    msg = failure(res, f"make {target.name}")
+    assert "ansible_become_password" in msg and "ansible_become_password_file" in msg
+    assert not target.exists()
+
+
+def test_user_without_sudo_rights_is_a_clear_error(become_users, shared_tmp, tmp_path, capsys):
+    password = become_users.passwords[NO_SUDO_USER]
+    target = shared_tmp / "no-rights"
+    pb = playbook(tmp_path, [mkdir(target, become=True)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NO_SUDO_USER, ansible_become_password=password)),
+                       quiet=False)
+    msg = failure(res, f"make {target.name}")
+    assert "may not run commands as root" in msg and "sudoers" in msg
+    assert not target.exists()
+    assert password not in capsys.readouterr().out
+
+
+def test_missing_password_file_is_a_clear_error(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "no-file"
+    pb = playbook(tmp_path, [mkdir(target, become=True)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(
+        PASSWORD_USER, ansible_become_password_file=str(tmp_path / "absent"))))
+    msg = failure(res, f"make {target.name}")
+    assert "ansible_become_password_file" in msg and "cannot be read" in msg
+    assert not target.exists()
+
+
+def test_bad_become_user_template_result_is_refused(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "bad-user"
+    pb = playbook(tmp_path, [mkdir(target, become=True, become_user="{{who}}")], vars={"who": "-u root"})
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    msg = failure(res, f"make {target.name}")
+    assert "not a user name" in msg
+    assert not target.exists()
+
+
+def _runner_supports_play_become() -> bool:
+    from engine import runner
+
+    return "for_play" in inspect.getsource(runner)
+
+
+@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
+def test_play_become_gathers_facts_and_takes_the_lock_as_root(become_users, shared_tmp, tmp_path):
+    pb = playbook(tmp_path, [{"name": "who", "debug": {"msg": "{{ facts.user }}"}}], gather_facts=True, become=True,
+                  vars={"dfp_root": str(shared_tmp / "dfp")})
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    assert res.exit_code == 0, res.tasks
+    assert res.find("who")[0].msg == "root"
+    assert owner(shared_tmp / "dfp" / ".dflash-provision.lock") == "root"
+
+
+@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
+def test_host_var_become_gathers_facts_as_root(become_users, tmp_path):
+    pb = playbook(tmp_path, [{"name": "who", "debug": {"msg": "{{ facts.user }}"}}], gather_facts=True)
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER, ansible_become=True)))
+    assert res.exit_code == 0, res.tasks
+    assert res.find("who")[0].msg == "root"
+
+
+
+def test_sudo_missing_on_the_host_is_named(tmp_path):
+    """What a shell without sudo prints (taken from a real sh with an empty PATH) reads as 'not installed'."""
+    import subprocess
+
+    from engine.become import Become, refusal
+
+    said = subprocess.run(["/bin/sh", "-c", "sudo -n true"], env={"PATH": str(tmp_path)}, capture_output=True,
+                          text=True).stderr
+    msg = refusal("h1", Become("root"), said, answered=False)
+    assert "sudo is not installed" in msg and "nothing was changed" in msg
