@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import ChainMap
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -121,7 +122,7 @@ class Runner:
         return resolve_serial(play.serial, lambda item: self.templar.render_value(item, view),
                               f"{play.source}: play '{play.name}'")
 
-    def run_play(self, play: Play, serial: list | None = None, later_plays: list[Play] = ()) -> bool:
+    def run_play(self, play: Play, serial: list | None = None, later_plays: Sequence[Play] = ()) -> bool:
         """Run a play; False when a failed batch stopped its roll (the plays after it are not run)."""
         names = self.hosts_for(play)
         if serial is None and play.max_fail_percentage is None:
