@@ -164,7 +164,8 @@ class Inventory:
     def __init__(self, path: str | Path | list | tuple | None = None, data: dict | None = None) -> None:
         self.sources = _as_paths(path)
         self.path = self.sources[0] if len(self.sources) == 1 else None
-        self.groups: dict[str, Group] = {"all": Group("all"), "ungrouped": Group("ungrouped")}
+        self.groups: dict[str, Group] = {"all": Group("all", children=["ungrouped"]),
+                                         "ungrouped": Group("ungrouped", parents=["all"])}
         self._host_inline: dict[str, dict] = {}
         self._vars_cache: dict[tuple[Path, str, str], dict] = {}
         if data is not None:
