@@ -149,9 +149,10 @@ def inventory(c, **opts):
     try:
         use_vault_password_file(opts["vault_password_file"])
         from engine.inventory import Inventory
+        from engine.secrets import mask_vault_values
 
         inv = Inventory(inventories_of(opts["inventory"], DEFAULT_INVENTORY))
-        data = inv.host_vars(opts["host"]) if opts["host"] else inv.as_list()
+        data = mask_vault_values(inv.host_vars(opts["host"])) if opts["host"] else inv.as_list()  # as --list does
     except UserError as exc:
         raise fail_user(exc) from None
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
