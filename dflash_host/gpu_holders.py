@@ -9,6 +9,8 @@ belongs to this user (or allow_other_users). Never by a name pattern.
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 from dflash_host import gpu as _gpu
@@ -42,16 +44,29 @@ def parse_kill_foreign(entries: list) -> tuple[set, set]:
     return pids, cmds
 
 
+def play_uids() -> set:
+    """The users the play runs as: this process's, and under sudo (become) also the login user's, whose
+    processes (a server started before the play used become) are the operator's own, not another user's.
+    SUDO_UID is set by sudo itself and believed only when sudo made us root."""
+    uids = {os.geteuid()}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if os.geteuid() == 0 and os.getuid() == 0 and sudo_uid.isdigit():
+        uids.add(int(sudo_uid))
+    return uids
+
+
 def foreign_decision(
-    pid: int, cmdline: list, uid: int | None, my_uid: int, kill_pids: set, kill_cmds: set, allow_other_users: bool
+    pid: int, cmdline: list, uid: int | None, my_uid, kill_pids: set, kill_cmds: set, allow_other_users: bool
 ) -> tuple[bool, str]:
-    """Whether a holder the tool does not manage may be stopped, and why (or why not)."""
+    """Whether a holder the tool does not manage may be stopped, and why (or why not). `my_uid`: a uid or a
+    set of them (play_uids)."""
     named = pid in kill_pids or (bool(cmdline) and " ".join(" ".join(cmdline).split()) in kill_cmds)
     if not named:
         return False, f"not managed by this tool and not named in {KILL_FOREIGN}"
     if uid is None:
         return False, f"named in {KILL_FOREIGN}, but its owner cannot be read here"
-    if uid != my_uid and not allow_other_users:
+    mine = {my_uid} if isinstance(my_uid, int) else set(my_uid)
+    if uid not in mine and not allow_other_users:
         return False, (
             f"named in {KILL_FOREIGN}, but it belongs to another user; set gpu_cleanup_allow_other_users: true to stop it"
         )

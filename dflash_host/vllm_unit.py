@@ -158,3 +158,20 @@ def choose_mode(use_systemd, systemd_present: bool, is_root: bool) -> str:
     if use_systemd not in (None, "auto"):
         raise ModuleError(f"vllm_use_systemd is {use_systemd!r}; choose auto, true or false")
     return "systemd" if systemd_present and is_root else "process"
+
+
+def unsupervised_note(use_systemd, systemd_present: bool, is_root: bool) -> str | None:
+    """Why auto mode left a host with systemd to an unsupervised process (the play is not root), or None.
+
+    The tool's unit is a system unit (dflash_host/systemd.py), which only root may install; a login user
+    without become gets a process nobody restarts after a crash or a reboot: said, not silent."""
+    if isinstance(use_systemd, str):
+        use_systemd = use_systemd.strip().lower()
+    if use_systemd not in (None, "auto"):
+        return None
+    if not systemd_present or is_root:
+        return None
+    return ("systemd runs on this host, but the server is started as a plain process, unsupervised (no restart after "
+            "a crash or a reboot), because the play does not run as root: set `become: true` on the play (or "
+            "ansible_become: true for the host) to get a systemd unit, or vllm_use_systemd: false to choose the "
+            "process on purpose")

@@ -125,7 +125,7 @@ def survey_foreign(args: dict, kill: tuple, ours: dict, holders: list, ctx: Cont
     notes: dict = {}
     for item in ours["found"]["unproven_group"] + ours["found"]["refused"]:
         notes.setdefault(item["pid"], []).append(item["reason"])
-    my_uid = os.geteuid()
+    my_uid = _holders.play_uids()  # as root through sudo: the login user's processes count as ours too
 
     def decide(h: dict) -> tuple[bool, str]:
         return _holders.foreign_decision(

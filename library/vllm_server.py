@@ -144,6 +144,9 @@ def render(args: dict, ctx: Context) -> dict:
     p = paths(args["pidfile"])
     root = R.check_places(p, args["log"], args["root"])
     mode = U.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    note = U.unsupervised_note(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    if note:
+        ctx.warn(note)
     launch, env_text, unit_text = R.launch_record(args, spec, p, mode, root)
     R.refuse_foreign_targets({p["launch"]: "launch", p["running"]: "running", p["env"]: "env", launch["unit_path"]: "unit"})
     return R.render_files(p, launch, spec, R.files_wanted(p, launch, env_text, unit_text), ctx)

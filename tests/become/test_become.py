@@ -209,3 +209,48 @@ def test_sudo_missing_on_the_host_is_named(tmp_path):
                           text=True).stderr
     msg = refusal("h1", Become("root"), said, answered=False)
     assert "sudo is not installed" in msg and "nothing was changed" in msg
+
+
+def _render_task(shared_tmp: Path, **keywords) -> dict:
+    """vllm_server's render in check mode (systemctl is not run) with systemd said to be PID 1."""
+    models = shared_tmp / "models"
+    for name, arch in (("target", "Qwen3ForCausalLM"), ("dflash", "DFlashDraftModel")):
+        (models / name).mkdir(parents=True, exist_ok=True)
+        (models / name / "config.json").write_text(json.dumps({"architectures": [arch]}))
+    os.chmod(shared_tmp, 0o777)
+    args = {"state": "rendered", "systemd_present": True, "pidfile": f"{shared_tmp}/dfp/run/vllm.pid",
+            "log": f"{shared_tmp}/dfp/logs/vllm.log", "root": f"{shared_tmp}/dfp", "venv_python": "/usr/bin/python3",
+            "target_model": str(models / "target"), "drafter_model": str(models / "dflash"), "flavor": "cpu",
+            "port": 18123, "num_speculative_tokens": 3, "unit_dir": f"{shared_tmp}/units"}
+    return dict({"name": "render", "vllm_server": args, "check_mode": True, "register": "launch"}, **keywords)
+
+
+def test_vllm_server_uses_a_systemd_unit_with_become_and_warns_without(become_users, shared_tmp, tmp_path):
+    inv = inventory(tmp_path, become_users.host_vars(NOPASSWD_USER))
+    plain = run_playbook(playbook(tmp_path, [_render_task(shared_tmp)]), inv, diff=True)
+    assert plain.exit_code == 0, plain.tasks
+    [r] = plain.find("render")
+    assert r.result["diff"]["after"]["mode"] == "process"
+    assert any("unsupervised" in w and "become: true" in w for w in r.result.get("warnings", [])), r.result
+    rooted = run_playbook(playbook(tmp_path, [_render_task(shared_tmp, become=True)]), inv, diff=True)
+    assert rooted.exit_code == 0, rooted.tasks
+    [r] = rooted.find("render")
+    assert r.result["diff"]["after"]["mode"] == "systemd"
+    assert not any("unsupervised" in w for w in r.result.get("warnings", []))
+
+
+def test_gpu_cleanup_as_root_stops_the_login_users_named_holder_but_not_another_users(
+        become_users, shared_tmp, tmp_path, gpu):
+    """Through sudo the login user's processes are the operator's own (SUDO_UID); a third user's still need
+    gpu_cleanup_allow_other_users."""
+    mine = gpu.start({"name": "mine", "mib": 2048}, user=NOPASSWD_USER).procs["mine"]
+    theirs = gpu.start({"name": "theirs", "mib": 2048}, user=TARGET_USER).procs["theirs"]
+    args = {"pidfile": str(shared_tmp / "none.pid"), "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5, "timeout_s": 3,
+            "device_prefix": gpu.device_prefix, "kill_foreign": [mine.pid, theirs.pid]}
+    pb = playbook(tmp_path, [{"name": "cleanup", "gpu_processes": args, "become": True}])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+    [r] = res.find("cleanup")
+    actions = {f["pid"]: (f["action"], f["reason"]) for f in r.result["foreign"]}
+    assert actions[mine.pid][0] == "stopped", actions
+    assert actions[theirs.pid][0] == "left" and "another user" in actions[theirs.pid][1]
+    assert theirs.is_running()
