@@ -8,8 +8,8 @@ acceptance rate        = accepted tokens / draft tokens
 mean acceptance length = 1 + accepted tokens / drafts       (tokens gained per target step)
 per-position rate[i]   = accepted tokens at position i / drafts
 
-Pure functions, standard library only; used by vllm_server (after the smoke traffic) and
-vllm_status (invoke status).
+Pure functions, standard library only; used by vllm_server (after the smoke traffic), vllm_status
+(invoke status) and serving_bench (deltas over each load run).
 """
 
 from __future__ import annotations
@@ -111,6 +111,17 @@ def acceptance(counters: dict | None) -> dict:
         "mean_acceptance_length": round(1.0 + accepted / drafts, 4) if drafts > 0 else None,
         "per_position_acceptance": [round(per_pos[pos] / drafts, 4) if drafts > 0 else None for pos in sorted(per_pos)],
     }
+
+
+def per_position_counts(counters: dict | None) -> list:
+    """Accepted tokens at each draft position (position 0 first), as integers; [] without counters.
+
+    With a drafter that always agrees every position is accepted in every draft, so all are equal
+    (and equal to the drafts); the rates in acceptance() hide rounding, the counts do not."""
+    if not counters:
+        return []
+    per_pos = counters.get("per_position", {})
+    return [int(round(per_pos[pos])) for pos in sorted(per_pos)]
 
 
 def gate(figures: dict, min_rate: float | None, mode: str) -> tuple:

