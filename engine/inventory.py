@@ -316,7 +316,16 @@ class Inventory:
         """Each group's depth (longest chain down from 'all'); a cycle in children is refused by name."""
         order: list[str] = []
         state: dict[str, int] = {}  # 1 on the current path, 2 done
-        stack: list[tuple[str, int]] = [("all", 0)]
+        for root in ["all", *self.groups]:  # groups in a loop have parents, so 'all' alone may not reach them
+            if root not in state:
+                self._walk_children(root, state, order)
+        for name in reversed(order):  # parents before children
+            for child in self.groups[name].children:
+                self.groups[child].depth = max(self.groups[child].depth, self.groups[name].depth + 1)
+
+    def _walk_children(self, root: str, state: dict[str, int], order: list[str]) -> None:
+        """Depth-first without recursion (inventories may nest deep), appending each group once done."""
+        stack: list[tuple[str, int]] = [(root, 0)]
         path: list[str] = []
         while stack:
             name, index = stack.pop()
@@ -337,9 +346,6 @@ class Inventory:
                 state[name] = 2
                 path.pop()
                 order.append(name)
-        for name in reversed(order):  # parents before children
-            for child in self.groups[name].children:
-                self.groups[child].depth = max(self.groups[child].depth, self.groups[name].depth + 1)
 
     def _fill_ungrouped(self) -> None:
         """'ungrouped' holds exactly the hosts in no other group."""

@@ -84,6 +84,10 @@ def _decrypt_with_ansible(value, password: Path | None, tmp: Path):
     return value
 
 
+def _spec(name: str) -> dict:
+    return yaml.safe_load((CASES_DIR / name / "case.yaml").read_text())
+
+
 def _groups(listing: dict) -> dict:
     return {name: {"hosts": entry.get("hosts", []), "children": sorted(entry.get("children", []))}
             for name, entry in listing.items() if name != "_meta"}
@@ -102,8 +106,7 @@ def test_inventory_matches_ansible_inventory(case, ansible_inventory, tmp_path):
     assert our_vars == their_vars
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if "plaintexts" in yaml.safe_load((CASES_DIR / c / "case.yaml").read_text())],
-                         indirect=True)
+@pytest.mark.parametrize("case", [c for c in CASES if "plaintexts" in _spec(c)], indirect=True)
 def test_vault_values_are_decrypted_for_tasks_and_masked_in_the_listing(case):
     """Tasks see the plaintext; `invoke inventory --list` (as_list) shows every vault value masked."""
     folder, spec, _ = case
@@ -115,3 +118,18 @@ def test_vault_values_are_decrypted_for_tasks_and_masked_in_the_listing(case):
             assert inv.hosts[host].vars[name] == plain
             assert listing["_meta"]["hostvars"][host][name] == MASK
             assert plain not in shown
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if len(_spec(c)["sources"]) == 1 and "plaintexts" not in _spec(c)],
+                         indirect=True)
+def test_invoke_inventory_list_matches_ansible_inventory(case, ansible_inventory, tmp_path):
+    """The command users run, `invoke inventory --list -i SOURCE`, prints what ansible-inventory prints."""
+    folder, spec, password = case
+    sources = [folder / s for s in spec["sources"]]
+    theirs = _run_ansible(ansible_inventory, sources, password, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "invoke", "inventory", "--list", "-i", str(sources[0])],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ours = json.loads(proc.stdout)
+    assert _groups(ours) == _groups(theirs)
+    assert ours["_meta"]["hostvars"] == theirs["_meta"]["hostvars"]
