@@ -1,0 +1,372 @@
+"""`invoke serving-bench` and `invoke tune`: is the drafter a speed-up, and with which k?
+
+serving-bench runs playbooks/serving-bench.yaml once; tune runs playbooks/tune.yaml once per step (the
+baseline, then each k in ascending order, hosts in parallel, each host skipping the k its drafter cannot
+draft or that cannot pay), then once more to restore the configured server and choose. What the hosts
+return is data: it is read from the registered results, never passed back to a host as a template.
+The choice goes where the next provision reads it: host_vars/<host>.yaml beside the inventory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from invoke import Exit
+
+from dflash_host.speedup import by_concurrency, larger_k_cannot_pay, speedups
+from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
+from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
+from engine.errors import UserError
+
+DEFAULT_K = "1,2,3,5,7"
+DEFAULT_HTML_DIR = "dflash-speed"
+_SHARED = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "lock_wait")
+_MEASURE = (
+    Option("concurrency", None, "closed-loop concurrency levels, e.g. 1,16 (serving-bench default 1,16; tune: "
+           "tune_concurrency, default 16)"),
+    Option("requests", None, "requests per level (default 4 x the concurrency, at least 8)"),
+    Option("max_tokens", None, "output tokens per request (default 256)"),
+    Option("json", None, "write the figures as JSON to this file ('-': print them)"),
+    Option("html", DEFAULT_HTML_DIR, f"folder for the HTML pages (default ./{DEFAULT_HTML_DIR}/)"),
+)
+SERVING_BENCH_OPTIONS = (*(o for o in PLAYBOOK_OPTIONS if o.name in _SHARED), *_MEASURE,
+                         Option("compare_baseline", False, "also measure the same launch without the drafter"))
+TUNE_OPTIONS = (*(o for o in PLAYBOOK_OPTIONS if o.name in _SHARED), *_MEASURE,
+                Option("k", DEFAULT_K, f"num_speculative_tokens to try (default {DEFAULT_K}; at most block_size - 1)"),
+                Option("write", True, "write the chosen k to host_vars/<host>.yaml (--no-write: only report)"))
+
+
+def _levels(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        levels = [int(w) for w in str(text).replace(" ", "").split(",") if w]
+    except ValueError:
+        raise UserError(f"--concurrency/--k is {text!r}; give whole numbers separated by commas, e.g. 1,16") from None
+    if not levels or min(levels) < 1:
+        raise UserError(f"--concurrency/--k is {text!r}; every value must be a whole number of at least 1")
+    return levels
+
+
+def measure_vars(opts: dict) -> dict:
+    """The extra variables of the measurement: -e first, then the command's own flags."""
+    out = parse_extra_vars(opts.get("extra_vars"))
+    if opts.get("concurrency"):
+        out["speed_concurrency"] = _levels(opts["concurrency"])
+    for flag, var in (("requests", "speed_requests"), ("max_tokens", "speed_max_tokens")):
+        if opts.get(flag) is not None:
+            try:
+                out[var] = int(opts[flag])
+            except ValueError:
+                raise UserError(f"--{flag.replace('_', '-')} is {opts[flag]!r}; give a whole number") from None
+    return out
+
+
+def _play(playbook: str, opts: dict, extra_vars: dict, limit: str | None = None) -> Any:
+    from engine.api import run_playbook  # here: `invoke --list` stays fast
+
+    use_vault_password_file(opts.get("vault_password_file"))
+    result = run_playbook(playbook, inventories_of(opts.get("inventory"), DEFAULT_INVENTORY),
+                          limit=limit or limit_of(opts.get("host"), opts.get("group"), opts.get("limit")),
+                          extra_vars=extra_vars, quiet=False, lock_wait=float(opts.get("lock_wait") or 60))
+    if result.error:
+        raise UserError(result.error)
+    return result
+
+
+# --------------------------------------------------------------------------- serving-bench
+
+
+def bench_figures(registered: dict) -> dict:
+    """One host's figures in the issue's shape: runs, baseline_runs, speedup, load_generator."""
+    runs = (registered.get("bench") or {}).get("runs") or []
+    baseline = registered.get("baseline_bench") or {}
+    base_runs = [] if baseline.get("skipped") else baseline.get("runs") or []
+    return {"runs": runs, "baseline_runs": base_runs, "speedup": speedups(runs, base_runs) if base_runs else {},
+            "load_generator": (registered.get("bench") or {}).get("load_generator")}
+
+
+def by_host_or_one(per_host: dict, opts: dict) -> dict:
+    """--host H: the host's object itself; a group: keyed by host."""
+    if opts.get("host") and len(per_host) == 1 and not opts.get("group") and not opts.get("limit"):
+        return next(iter(per_host.values()))
+    return per_host
+
+
+def serving_bench_run(opts: dict) -> tuple[int, dict, dict]:
+    """(exit code, figures per host, registered per host): the playbook run and its figures."""
+    extra = {**measure_vars(opts), "speed_compare_baseline": bool(opts.get("compare_baseline"))}
+    result = _play("serving-bench", opts, extra)
+    per_host = {h: bench_figures(reg) for h, reg in result.registered.items() if (reg.get("bench") or {}).get("runs")}
+    return result.exit_code, per_host, result.registered
+
+
+def _downtime_line(host: str, registered: dict) -> str | None:
+    stop = registered.get("baseline_stop") or {}
+    restored = stop.get("restored")
+    if restored:
+        return f"{host}: the configured server was stopped for the baseline and is back: {restored.get('msg')}"
+    server = registered.get("baseline_server") or {}
+    if server.get("placement") == "beside":
+        return f"{host}: baseline measured on a second server beside the configured one (PID {server.get('configured_pid')} untouched)"
+    return None
+
+
+def serving_bench(c: Any = None, **opts: Any) -> None:
+    """The command body of `invoke serving-bench`."""
+    try:
+        code, per_host, registered = serving_bench_run(opts)
+    except UserError as exc:
+        raise fail_user(exc) from None
+    for host, figures in per_host.items():
+        print(bench_table(host, figures))
+        line = _downtime_line(host, registered.get(host, {}))
+        if line:
+            print(line)
+    write_json(opts.get("json"), by_host_or_one(per_host, opts))
+    if opts.get("compare_baseline") and per_host:
+        pages = write_html(opts.get("html") or DEFAULT_HTML_DIR, {h: {"bench": _with_time(f, registered.get(h, {}))}
+                                                                 for h, f in per_host.items()})
+        print(f"HTML: {', '.join(pages)}")
+    if code:
+        raise Exit(code=code)
+
+
+def _with_time(figures: dict, registered: dict) -> dict:
+    measured = ((registered.get("speed_record") or {}).get("figures") or {}).get("measured_at_utc")
+    return {**figures, "measured_at_utc": measured}
+
+
+def bench_table(host: str, figures: dict) -> str:
+    base = by_concurrency(figures.get("baseline_runs") or [])
+    lines = [f"{host} ({figures.get('load_generator')}):",
+             "  concurrency  tok/s  without drafter  speed-up  acceptance  mean acc. length"]
+    for run in figures.get("runs") or []:
+        c = int(run["concurrency"])
+        b = base.get(c, {}).get("output_tokens_per_s")
+        sp = (figures.get("speedup") or {}).get(str(c))
+        lines.append(f"  {c:>11}  {_n(run.get('output_tokens_per_s'))}  {_n(b):>15}  {_n(sp, '{:.2f}x'):>8}  "
+                     f"{_n(run.get('acceptance_rate'), '{:.1%}'):>10}  {_n(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
+    return "\n".join(lines)
+
+
+def _n(value: Any, fmt: str = "{:,.1f}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+# --------------------------------------------------------------------------- output files
+
+
+def write_json(target: str | None, data: dict) -> None:
+    if not target:
+        return
+    text = json.dumps(data, indent=2, sort_keys=True, default=str)
+    if target == "-":
+        print(text)
+        return
+    Path(target).write_text(text + "\n", encoding="utf-8")
+    print(f"JSON: {target}")
+
+
+def page_name(host: str) -> str:
+    """A file name for a host's page (inventory names may hold characters a file name should not)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host).lstrip(".") + ".html"
+
+
+def write_html(folder: str, pages: dict) -> list[str]:
+    """One page per host ({host: {bench, tune}}) and, for more than one host, an index; the paths written."""
+    from dfp_cli.speed_html import host_page, index_page
+
+    os.makedirs(folder, exist_ok=True)
+    written, rows = [], []
+    for host, parts in sorted(pages.items()):
+        path = os.path.join(folder, page_name(host))
+        Path(path).write_text(host_page(host, bench=parts.get("bench"), tune=parts.get("tune")), encoding="utf-8")
+        written.append(path)
+        rows.append(_index_row(host, parts))
+    if len(pages) > 1:
+        path = os.path.join(folder, "index.html")
+        Path(path).write_text(index_page(rows), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def _index_row(host: str, parts: dict) -> dict:
+    tune, bench = parts.get("tune") or {}, parts.get("bench") or {}
+    choice = tune.get("choice") or {}
+    row_k = next((r for r in choice.get("table", []) if r["k"] == choice.get("chosen_k")), {})
+    speedup = row_k.get("speedup") if tune else min((x for x in (bench.get("speedup") or {}).values() if x), default=None)
+    first = (bench.get("runs") or [{}])[0]
+    return {"host": host, "page": page_name(host), "speedup": speedup, "chosen_k": choice.get("chosen_k"),
+            "acceptance_rate": row_k.get("acceptance_rate") if tune else first.get("acceptance_rate"),
+            "measured_at_utc": (tune or bench).get("measured_at_utc", "")}
+
+
+# --------------------------------------------------------------------------- tune
+
+
+class TunePlan:
+    """Which variant each host measures next: the baseline, then its k in ascending order, each host skipping
+    the k above its drafter's block_size - 1 and, once a measured k's last draft position is (nearly) never
+    accepted, every larger k (dflash_host.speedup.larger_k_cannot_pay)."""
+
+    def __init__(self, ks: list[int]) -> None:
+        self.ks = sorted(set(ks))
+        self.queue: dict[str, list[int]] = {}
+        self.skipped: dict[str, list[str]] = {}
+        self.failed: dict[str, str] = {}
+        self.measured: dict[str, list] = {}
+
+    def after_baseline(self, host: str, registered: dict) -> None:
+        server = registered.get("tune_server") or {}
+        max_k = server.get("max_k")
+        self.queue[host] = [k for k in self.ks if max_k is None or k <= max_k]
+        over = [k for k in self.ks if max_k is not None and k > max_k]
+        if over:
+            self.skipped.setdefault(host, []).append(f"k={','.join(map(str, over))}: above block_size - 1 = {max_k}")
+        self.measured[host] = ["baseline"]
+
+    def after_k(self, host: str, k: int, registered: dict, concurrency: int | None) -> None:
+        self.measured[host].append(k)
+        runs = (registered.get("tune_bench") or {}).get("runs") or []
+        run = by_concurrency(runs).get(concurrency) if concurrency else None
+        per_position = (run or (runs[0] if runs else {})).get("per_position_acceptance") or []
+        if self.queue.get(host) and larger_k_cannot_pay(per_position):
+            rest = self.queue.pop(host)
+            self.skipped.setdefault(host, []).append(
+                f"k={','.join(map(str, rest))}: cannot pay (k={k}'s last draft position accepted "
+                f"{float(per_position[-1]):.1%} of drafts)")
+
+    def next_step(self) -> dict:
+        return {h: q.pop(0) for h, q in self.queue.items() if q and h not in self.failed}
+
+
+def _failed_hosts(result: Any) -> dict:
+    return {r.host: r.msg for r in result.results if r.status in ("failed", "unreachable") and not r.ignored}
+
+
+def tune_run(opts: dict) -> tuple[int, dict]:
+    """Every step of a tune; (exit code, per host {choice, by_k, baseline_runs, skipped, restore, ...})."""
+    ks = _levels(opts.get("k") or DEFAULT_K) or []
+    base = measure_vars(opts)
+    plan = TunePlan(ks)
+    first = _play("tune", opts, {**base, "tune_plan": {"*": "baseline"}})
+    hosts = list(first.recap)
+    plan.failed.update(_failed_hosts(first))
+    for host in hosts:
+        if host not in plan.failed:
+            plan.after_baseline(host, first.registered.get(host, {}))
+    concurrency = {h: (first.registered.get(h, {}).get("tune_settings") or {}).get("concurrency") for h in hosts}
+    step = plan.next_step()
+    while step:
+        res = _play("tune", opts, {**base, "tune_plan": step}, limit=",".join(step))
+        plan.failed.update(_failed_hosts(res))
+        for host, k in step.items():
+            if host not in plan.failed:
+                plan.after_k(host, k, res.registered.get(host, {}), concurrency.get(host))
+        step = plan.next_step()
+    last = _play("tune", opts, {**base, "tune_phase": "choose"}, limit=",".join(hosts) or None)
+    failed = {**plan.failed, **_failed_hosts(last)}
+    out = {}
+    for host in hosts:
+        reg = last.registered.get(host, {})
+        choice = reg.get("tune_choice") or {}
+        out[host] = {"choice": choice.get("choice"), "by_k": choice.get("by_k") or {},
+                     "baseline_runs": choice.get("baseline_runs") or [], "measured": plan.measured.get(host, []),
+                     "skipped": plan.skipped.get(host, []), "failed": failed.get(host),
+                     "restored": (reg.get("tune_restore") or {}).get("restored"),
+                     "measured_at_utc": (choice.get("figures") or {}).get("measured_at_utc")}
+    return (2 if failed else max(first.exit_code, last.exit_code)), out
+
+
+def tune_table(host: str, tuned: dict) -> str:
+    """The tune's table, as printed and reported: tokens/s and speed-up per k against the baseline."""
+    choice = tuned.get("choice") or {}
+    c = choice.get("concurrency")
+    lines = [f"{host}: tune at concurrency {c} (baseline {_n(choice.get('baseline_tokens_per_s'))} tok/s)",
+             "  | k | tok/s | vs no drafter | acceptance |", "  |---|---|---|---|"]
+    for row in choice.get("table", []):
+        mark = " <- chosen" if row["k"] == choice.get("chosen_k") else ""
+        lines.append(f"  | {row['k']} | {_n(row.get('tokens_per_s'))} | {_n(row.get('speedup'), '{:.2f}x')} | "
+                     f"{_n(row.get('acceptance_rate'), '{:.1%}')} |{mark}")
+    lines += [f"  skipped {s}" for s in tuned.get("skipped", [])]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- host_vars
+
+
+VAULT_HEADER = "$ANSIBLE_VAULT"
+
+
+def host_vars_file(inventory: str, host: str) -> Path:
+    """host_vars/<host>.yaml beside the inventory (the last -i: later sources win); in a host_vars/<host>/ folder,
+    a file of its own there that sorts last."""
+    base = Path(inventory)
+    folder = (base if base.is_dir() else base.parent) / "host_vars"
+    if (folder / host).is_dir():
+        return folder / host / "zz-dflash-tune.yaml"
+    for suffix in (".yml", ".json", ""):
+        if (folder / f"{host}{suffix}").is_file():
+            return folder / f"{host}{suffix}"
+    return folder / f"{host}.yaml"
+
+
+def set_host_var(path: Path, key: str, value: Any) -> str:
+    """Set `key: value` at the top level of a YAML host_vars file, keeping every other line; the unified diff."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if old.startswith(VAULT_HEADER) or path.suffix == ".json":
+        raise UserError(f"{path} is vault-encrypted or JSON; the tool does not rewrite it. Set {key}: {value} there by hand")
+    line = f"{key}: {json.dumps(value)}"
+    pattern = re.compile(rf"^{re.escape(key)}\s*:.*$", re.MULTILINE)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: line, old, count=1)
+    else:
+        new = old + ("" if not old or old.endswith("\n") else "\n") + line + "\n"
+    if new != old:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".dfp-tmp")
+        tmp.write_text(new, encoding="utf-8")
+        os.replace(tmp, path)
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path), str(path)))
+
+
+def apply_choice(host: str, tuned: dict, inventory: str, write: bool) -> str:
+    """Write the chosen k where the next provision reads it, or say loudly that no k pays."""
+    choice = tuned.get("choice") or {}
+    if tuned.get("failed") and not choice:
+        return f"{host}: TUNE FAILED: {tuned['failed']}"
+    k = choice.get("chosen_k")
+    if k is None:
+        return (f"{host}: !!! NO k MAKES THE DRAFTER PAY !!! {choice.get('recommendation', '')}. Serve without it: set "
+                f"`drafter_model: null` for {host} (host_vars) and provision; nothing was written.")
+    if not write:
+        return f"{host}: chosen num_speculative_tokens {k} (--no-write: host_vars left as they are)"
+    path = host_vars_file(inventory, host)
+    diff = set_host_var(path, "num_speculative_tokens", k)
+    return f"{host}: num_speculative_tokens {k} -> {path}\n" + (diff or "  (already set: no change)\n") + \
+        "  the next `invoke provision` restarts the server with it"
+
+
+def tune(c: Any = None, **opts: Any) -> None:
+    """The command body of `invoke tune`."""
+    try:
+        code, per_host = tune_run(opts)
+        inventory = inventories_of(opts.get("inventory"), DEFAULT_INVENTORY)[-1]
+        for host, tuned in per_host.items():
+            if tuned.get("choice"):
+                print(tune_table(host, tuned))
+            print(apply_choice(host, tuned, inventory, bool(opts.get("write", True))))
+    except UserError as exc:
+        raise fail_user(exc) from None
+    write_json(opts.get("json"), by_host_or_one(per_host, opts))
+    pages = {h: {"tune": t} for h, t in per_host.items() if t.get("choice")}
+    if pages:
+        print(f"HTML: {', '.join(write_html(opts.get('html') or DEFAULT_HTML_DIR, pages))}")
+    if code:
+        raise Exit(code=code)

@@ -1,0 +1,192 @@
+"""The drafter's speed figures on the host: recorded, and judged by the speed gate.
+
+`action: record` writes the last figures of a serving benchmark or a tune (runs with the drafter,
+runs without it, k, acceptance, when, the load generator) into the host's state file and its Prometheus
+textfile (dflash_host.speed_state). `action: lookup` returns the speed gate's cached measurement for
+the configured launch (its fingerprint) and concurrency: `hit` false means it must be measured (with
+vllm_variant and serving_bench). `action: gate` records the measurement, caches it for the launch and
+judges it: the speed-up at the gate's concurrency below min_speedup warns (speedup_gate: warn) or fails
+(fail), naming both throughputs. k and the fingerprint come from the configured launch (vllm_pidfile).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from dflash_host import speed_state as S
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+from dflash_host.speedup import by_concurrency, choose_k, gate
+from dflash_host.vllm_files import load_json, paths
+
+ARGS = {
+    "action": {"type": "str", "default": "record", "choices": ["record", "lookup", "gate", "tune_step", "tune_choose"],
+               "help": "record: write the figures; lookup: must the gate measure this launch; gate: record, cache, judge; "
+               "tune_step: keep one variant's runs of a tune; tune_choose: choose k from them and record the choice"},
+    "variant": {"type": "raw", "default": None, "help": "tune_step: baseline (starts a tune) or the k the runs were measured with"},
+    "runs": {"type": "list", "default": [], "help": "serving_bench runs with the configured drafter (one per concurrency)"},
+    "baseline_runs": {"type": "list", "default": [], "help": "serving_bench runs without the drafter"},
+    "load_generator": {"type": "str", "default": None, "help": "what produced the load (serving_bench's load_generator)"},
+    "source": {"type": "str", "default": "serving-bench", "help": "what measured: serving-bench, tune or speed-gate"},
+    "choice": {"type": "dict", "default": None, "help": "tune's choice (dflash_host.speedup.choose_k), recorded as is"},
+    "num_speculative_tokens": {"type": "raw", "default": None,
+                               "help": "k the runs were measured with; none: the configured launch's"},
+    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
+                "help": "the configured server's pidfile: its launch gives k and the fingerprint"},
+    "root": {"type": "path", "default": None, "var": "dfp_root", "help": "dfp_root: the state file lies inside it"},
+    "state_file": {"type": "path", "default": None, "var": "speed_state_file",
+                   "help": "the host's speed record; none: <dfp_root>/state/speed.json"},
+    "textfile_dir": {"type": "path", "default": None, "var": "prometheus_textfile_dir",
+                     "help": "node_exporter's --collector.textfile.directory (dflash.prom goes there); none: <dfp_root>/metrics"},
+    "host_label": {"type": "str", "default": None, "help": "the textfile's host label; none: the host's name"},
+    "mode": {"type": "str", "default": "off", "choices": ["off", "warn", "fail"], "var": "speedup_gate",
+             "help": "what a drafter slower than min_speedup x the baseline does: nothing, a warning, a failure"},
+    "min_speedup": {"type": "float", "default": 1.0, "var": "min_speedup",
+                    "help": "tokens/s with the drafter / without it below which the speed gate warns or fails"},
+    "concurrency": {"type": "int", "default": 16, "var": "tune_concurrency",
+                    "help": "concurrent requests the server is sized for: tune chooses k and the gate judges at it"},
+}
+
+
+def _places(args: dict) -> tuple:
+    """(state file, textfile folder), each a place the tool may write."""
+    root = args["root"]
+    if not root and not (args["state_file"] and args["textfile_dir"]):
+        raise ModuleError("dfp_root is empty; set it, or set both speed_state_file and prometheus_textfile_dir")
+    state_file = args["state_file"] or os.path.join(os.path.expanduser(root), "state", "speed.json")
+    folder = args["textfile_dir"] or os.path.join(os.path.expanduser(root), "metrics")
+    managed_path(state_file, "speed_state_file", root if not args["state_file"] else None)
+    managed_path(folder, "prometheus_textfile_dir")
+    return state_file, folder
+
+
+def _launch_facts(args: dict) -> tuple:
+    """(k, fingerprint) of the configured launch; k from the task when it names one."""
+    launch = load_json(paths(args["pidfile"])["launch"]) or {}
+    k = args["num_speculative_tokens"]
+    if k is None:
+        k = (launch.get("speculative") or {}).get("num_speculative_tokens")
+    return (int(k) if k is not None else None), launch.get("fingerprint")
+
+
+def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
+    state_file, folder = _places(args)
+    k, fingerprint = _launch_facts(args)
+    figs = S.figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
+    if args["choice"]:
+        figs["choice"] = args["choice"]
+        figs["num_speculative_tokens"] = args["choice"].get("chosen_k")
+    figs["fingerprint"] = fingerprint
+    if ctx.check:
+        return {"changed": True, "figures": figs, "msg": f"would record the speed figures in {state_file}"}
+    state = S.read_state(state_file)
+    state["last"] = figs
+    state.update(extra or {})
+    S.write_state(state_file, state)
+    textfile, _ = S.write_textfile(folder, figs, args["host_label"] or socket.gethostname())
+    ups = ", ".join(f"{x:.2f}x at {c}" for c, x in figs["speedup"].items() if x is not None) or "no baseline measured"
+    return {"changed": True, "figures": figs, "state_file": state_file, "textfile": textfile,
+            "msg": f"recorded speed figures (speed-up {ups}; k={figs['num_speculative_tokens']}) in {state_file} and {textfile}"}
+
+
+def _throughputs(args: dict) -> tuple:
+    c = args["concurrency"]
+    with_ = by_concurrency(args["runs"]).get(c, {}).get("output_tokens_per_s")
+    without = by_concurrency(args["baseline_runs"]).get(c, {}).get("output_tokens_per_s")
+    return with_, without
+
+
+def _judge(entry: dict, args: dict, ctx: Context) -> tuple:
+    """(verdict, message) of a measurement under the current mode and min_speedup; fail raises."""
+    verdict, sentence = gate(entry.get("speedup"), args["min_speedup"], args["mode"])
+    both = (f"{_tps(entry.get('tokens_per_s'))} tokens/s with the drafter (k={entry.get('num_speculative_tokens')}), "
+            f"{_tps(entry.get('baseline_tokens_per_s'))} without it, at concurrency {entry.get('concurrency')}")
+    message = f"speed gate: {sentence}: {both}"
+    if verdict == "fail":
+        raise ModuleError(message + " (speedup_gate: fail; the server keeps running)", speed_gate_failed=True, **entry)
+    if verdict == "warn":
+        ctx.warn(message)
+    return verdict, message
+
+
+def _tps(value: object) -> str:
+    return f"{value:,.1f}" if isinstance(value, (int, float)) else "n/a"
+
+
+def lookup(args: dict, ctx: Context) -> dict:
+    """Whether the gate must measure this launch (`measure`), or has its figures cached (`hit`)."""
+    state_file, _ = _places(args)
+    _, fingerprint = _launch_facts(args)
+    entry = S.cached_gate(S.read_state(state_file), fingerprint, args["concurrency"])
+    on = args["mode"] != "off"
+    msg = ("speed gate off" if not on else "cached speed measurement of this launch" if entry
+           else "no speed measurement of this launch yet: measuring with and without the drafter")
+    return {"hit": entry is not None, "measure": on and entry is None, "mode": args["mode"], "fingerprint": fingerprint,
+            "concurrency": args["concurrency"], "cached": entry, "msg": msg}
+
+
+def judge(args: dict, ctx: Context) -> dict:
+    """The gate: the runs given (recorded and cached for the launch), else the cached ones; fail raises."""
+    k, fingerprint = _launch_facts(args)
+    state_file, _ = _places(args)
+    out: dict = {"changed": False}
+    entry = None if args["runs"] else S.cached_gate(S.read_state(state_file), fingerprint, args["concurrency"])
+    if entry is None:
+        with_, without = _throughputs(args)
+        entry = {"fingerprint": fingerprint, "concurrency": args["concurrency"], "num_speculative_tokens": k,
+                 "tokens_per_s": with_, "baseline_tokens_per_s": without,
+                 "speedup": round(with_ / without, 3) if with_ and without else None, "measured_at_utc": S.utc(time.time())}
+        out = _record({**args, "source": "speed-gate"}, ctx, {"gate": entry})
+    verdict, message = _judge(entry, args, ctx)
+    return {**out, **entry, "verdict": verdict, "msg": message}
+
+
+def tune_step(args: dict, ctx: Context) -> dict:
+    """One measured variant of a tune: the baseline starts a new tune, each k adds its runs."""
+    state_file, _ = _places(args)
+    variant = args["variant"]
+    state = S.read_state(state_file)
+    if variant in (None, "baseline"):
+        state["tune"] = {"started_at_utc": S.utc(time.time()), "baseline_runs": args["runs"], "by_k": {},
+                         "load_generator": args["load_generator"]}
+    elif not isinstance(state.get("tune"), dict):
+        raise ModuleError(f"tune: k={variant} was measured before the baseline; run `invoke tune`, which measures it first")
+    else:
+        state["tune"]["by_k"][str(int(variant))] = args["runs"]
+    if not ctx.check:
+        S.write_state(state_file, state)
+    return {"changed": True, "variant": variant, "msg": f"recorded the tune's runs of {variant} in {state_file}"}
+
+
+def tune_choose(args: dict, ctx: Context) -> dict:
+    """choose_k over the tune's recorded runs, at the configured concurrency; the choice is the last figures."""
+    state_file, _ = _places(args)
+    tune = S.read_state(state_file).get("tune")
+    if not isinstance(tune, dict) or not tune.get("baseline_runs"):
+        raise ModuleError(f"tune: {state_file} holds no baseline measurement of a tune; run `invoke tune`")
+    by_k = {int(k): runs for k, runs in (tune.get("by_k") or {}).items()}
+    choice = choose_k(tune["baseline_runs"], by_k, args["concurrency"], args["min_speedup"])
+    chosen = by_k.get(choice["chosen_k"]) if choice["chosen_k"] is not None else None
+    best = max(by_k.items(), key=lambda kv: float(by_concurrency(kv[1]).get(args["concurrency"], {}).get(
+        "output_tokens_per_s") or 0.0), default=(None, []))
+    runs = chosen or best[1]
+    out = _record({**args, "runs": runs, "baseline_runs": tune["baseline_runs"], "choice": choice, "source": "tune",
+                   "load_generator": tune.get("load_generator"), "num_speculative_tokens": choice["chosen_k"] or best[0]}, ctx)
+    if choice["chosen_k"] is None:
+        ctx.warn("tune: " + choice["recommendation"])
+    out.update(choice=choice, by_k={str(k): v for k, v in sorted(by_k.items())}, baseline_runs=tune["baseline_runs"],
+               msg=f"tune at concurrency {args['concurrency']}: {choice['recommendation']}")
+    return out
+
+
+ACTIONS = {"lookup": lookup, "gate": judge, "tune_step": tune_step, "tune_choose": tune_choose}
+
+
+def run(args: dict, ctx: Context) -> dict:
+    return ACTIONS.get(args["action"], _record)(args, ctx)
+
+
+if __name__ == "__main__":
+    main(ARGS, run)

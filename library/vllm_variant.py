@@ -1,0 +1,185 @@
+"""A measurement server beside the configured vLLM: the same launch without the drafter, or with another k.
+
+`state: started` starts the configured launch (rendered by vllm_server) with one variation, `variant:
+baseline` (no speculative config) or `variant: K` (num_speculative_tokens K, at most the drafter's
+block_size - 1), on vllm_port + speed_port_offset, with its own pidfile and log under dfp_root
+(dflash_host.speed_variant), and proves it ready like the configured server (log, /health, /v1/models,
+smoke). Where memory does not allow a second server, the configured one is stopped first (placement
+`instead`, recorded) and `state: stopped` restarts and verifies it afterwards, reporting the downtime;
+otherwise the configured server is not touched (same PID). `stopped` stops the measurement server's whole
+process tree and removes its records; a start that fails restores the configured server at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from dflash_host import speed_variant as SV
+from dflash_host import vllm_render as R
+from dflash_host.files import atomic_write
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+from dflash_host.vllm_files import dump, load_json, load_launch, paths, remove_tool_file
+from dflash_host.vllm_process import ProcessServer, server_for
+from dflash_host.vllm_start import start
+
+ARGS = {
+    "state": {"type": "str", "default": "started", "choices": ["started", "stopped"],
+              "help": "started: the measurement server runs the variant, proven ready; stopped: it is gone and the "
+              "configured server is back as it was"},
+    "variant": {"type": "raw", "default": "baseline",
+                "help": "baseline (no drafter) or K, the num_speculative_tokens to serve (1 .. block_size - 1)"},
+    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
+                "help": "the configured server's pidfile: its rendered launch is the one varied"},
+    "log": {"type": "path", "required": True, "var": "vllm_log",
+            "help": "the configured server's log; the measurement server logs to vllm-speed.log beside it"},
+    "root": {"type": "path", "default": None, "var": "dfp_root", "help": "dfp_root: the measurement server's files lie inside it"},
+    "port_offset": {"type": "int", "default": 10, "var": "speed_port_offset",
+                    "help": "the measurement server listens on vllm_port + this"},
+    "placement": {"type": "str", "default": "auto", "choices": ["auto", "beside", "instead"], "var": "speed_variant_placement",
+                  "help": "auto: a second server where GPU memory (or RAM) allows, else instead; beside: always a second "
+                  "server; instead: stop the configured server for the measurement and restore it afterwards"},
+    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi", "help": "the nvidia-smi command; none: from PATH"},
+    "restore": {"type": "bool", "default": True,
+                "help": "stopped: restart the configured server if a measurement stopped it (false: leave it stopped for "
+                "the next measurement; a later stopped with restore restarts it)"},
+}
+
+
+def _configured(args: dict) -> tuple:
+    """(the configured server's paths, its rendered launch, the measurement server's paths), places checked."""
+    cp = paths(args["pidfile"])
+    configured = load_launch(cp)
+    p = SV.variant_places(args["pidfile"], args["log"])
+    root = args["root"] or configured.get("root")
+    R.check_places(p, p["log"], root)
+    managed_path(p["configured"], "vllm_pidfile", root)
+    return cp, configured, p
+
+
+def _drop_variant(p: dict, ctx: Context) -> dict | None:
+    """Stop a measurement server left running (whole tree, by its pidfile) and remove its records."""
+    launch = load_json(p["launch"]) if SV.is_variant_launch(p["launch"]) else None
+    stopped = ProcessServer(launch or {"mode": "process"}, p).stop(ctx, float((launch or {}).get("stop_grace_s") or 30))
+    for path, kind in ((p["running"], "running"), (p["pidfile"], "pidfile"), (p["env"], "env")):
+        remove_tool_file(path, kind, False)
+    if launch is not None:
+        os.unlink(p["launch"])
+    return stopped
+
+
+def _stop_configured(configured: dict, cp: dict, p: dict, now: dict, ctx: Context) -> dict:
+    """Stop the configured server for a measurement: recorded first, so that it is restored whatever happens."""
+    running = load_json(cp["running"]) or {}
+    if running.get("fingerprint") != configured.get("fingerprint"):
+        raise ModuleError("the configured vLLM server runs an older launch than the rendered one, so stopping and "
+                          "restoring it would change it; nothing was stopped. Run `invoke provision` first, then measure")
+    SV.write_configured_record(p, now["pid"], configured.get("fingerprint"))
+    ctx.say(f"vLLM: stopping the configured server (PID {now['pid']}) for the measurement")
+    stopped = server_for(configured, cp).stop(ctx, float(configured.get("stop_grace_s") or 30))
+    if configured.get("mode") != "systemd":
+        remove_tool_file(cp["pidfile"], "pidfile", False)
+    remove_tool_file(cp["running"], "running", False)
+    return stopped or {}
+
+
+def restore_configured(args: dict, ctx: Context) -> dict | None:
+    """Start the configured server again if a measurement stopped it, prove it serves, report the downtime."""
+    cp, configured, p = _configured(args)
+    record = SV.read_configured_record(p)
+    if record is None:
+        return None
+    server = server_for(configured, cp)
+    now = server.inspect()
+    if now["alive"]:
+        SV.drop_configured_record(p)
+        return {"pid": now["pid"], "downtime_s": None, "msg": f"the configured server runs already (PID {now['pid']})"}
+    ctx.say("vLLM: restarting the configured server after the measurement")
+    figures = start(configured, cp, ctx, server)
+    SV.drop_configured_record(p)
+    downtime = round(float(figures["ready_at"]) - float(record["stopped_at"]), 1)
+    changed = "" if record.get("fingerprint") == configured.get("fingerprint") else " (its launch was re-rendered meanwhile)"
+    return {"pid": figures["pid"], "previous_pid": record.get("configured_pid"), "downtime_s": downtime,
+            "ready_s": figures["ready_s"], "acceptance_rate": figures.get("acceptance_rate"),
+            "msg": f"restarted the configured server{changed}: PID {figures['pid']}, serving again after {downtime} s down"}
+
+
+def _start_variant(launch: dict, p: dict, args: dict, ctx: Context, stopped_configured: bool) -> dict:
+    """Start the measurement server; when it fails, the configured server is restored before the error."""
+    SV.copy_env_file(p)
+    atomic_write(p["launch"], dump(launch), mode=0o600)
+    try:
+        return start(launch, p, ctx, ProcessServer(launch, p))
+    except ModuleError as exc:
+        os.unlink(p["launch"])
+        remove_tool_file(p["env"], "env", False)
+        note = ""
+        if stopped_configured:
+            restored = restore_configured(args, ctx)
+            note = f" The configured server was restored: {restored['msg']}." if restored else ""
+        raise ModuleError(f"the measurement server ({launch['variant']}) did not start: {exc.msg}{note}", **exc.data) from None
+
+
+def start_measurement(args: dict, ctx: Context) -> dict:
+    cp, configured, p = _configured(args)
+    spec = configured.get("speculative")
+    max_k = SV.drafter_max_k(spec)
+    k = SV.check_variant(args["variant"], spec, max_k)
+    port = int(configured["port"]) + int(args["port_offset"])
+    if not 1 <= port <= 65535:
+        raise ModuleError(f"vllm_port + speed_port_offset is {port}, outside 1-65535; choose another speed_port_offset")
+    launch = SV.variant_launch(configured, p, k, port)
+    base = {"variant": launch["variant"], "k": k, "max_k": max_k, "port": port, "host": configured.get("host"),
+            "served_model_name": configured.get("served_model_name"), "pidfile": p["pidfile"], "log": p["log"]}
+    if ctx.check:
+        return {**base, "changed": True, "msg": f"would start a measurement server ({launch['variant']}) on port {port}"}
+    _drop_variant(p, ctx)
+    now = server_for(configured, cp).inspect()
+    record = SV.read_configured_record(p)
+    if record is not None and now["alive"]:
+        SV.drop_configured_record(p)  # started again meanwhile (a provision): nothing is left to restore
+        record = None
+    if record is not None:
+        placement, why = "instead", f"the configured server stays stopped from an earlier measurement (PID {record['configured_pid']})"
+    else:
+        placement, why = SV.choose_placement(args["placement"], configured, now, args["nvidia_smi"])
+    stopped_now = placement == "instead" and record is None and now["alive"]
+    if stopped_now:
+        _stop_configured(configured, cp, p, now, ctx)
+    t0 = time.monotonic()
+    figures = _start_variant(launch, p, args, ctx, stopped_now or record is not None)
+    base.update(placement=placement, placement_reason=why, configured_pid=now["pid"],
+                configured_stopped=placement == "instead" and (now["alive"] or record is not None),
+                pid=figures["pid"], ready_s=figures["ready_s"], start_s=round(time.monotonic() - t0, 1),
+                acceptance_rate=figures.get("acceptance_rate"))
+    where = "beside the configured server" if placement == "beside" else "instead of the configured server (stopped)"
+    return {**base, "changed": True,
+            "msg": f"measurement server ({launch['variant']}) PID {figures['pid']} ready on port {port} {where}: {why}"}
+
+
+def stop_measurement(args: dict, ctx: Context) -> dict:
+    cp, configured, p = _configured(args)
+    record = SV.read_configured_record(p)
+    if ctx.check:
+        return {"changed": True, "msg": "would stop the measurement server" + (" and restore the configured one" if record else "")}
+    stopped = _drop_variant(p, ctx)
+    restored = restore_configured(args, ctx) if args["restore"] else None
+    parts = [f"stopped the measurement server ({len((stopped or {}).get('stopped', []))} process(es))" if stopped
+             else "no measurement server was running"]
+    if restored:
+        parts.append(restored["msg"])
+    elif record is not None:
+        parts.append("the configured server stays stopped for the next measurement (restore: false)")
+    return {"changed": bool(stopped or restored), "msg": "; ".join(parts), "restored": restored,
+            "downtime_s": (restored or {}).get("downtime_s"), "configured_pid": (restored or {}).get("pid")}
+
+
+def run(args: dict, ctx: Context) -> dict:
+    if args["state"] == "started":
+        return start_measurement(args, ctx)
+    return stop_measurement(args, ctx)
+
+
+if __name__ == "__main__":
+    main(ARGS, run)

