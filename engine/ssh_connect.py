@@ -100,7 +100,8 @@ class _ProxyCommandSocket:
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.timeout: float | None = None
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._drainer.start()
 
     def _drain_stderr(self) -> None:
         for line in iter(self.process.stderr.readline, b""):
@@ -148,7 +149,11 @@ class _ProxyCommandSocket:
                 pass
 
     def why_it_ended(self) -> str:
-        self.process.poll()
+        try:
+            self.process.wait(timeout=2)  # it has closed its output: let it finish saying why
+        except subprocess.TimeoutExpired:
+            pass
+        self._drainer.join(timeout=1)
         tail = " | ".join(list(self.stderr_tail)[-3:])
         code = self.process.returncode
         return (f"exit status {code}" if code is not None else "still running") + (f", said: {tail}" if tail else "")
@@ -265,9 +270,10 @@ def _open_hop(hop: Hop, sock, jumps: list, is_target: bool):
         _set_host_key_policy(conn.client, hop)
         conn.open()
     except paramiko.SSHException as exc:
+        refusal = _refusal(hop, exc, sock, is_target)  # before closing: a ProxyCommand's last words are read
         conn.client.close()
         sock.close()
-        raise _refusal(hop, exc, sock, is_target) from None
+        raise refusal from None
     except BaseException:
         conn.client.close()
         sock.close()

@@ -294,7 +294,8 @@ def _proxy(host: Host, options: dict, cmd_values: dict, files: list[str], depth:
     return via
 
 
-_JUMP = re.compile(r"^(?:ssh://)?(?:(?P<user>[^@/]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:@/\[\]]+))(?::(?P<port>\d+))?/?$")
+_JUMP = re.compile(r"^(?:ssh://)?(?:(?P<user>[^@/\s:]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[A-Za-z0-9._%-]+))"
+                   r"(?::(?P<port>\d+))?/?$")
 
 
 def _jump_hop(host: Host, spec: str, files: list[str], depth: int, target: Hop, previous: Hop | None) -> Hop:

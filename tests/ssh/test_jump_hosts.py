@@ -149,6 +149,21 @@ def test_bastion_down_names_the_bastion(jump_lab, host_from):
     assert "unreachable" in str(caught.value)
 
 
+def test_bastion_down_in_a_run_is_unreachable_naming_the_bastion(jump_lab, tmp_path):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        dead_port = s.getsockname()[1]
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"behind": jump_lab.target_vars(
+        dfp_connect_retries=1, ansible_ssh_common_args=f"-J {jump_lab.user}@{jump_lab.bastion}:{dead_port}")}}}))
+    playbook = tmp_path / "pb.yaml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
+                                         "tasks": [{"name": "Never", "debug": {"msg": "x"}}]}]))
+    result = run_playbook(playbook, inventory)
+    assert result.exit_code == 3
+    assert f"jump host {jump_lab.user}@{jump_lab.bastion}:{dead_port} of behind" in result.results[0].msg
+
+
 def test_target_unreachable_from_the_bastion(jump_lab, host_from):
     vars = jump_lab.target_vars(ansible_port=1, ansible_ssh_common_args=f"-J {jump_lab.jump}")
     with pytest.raises(OSError) as caught:
@@ -186,3 +201,36 @@ def test_a_playbook_runs_through_the_bastion(jump_lab, tmp_path):
     assert result.exit_code == 0, result.tasks
     assert Path(out).read_text() == "through the bastion\n"  # the namespace shares the file system
     Path(out).unlink()
+
+
+def test_closing_the_target_closes_the_bastion_connection(jump_lab, host_from):
+    conn = open_connection(host_from("t", jump_lab.target_vars(ansible_ssh_common_args=f"-J {jump_lab.jump}")))
+    jump = conn._jumps[0]
+    assert jump.is_connected and conn.is_connected
+    conn.close()
+    assert not jump.is_connected
+
+
+def test_accept_new_on_the_bastion_records_its_key_once(jump_lab, host_from, tmp_path):
+    """StrictHostKeyChecking accept-new in the bastion's ssh config entry: its unknown key is added."""
+    new_known = tmp_path / "bastion_known"
+    config = _write_config(jump_lab, tmp_path / "ssh_config", (
+        "Host bastion\n  HostName {lab.bastion}\n  Port {lab.port}\n  User {lab.user}\n"
+        "  StrictHostKeyChecking accept-new\n  UserKnownHostsFile " + str(new_known) + "\n"))
+    vars = jump_lab.target_vars(ansible_ssh_common_args=f"-F {config} -J bastion")
+    assert _reach(host_from, "t", vars) == (jump_lab.user, jump_lab.target)
+    assert new_known.read_text() == f"[{jump_lab.bastion}]:{jump_lab.port} {jump_lab.bastion_pub}\n"
+    assert _reach(host_from, "t", vars) == (jump_lab.user, jump_lab.target)
+    assert len(new_known.read_text().splitlines()) == 1
+
+
+def test_a_failing_proxycommand_says_what_it_printed(jump_lab, host_from, tmp_path):
+    empty = tmp_path / "empty_known"
+    empty.write_text("")
+    ssh = (f"ssh -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={empty} "
+           f"-i {jump_lab.key} -p {jump_lab.port} -W %h:%p {jump_lab.user}@{jump_lab.bastion}")
+    vars = jump_lab.target_vars(ansible_ssh_common_args=f"-o ProxyCommand={shlex.quote(ssh)}")
+    with pytest.raises(OSError) as caught:
+        open_connection(host_from("t", vars))
+    msg = str(caught.value)
+    assert "ProxyCommand" in msg and "Host key verification failed" in msg and "exit status 255" in msg

@@ -1,0 +1,149 @@
+"""Which ssh setting wins, as Ansible + OpenSSH decide it, and which inputs are refused (no network needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.errors import UserError
+from engine.inventory import Host
+from engine.ssh_options import Hop, ProxyCommandSpec, SshOptionError, check_ssh_settings, resolve
+
+
+@pytest.fixture
+def keys(tmp_path):
+    paths = []
+    for name in ("inv_key", "dash_i_key", "config_key", "jump_key"):
+        (tmp_path / name).write_text("not read here\n")
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+@pytest.fixture
+def no_home_config(tmp_path, monkeypatch):
+    """A HOME of the test's own, so root's real ~/.ssh/config is never read."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def _host(**vars) -> Host:
+    return Host("gpu1", dict({"ansible_host": "10.0.0.5"}, **vars), ["all"])
+
+
+def _config(tmp_path, text: str) -> str:
+    path = tmp_path / "ssh_config"
+    path.write_text(text)
+    return f"-F {path}"
+
+
+def test_ansible_order_ssh_args_then_inventory_then_common_then_extra_then_config(tmp_path, no_home_config):
+    cfg = _config(tmp_path, "Host 10.0.0.5\n  Port 4000\n  User cfguser\n  ConnectTimeout 40\n")
+    hop = resolve(_host(ansible_ssh_args="-o ConnectTimeout=7", ansible_port=2000,
+                        ansible_ssh_common_args=f"{cfg} -o Port=3000 -o User=common -o ConnectTimeout=30",
+                        ansible_ssh_extra_args="-l extra -p 5000"))
+    assert (hop.port, hop.user, hop.timeout) == (2000, "common", 7.0)
+    hop = resolve(_host(ansible_ssh_common_args=cfg, ansible_ssh_extra_args="-p 5000"))
+    assert (hop.port, hop.user, hop.timeout) == (5000, "cfguser", 40.0)
+    assert resolve(_host(ansible_ssh_common_args=cfg)).port == 4000
+
+
+def test_identity_files_accumulate_in_order_and_missing_config_ones_are_skipped(tmp_path, keys, no_home_config):
+    inv, dash_i, from_config, _ = keys
+    cfg = _config(tmp_path, f"Host *\n  IdentityFile {from_config}\n  IdentityFile {tmp_path}/absent\n")
+    hop = resolve(_host(ansible_ssh_private_key_file=inv, ansible_ssh_common_args=f"{cfg} -i {dash_i}"))
+    assert hop.identity_files == [inv, dash_i, from_config]
+
+
+def test_a_missing_given_key_is_refused(tmp_path, no_home_config):
+    with pytest.raises(SshOptionError, match="private key .*absent.* does not exist"):
+        resolve(_host(ansible_ssh_private_key_file=str(tmp_path / "absent")))
+
+
+def test_home_ssh_config_is_read_unless_dash_f_none(no_home_config):
+    (no_home_config / ".ssh" / "config").write_text("Host gpu-alias\n  HostName 10.9.9.9\n  Port 2222\n")
+    hop = resolve(Host("gpu1", {"ansible_host": "gpu-alias"}, ["all"]))
+    assert (hop.hostname, hop.port) == ("10.9.9.9", 2222)
+    hop = resolve(Host("gpu1", {"ansible_host": "gpu-alias", "ansible_ssh_common_args": "-F none"}, ["all"]))
+    assert (hop.hostname, hop.port) == ("gpu-alias", 22)
+
+
+def test_ansibles_default_ssh_args_are_accepted(no_home_config):
+    hop = resolve(_host(ansible_ssh_args="-C -o ControlMaster=auto -o ControlPersist=60s"))
+    assert hop.compress and hop.via is None
+
+
+def test_host_key_checking(tmp_path, no_home_config):
+    assert resolve(_host()).checking == "yes"
+    assert resolve(_host(ansible_ssh_common_args="-o StrictHostKeyChecking=no")).checking == "no"
+    assert resolve(_host(ansible_ssh_common_args="-o StrictHostKeyChecking=accept-new")).checking == "accept-new"
+    # Ansible puts StrictHostKeyChecking=no ahead of the common args: the inventory's false wins
+    assert resolve(_host(ansible_host_key_checking=False,
+                         ansible_ssh_common_args="-o StrictHostKeyChecking=yes")).checking == "no"
+    known = resolve(_host(ansible_ssh_common_args=f"-o UserKnownHostsFile='{tmp_path}/a {tmp_path}/b'"))
+    assert known.known_hosts == [f"{tmp_path}/a", f"{tmp_path}/b"]
+    with pytest.raises(SshOptionError, match="StrictHostKeyChecking 'maybe'"):
+        resolve(_host(ansible_ssh_common_args="-o StrictHostKeyChecking=maybe"))
+
+
+def test_proxycommand_tokens_expand_with_the_final_port_and_user(tmp_path, no_home_config):
+    cfg = _config(tmp_path, "Host 10.0.0.5\n  Port 22\n  ProxyCommand nc -X connect %h %p %r\n")
+    hop = resolve(_host(ansible_port=2200, ansible_user="ops", ansible_ssh_common_args=cfg))
+    assert isinstance(hop.via, ProxyCommandSpec) and hop.via.command == "nc -X connect 10.0.0.5 2200 ops"
+    hop = resolve(_host(ansible_ssh_common_args='-o ProxyCommand="ssh -W %h:%p bastion"'))
+    assert hop.via.command == "ssh -W 10.0.0.5:22 bastion"
+
+
+def test_a_host_name_that_would_inject_into_the_proxycommand_is_refused(no_home_config):
+    with pytest.raises(SshOptionError, match="ProxyCommand"):
+        resolve(_host(ansible_host="x;touch /tmp/pwned", ansible_ssh_common_args="-o ProxyCommand='nc %h %p'"))
+
+
+def test_jump_specs_and_what_a_jump_host_inherits(tmp_path, keys, no_home_config):
+    inv, _, _, jump_key = keys
+    cfg = _config(tmp_path, f"Host b2\n  HostName 10.1.1.2\n  IdentityFile {jump_key}\n"
+                            f"  UserKnownHostsFile {tmp_path}/jump_known\n")
+    hop = resolve(_host(ansible_ssh_private_key_file=inv, ansible_ssh_known_hosts_file=f"{tmp_path}/known",
+                        ansible_host_key_checking=False,
+                        ansible_ssh_common_args=f"{cfg} -J ssh://ops@b1:2201,b2"))
+    second = hop.via
+    assert isinstance(second, Hop) and (second.hostname, second.port, second.user) == ("10.1.1.2", 22, None)
+    assert second.identity_files == [jump_key] and second.known_hosts == [f"{tmp_path}/jump_known"]
+    first = second.via
+    assert (first.hostname, first.port, first.user) == ("b1", 2201, "ops")
+    assert first.identity_files == [inv] and first.known_hosts == [f"{tmp_path}/known"]
+    assert first.checking == "yes" and second.checking == "yes"  # the target's 'false' is not the bastion's
+    assert hop.checking == "no" and first.via is None
+    v6 = resolve(_host(ansible_ssh_common_args="-J [fd00::1]:2022")).via
+    assert (v6.hostname, v6.port) == ("fd00::1", 2022)
+
+
+def test_the_first_of_proxyjump_and_proxycommand_wins(no_home_config):
+    hop = resolve(_host(ansible_ssh_common_args="-o ProxyCommand='nc %h %p' -J bastion"))
+    assert isinstance(hop.via, ProxyCommandSpec)
+    hop = resolve(_host(ansible_ssh_common_args="-J bastion -o ProxyCommand='nc %h %p'"))
+    assert isinstance(hop.via, Hop)
+    assert resolve(_host(ansible_ssh_common_args="-o ProxyJump=none")).via is None
+
+
+@pytest.mark.parametrize("vars, words", [
+    ({"ansible_ssh_common_args": ["-J", "x"]}, ["ansible_ssh_common_args", "list"]),
+    ({"ansible_ssh_extra_args": "-o 'ProxyJump=x"}, ["ansible_ssh_extra_args", "quotes"]),
+    ({"ansible_ssh_args": "-o"}, ["ansible_ssh_args", "no value"]),
+    ({"ansible_ssh_common_args": "-J 'bad spec!'"}, ["jump host", "[user@]host[:port]"]),
+    ({"ansible_ssh_common_args": "-F /nonexistent/ssh_config"}, ["/nonexistent/ssh_config", "does not exist"]),
+    ({"ansible_ssh_common_args": "bastion"}, ["'bastion'", "does not honour"]),
+    ({"ansible_ssh_common_args": "-o Port=99999"}, ["port '99999'"]),
+    ({"ansible_ssh_common_args": "-o RemoteCommand=id"}, ["remotecommand", "does not honour"]),
+])
+def test_bad_ssh_settings_are_refused_in_one_paragraph(vars, words, no_home_config):
+    with pytest.raises(SshOptionError) as caught:
+        resolve(_host(**vars))
+    msg = str(caught.value)
+    assert "gpu1" in msg and "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_check_ssh_settings_is_a_user_error_and_skips_local_hosts(no_home_config):
+    with pytest.raises(UserError, match="forwardagent"):
+        check_ssh_settings(_host(ansible_ssh_common_args="-o ForwardAgent=yes"))
+    check_ssh_settings(_host(ansible_connection="local", ansible_ssh_common_args="-o ForwardAgent=yes"))
