@@ -141,13 +141,10 @@ class WorkerClient:
 
     # -- become -------------------------------------------------------------------------------------
     def for_play(self, become: Become | None) -> None:
-        """The identity of the play's own calls (host lock, facts), its worker started now: a refusal is the
-        host's failure to start the play (HostUnreachable), as a refused login is."""
+        """The identity of the play's own calls (host lock, facts), its worker started now, so that sudo's
+        refusal (BecomeError, a TaskError) fails the host before the lock is taken."""
         self._play_become = become
-        try:
-            self._channel(become)
-        except BecomeError as exc:
-            raise HostUnreachable(str(exc)) from None
+        self._channel(become)
 
     @contextlib.contextmanager
     def acting_as(self, become: Become | None) -> Iterator[None]:

@@ -254,3 +254,15 @@ def test_gpu_cleanup_as_root_stops_the_login_users_named_holder_but_not_another_
     assert actions[mine.pid][0] == "stopped", actions
     assert actions[theirs.pid][0] == "left" and "another user" in actions[theirs.pid][1]
     assert theirs.is_running()
+
+
+@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
+def test_play_become_with_a_wrong_password_fails_the_host_before_the_lock_and_facts(become_users, shared_tmp, tmp_path):
+    dfp_root = shared_tmp / "dfp-wrong"
+    pb = playbook(tmp_path, [mkdir(shared_tmp / "never-play")], gather_facts=True, become=True,
+                  vars={"dfp_root": str(dfp_root)})
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER, ansible_become_password="nope1234")))
+    assert res.exit_code == 2
+    assert "incorrect password" in failure(res, "Become")
+    assert not res.find("Gathering facts") and not (shared_tmp / "never-play").exists()
+    assert not (dfp_root / ".dflash-provision.lock").exists()
