@@ -476,8 +476,11 @@ class Inventory:
             del out[name]
 
     def host_vars(self, name: str) -> dict:
+        """A host's variables as `invoke inventory --host` shows them: values from Ansible Vault masked.
+
+        Code that needs the real values (connecting, templating) reads `self.hosts[name].vars`."""
         if name not in self.hosts:
             raise UserError(
                 f"host '{name}' is not in {self.where}; known hosts: {', '.join(self.hosts) or '(none)'}"
             )
-        return self.hosts[name].vars
+        return mask_vault_values(self.hosts[name].vars)

@@ -72,6 +72,14 @@ def test_inventory_list_shows_vault_values_masked():
         assert plain not in out
 
 
+def test_inventory_host_shows_vault_values_masked():
+    rc, out = run_cli("inventory", "--host", "gpu1", "-i", str(CASE / "hosts.yaml"))
+    assert rc == 0, out
+    assert '"motd": "********"' in out and '"ansible_connection": "local"' in out
+    for plain in PLAINTEXTS:
+        assert plain not in out
+
+
 def test_wrong_password_is_one_paragraph_naming_file_and_fix(tmp_path):
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-the-password\n")
