@@ -25,7 +25,7 @@ from engine.errors import UserError
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+class _Loader(_BaseLoader):
     """The safe loader plus Ansible's `!vault` tag; `dfp_path` names the file in errors."""
 
     dfp_path: Path | None = None
