@@ -26,8 +26,12 @@ VENVS = CACHE / "venvs"
 PEER_SPECS = {
     "ansible": ["ansible-core==2.19.14"],
     "pyinfra": ["pyinfra==3.10.0"],
+    # Ansible's own speed-up: the same ansible-core with Mitogen's strategy plugins (mitogen_linear).
+    "mitogen": ["ansible-core==2.19.14", "mitogen==0.3.54"],
+    # A Rust re-implementation of ansible-core (its own `ansible-playbook`).
+    "ansible_rs": ["ansible-core-rs==0.16.0"],
 }
-PEER_BIN = {"ansible": "ansible-playbook", "pyinfra": "pyinfra"}
+PEER_BIN = {"ansible": "ansible-playbook", "pyinfra": "pyinfra", "mitogen": "ansible-playbook", "ansible_rs": "ansible"}
 INSTALL_TIMEOUT_S = 600
 
 
@@ -82,10 +86,10 @@ def workload_base(home: str, tool: str) -> str:
 # -- Ansible ---------------------------------------------------------------------------------------
 
 
-def ours_argv(inventory: Path, home: str, tool: str, n: int) -> list:
-    """Our CLI on the workload, as a whole process (forks at least the number of hosts)."""
+def ours_argv(inventory: Path, home: str, tool: str, n: int, forks: int | None = None) -> list:
+    """Our CLI on the workload, as a whole process (forks: at least the number of hosts unless given)."""
     return [sys.executable, "-m", "invoke", "play", str(WORKLOAD / "ours.yaml"), "-i", str(inventory),
-            "-e", f"base={workload_base(home, tool)}", "--forks", str(max(8, n))]
+            "-e", f"base={workload_base(home, tool)}", "--forks", str(forks or max(8, n))]
 
 
 def ansible_inventory(path: Path, hosts: list, python: str = "/usr/bin/python3") -> Path:
@@ -106,7 +110,8 @@ def ansible_inventory(path: Path, hosts: list, python: str = "/usr/bin/python3")
     return path
 
 
-def ansible_env(control_dir: Path) -> dict:
+def ansible_env(control_dir: Path, flavor: str = "ansible") -> dict:
+    """Ansible's settings for the benchmark; flavor "mitogen" adds Mitogen's strategy (mitogen_linear)."""
     env = dict(os.environ)
     env.update(
         ANSIBLE_HOST_KEY_CHECKING="True",
@@ -117,14 +122,33 @@ def ansible_env(control_dir: Path) -> dict:
         ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
         ANSIBLE_PYTHON_INTERPRETER="/usr/bin/python3",
     )
+    if flavor == "mitogen":
+        env.update(ANSIBLE_STRATEGY_PLUGINS=str(mitogen_strategy_dir()), ANSIBLE_STRATEGY="mitogen_linear")
     return env
 
 
-def ansible_run(exe: Path, inventory: Path, home: str, control_dir: Path, limit: str | None = None) -> tuple:
-    argv = [str(exe), "-i", str(inventory), str(WORKLOAD / "ansible.yaml"), "-e", f"base={workload_base(home, 'ansible')}"]
+def mitogen_strategy_dir() -> Path:
+    """The strategy plugins folder of the Mitogen installed in its benchmark environment."""
+    found = sorted((VENVS / "mitogen" / "lib").glob("python3*/site-packages/ansible_mitogen/plugins/strategy"))
+    if not found:
+        raise PeerUnavailable(f"no ansible_mitogen/plugins/strategy under {VENVS / 'mitogen'}")
+    return found[0]
+
+
+# The Ansible-compatible tools: ansible-playbook itself, with Mitogen, and ansible-core-rs (`ansible playbook`).
+ANSIBLE_FLAVORS = ("ansible", "mitogen", "ansible_rs")
+
+
+def ansible_run(exe: Path, inventory: Path, home: str, control_dir: Path, limit: str | None = None,
+                flavor: str = "ansible", forks: int | None = None, timeout: float = 300) -> tuple:
+    """One timed run of an Ansible-compatible tool on the workload (its own folder per flavor)."""
+    argv = [str(exe), *(["playbook"] if flavor == "ansible_rs" else [])]
+    argv += ["-i", str(inventory), str(WORKLOAD / "ansible.yaml"), "-e", f"base={workload_base(home, flavor)}"]
     if limit:
         argv += ["--limit", limit]
-    return run_timed(argv, env=ansible_env(control_dir), cwd=str(WORKLOAD))
+    if forks:
+        argv += ["--forks", str(forks)]
+    return run_timed(argv, env=ansible_env(control_dir, flavor), cwd=str(WORKLOAD), timeout=timeout)
 
 
 def close_ansible_masters(control_dir: Path) -> None:
@@ -154,13 +178,13 @@ def pyinfra_inventory(path: Path, hosts: list) -> Path:
     return path
 
 
-def pyinfra_run(exe: Path, inventory: Path, home: str, limit: str | None = None) -> tuple:
+def pyinfra_run(exe: Path, inventory: Path, home: str, limit: str | None = None, timeout: float = 300) -> tuple:
     argv = [str(exe), "-y", "--data", f"base={workload_base(home, 'pyinfra')}"]
     if limit:
         argv += ["--limit", limit]
     argv += [str(inventory), str(WORKLOAD / "pyinfra_deploy.py")]
     env = dict(os.environ, PYINFRA_PROGRESS="off", TERM="dumb")
-    return run_timed(argv, env=env, cwd=str(WORKLOAD))
+    return run_timed(argv, env=env, cwd=str(WORKLOAD), timeout=timeout)
 
 
 # -- raw Fabric (the floor) ------------------------------------------------------------------------

@@ -20,6 +20,8 @@ HEADLINE_LABELS = {
     "pyinfra_ratio_8": "ours / pyinfra, 8 hosts",
     "floor_ratio_1": "ours / raw Fabric, 1 host",
     "floor_ratio_8": "ours / raw Fabric, 8 hosts",
+    "mitogen_ratio_1": "ours / Ansible with Mitogen, 1 host",
+    "mitogen_ratio_8": "ours / Ansible with Mitogen, 8 hosts",
     "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host",
     "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
     "reprovision_s": "idempotent re-provision of `local` (s)",
@@ -27,6 +29,11 @@ HEADLINE_LABELS = {
     "crash_latency_s": "crash detection latency (s)",
     "header_ms": "header-only drafter inspection, local (ms)",
     "cold_overhead_s": "cold provision overhead beyond install + vLLM (s)",
+    "fleet_50_wall_s": "fleet: ours on 50 hosts, wall (s)",
+    "fleet_100_wall_s": "fleet: ours on 100 hosts, wall (s)",
+    "fleet_100_control_cpu_s": "fleet: ours on 100 hosts, control-node CPU (s)",
+    "fleet_control_cpu_per_host_ms": "fleet: control-node CPU per extra host (ms)",
+    "fleet_host_cpu_per_host_ms": "fleet: hosts' CPU per host, 100 hosts (ms)",
 }
 # The tools of the workload tables, in the order of their rows.
 TOOL_LABELS = {
@@ -34,8 +41,12 @@ TOOL_LABELS = {
     "ours_in_process": "ours (run_playbook in-process)",
     "fabric": "raw Fabric (floor)",
     "pyinfra": "pyinfra",
+    "mitogen": "ansible-playbook + Mitogen (mitogen_linear)",
+    "ansible_rs": "ansible-core-rs (`ansible playbook`)",
     "ansible": "ansible-playbook",
 }
+FLEET_TOOL_LABELS = {"ours": "ours (`invoke play`, --forks 8)", **{t: TOOL_LABELS[t] for t in
+                     ("pyinfra", "mitogen", "ansible_rs", "ansible")}}
 WALL_INTRO = "Wall time of the 11-task no-change run, min / median seconds:"
 CPU_INTRO = (
     "CPU per run, median milliseconds: the tool's own processes + the hosts' side (sshd sessions and "
@@ -58,6 +69,7 @@ def render_block(res: dict) -> str:
     lines = made_by(res) + headline_table(res)
     lines += per_tool_table(details.get("workload", {}), WALL_INTRO, wall_cell)
     lines += per_tool_table(details.get("workload_cpu", {}), CPU_INTRO, cpu_cell)
+    lines += fleet_lines(details.get("fleet"))
     lines += header_lines(details.get("header"))
     lines += reprovision_lines(details.get("reprovision", {}))
     lines += cold_lines(details.get("cold", {}))
@@ -109,6 +121,33 @@ def per_tool_table(per_tool: dict, intro: str, cell) -> list[str]:
             row = per_tool[tool]
             cells = [cell(row[str(n)]) if str(n) in row else "" for n in sizes]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def fleet_cell(s: dict) -> str:
+    return (f"{s['wall_s']:.2f} s; {s['control_cpu_s']:.2f} + {s['host_cpu_s']:.2f} s CPU "
+            f"({s['control_cpu_per_host_ms']:.0f} + {s['host_cpu_per_host_ms']:.0f} ms/host)")
+
+
+def fleet_lines(fleet: dict | None) -> list[str]:
+    """The fleet runs (50/100 hosts, ours and the peers) and ours on 100 hosts by --forks."""
+    if not fleet or "ours" not in fleet:
+        return []
+    rows = {"ours": fleet["ours"], **fleet.get("peers", {})}
+    sizes = sorted({int(n) for r in rows.values() for n in r})
+    lines = ["", f"Fleet ({fleet['pool']}), no-change workload: wall; control-node CPU + hosts' CPU (per host), "
+             f"medians of {fleet['repetitions']} run(s) for ours, one for the peers:", ""]
+    lines.append("| tool | " + " | ".join(f"{n} host{'s' if n > 1 else ''}" for n in sizes) + " |")
+    lines.append("|---|" + "---|" * len(sizes))
+    for tool, label in FLEET_TOOL_LABELS.items():
+        if tool in rows:
+            lines.append(f"| {label} | " + " | ".join(fleet_cell(rows[tool][str(n)]) if str(n) in rows[tool] else ""
+                                                   for n in sizes) + " |")
+    forks = fleet.get("forks") or {}
+    if forks:
+        lines += ["", "Ours on 100 hosts by `--forks` (the default is 8):", "", "| --forks | wall | control CPU | hosts' CPU |",
+                  "|---|---|---|---|"]
+        lines += [f"| {f} | {s['wall_s']:.2f} s | {s['control_cpu_s']:.2f} s | {s['host_cpu_s']:.2f} s |" for f, s in forks.items()]
     return lines
 
 

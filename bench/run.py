@@ -9,7 +9,9 @@ block of docs/BENCHMARKS.md:
   3. idempotent re-provision of the `local` host (when the provision playbook exists and the server is up);
   4. readiness and crash detection latency against the stand-in server (when it and the module exist);
   5. header-only inspection of a sparse multi-GB drafter, locally and over SSH;
-  6. cold local provision vs `vllm serve` alone (full run only).
+  6. cold local provision vs `vllm serve` alone (full run only);
+  7. fleet: ours on 50 and 100 hosts (wall, control-node CPU, hosts' CPU), --forks 1/8/32/100, and the
+     peers on 50/100 hosts (full run only) (bench/fleet.py).
 A part that cannot run is null in results.json with the reason under "notes".
 
 Usage: python bench/run.py [--quick] [--reps N] [--only peers,header,...] [--out FILE] [--no-docs]
@@ -40,7 +42,7 @@ from bench.timing import log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
-SECTIONS = ("peers", "reprovision", "latency", "header", "cold")
+SECTIONS = ("peers", "fleet", "reprovision", "latency", "header", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
 
@@ -64,6 +66,7 @@ class Bench:
         self.keys: dict = {k: None for k in REQUIRED_KEYS}
         self.pool = None
         self.home = ""
+        self.broken_peers: dict[str, str] = {}  # tool -> why, from the peers section (the fleet skips them)
 
     # -- hosts -------------------------------------------------------------------------------------
     def start_pool(self) -> None:
@@ -98,6 +101,16 @@ class Bench:
     # -- 1 and 2: the workload on every tool (bench/side_by_side.py) -------------------------------------
     def section_peers(self) -> None:
         side_by_side.section_peers(self)
+
+    # -- 7: 50 and 100 hosts, --forks (bench/fleet.py) ------------------------------------------------------
+    def section_fleet(self) -> None:
+        from bench import fleet
+
+        if not self.home:  # --only fleet: the peers' pool did not run
+            from tests.sshd_harness import ensure_user
+
+            self.home = ensure_user().pw_dir
+        fleet.section_fleet(self)
 
     # -- 3: idempotent re-provision ------------------------------------------------------------------
     def section_reprovision(self) -> None:
@@ -231,7 +244,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="under 2 minutes: fewer repetitions, no cold provision")
     ap.add_argument("--reps", type=int, default=0, help="repetitions per measurement (default 7, quick 3; Ansible 5/1)")
     ap.add_argument("--hosts", default="1,8,16", help="host counts (ours runs all; peers those <= 8)")
-    ap.add_argument("--tools", default="ours,fabric,pyinfra,ansible", help="which tools of the workload to run")
+    ap.add_argument("--tools", default="ours,fabric,pyinfra,ansible,mitogen,ansible_rs",
+                    help="which tools of the workload to run (ours, fabric, pyinfra, ansible, mitogen, ansible_rs)")
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--out", default=str(RESULTS), help="results file (default bench/results.json)")
     ap.add_argument("--no-docs", action="store_true", help="do not update docs/BENCHMARKS.md")

@@ -18,9 +18,11 @@ from bench.figures import WORKLOAD_KEYS
 from bench.timing import RunFailed, log, own_cpu, ratio, run_timed, stats, tree_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_TOOLS = ("ansible", "pyinfra")
+PEER_TOOLS = ("ansible", "mitogen", "ansible_rs", "pyinfra")
 # The tools whose recap says `changed=N`: a timed run of theirs must be a no-change run.
-RECAP_TOOLS = ("ours_cli", "ours_in_process", "ansible")
+RECAP_TOOLS = ("ours_cli", "ours_in_process", *peers.ANSIBLE_FLAVORS)
+# The slow ones: fewer repetitions (bench.ansible_reps), no warm-up in a --quick run.
+SLOW_TOOLS = ("ansible", "mitogen")
 
 
 # -- pure helpers (tested as tables) ---------------------------------------------------------------
@@ -47,6 +49,8 @@ def summarize(timings: dict) -> dict:
         "pyinfra_ratio_8": ratio(ours(8), median_of(timings, "pyinfra", 8)),
         "floor_ratio_1": ratio(ours(1), median_of(timings, "fabric", 1)),
         "floor_ratio_8": ratio(ours(8), median_of(timings, "fabric", 8)),
+        "mitogen_ratio_1": ratio(ours(1), median_of(timings, "mitogen", 1)),
+        "mitogen_ratio_8": ratio(ours(8), median_of(timings, "mitogen", 8)),
         "fanout_ratio_8": ratio(ours(8), ours(1)),
         "fanout_ratio_16": ratio(ours(16), ours(1)),
         "fanout_ratio_8_in_process": ratio(median_of(timings, "ours_in_process", 8), median_of(timings, "ours_in_process", 1)),
@@ -95,23 +99,36 @@ def _add_ours_and_fabric(bench, runners: dict, versions: dict) -> None:
 
 
 def _add_peer_tools(bench, runners: dict, versions: dict, control_dir: Path) -> None:
-    """Ansible and pyinfra, each installed on first use in its own environment; a note when it cannot be."""
+    """Ansible (plain, with Mitogen, ansible-core-rs) and pyinfra, each installed on first use in its own
+    environment; a note when it cannot be."""
     for tool in PEER_TOOLS:
         if tool not in bench.tools:
             continue
-        try:
-            exe = peers.ensure_venv(tool, log=log)
-            versions[tool] = peers.peer_version(exe)
-        except peers.PeerUnavailable as exc:
-            bench.notes[tool] = f"{tool} could not be installed: {exc}"
-            continue
-        for n in bench.peer_sizes:
-            if tool == "ansible":
-                inv = peers.ansible_inventory(bench.tmp / f"ansible-{n}.yaml", bench.hosts(n))
-                runners[(tool, n)] = lambda exe=exe, inv=inv: peers.ansible_run(exe, inv, bench.home, control_dir)
-            else:
-                inv = peers.pyinfra_inventory(bench.tmp / f"pyinfra-{n}.py", bench.hosts(n))
-                runners[(tool, n)] = lambda exe=exe, inv=inv: peers.pyinfra_run(exe, inv, bench.home)
+        exe = installed_peer(bench, tool, versions)
+        for n in bench.peer_sizes if exe else ():
+            runners[(tool, n)] = peer_runner(bench, tool, exe, bench.hosts(n), control_dir)
+
+
+def installed_peer(bench, tool: str, versions: dict) -> Path | None:
+    """The peer's executable (installed on first use) and its version noted; None and a note when it cannot be."""
+    try:
+        exe = peers.ensure_venv(tool, log=log)
+        versions[tool] = peers.peer_version(exe)
+        return exe
+    except peers.PeerUnavailable as exc:
+        bench.notes[tool] = f"{tool} could not be installed: {exc}"
+        return None
+
+
+def peer_runner(bench, tool: str, exe: Path, hosts: list, control_dir: Path, forks: int | None = None,
+                timeout: float = 300):
+    """A no-argument callable: one timed run of the peer on these hosts -> (wall s, output)."""
+    n = len(hosts)
+    if tool in peers.ANSIBLE_FLAVORS:
+        inv = peers.ansible_inventory(bench.tmp / f"ansible-{n}.yaml", hosts)
+        return lambda: peers.ansible_run(exe, inv, bench.home, control_dir, flavor=tool, forks=forks, timeout=timeout)
+    inv = peers.pyinfra_inventory(bench.tmp / f"pyinfra-{n}.py", hosts)
+    return lambda: peers.pyinfra_run(exe, inv, bench.home, timeout=timeout)
 
 
 def section_peers(bench) -> None:
@@ -139,6 +156,7 @@ def time_interleaved(bench, runners: dict) -> None:
     samples, cpu = _repetitions(bench, runners, broken)
     for tool, why in broken.items():
         bench.notes[tool] = why
+    bench.broken_peers.update(broken)
     timings: dict = {}
     for (tool, n), s in samples.items():
         if tool not in broken and s:
@@ -163,9 +181,9 @@ def _seed_peer_folders(bench, runners: dict) -> None:
 
 def _warm_up(bench, runners: dict, broken: dict) -> None:
     """Each tool once on its largest host set (ours also places its runtime on the hosts).
-    --quick skips Ansible's (20-30 s on 8 hosts): its timed run is then a first, colder one."""
+    --quick skips Ansible's and Mitogen's (20-30 s on 8 hosts): their timed run is then a first, colder one."""
     for tool in sorted({t for t, _ in runners}):
-        if tool == "ansible" and bench.quick:
+        if tool in SLOW_TOOLS and bench.quick:
             continue
         biggest = max(n for t, n in runners if t == tool)
         log(f"warm-up: {tool} on {biggest} host(s)")
@@ -185,7 +203,7 @@ def _repetitions(bench, runners: dict, broken: dict) -> tuple:
         log(f"repetition {rep + 1}/{rounds}")
         for key, fn in runners.items():
             tool, n = key
-            if tool in broken or rep >= (bench.ansible_reps if tool == "ansible" else bench.reps):
+            if tool in broken or rep >= (bench.ansible_reps if tool in SLOW_TOOLS else bench.reps):
                 continue
             try:
                 wall, out, cost = _timed_once(fn, listeners)

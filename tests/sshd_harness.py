@@ -3,6 +3,13 @@
 Each host is its own `sshd -D` on 127.0.0.N (one free port per pool) with a generated host key; a dedicated non-root user
 with an empty home logs in with a generated key. known_hosts is written from the real host keys, so
 host key checking stays on, as in production. Facts and pitfalls: shared/reference/test-environment.md.
+
+For fleets (the benchmark's 50 and 100 hosts) a pool can be lighter: `per_daemon=16` lets one sshd listen
+on up to 16 addresses (OpenSSH's MAX_LISTEN_SOCKS), so 100 hosts are 7 daemons, and `reexec=False` starts
+sshd with `-r` (a connection is served by a fork of the listener instead of a fresh exec of sshd, which
+re-reads its config and keys). Each host still has its own address and its own SSH session; its `pid` is
+then the listener it shares with up to 15 others (the tests that look below one host's sshd use the
+default, one daemon per host).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import yaml
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 TEST_USER = os.environ.get("DFP_TEST_USER", "dfptest")
 PORT = 2222  # the default; each pool picks a free port so parallel test sessions don't collide
+MAX_ADDRESSES_PER_DAEMON = 16  # OpenSSH's MAX_LISTEN_SOCKS: sshd refuses more ListenAddress lines
 
 
 def free_port(addresses: list[str]) -> int:
@@ -104,6 +112,8 @@ class SshdPool:
 
     count: int = 9
     first_octet: int = 2
+    per_daemon: int = 1  # addresses one sshd listens on (at most 16); 1 = each host its own daemon
+    reexec: bool = True  # False: sshd -r, connections served by a fork of the listener (lighter)
     hosts: list[SshHost] = field(default_factory=list)
     root: Path | None = None
     port: int = 0
@@ -133,18 +143,29 @@ class SshdPool:
         lines = []
         addresses = [f"127.0.0.{self.first_octet + i}" for i in range(self.count)]
         self.port = self.port or free_port(addresses)
-        for i, addr in enumerate(addresses):
-            proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(config), "-p", str(self.port), "-o", f"ListenAddress={addr}"],
-                stdout=subprocess.DEVNULL, stderr=open(self.root / f"sshd-{addr}.log", "wb"),
-            )
-            self._procs.append(proc)
-            lines.append(f"[{addr}]:{self.port} {pub[0]} {pub[1]}")
-            self.hosts.append(SshHost(f"h{i + 1}", addr, self.port, user.pw_name, str(client_key), str(known), proc.pid))
+        step = max(1, min(self.per_daemon, MAX_ADDRESSES_PER_DAEMON))
+        for first in range(0, len(addresses), step):
+            group = addresses[first : first + step]
+            proc = self._start_daemon(config, group)
+            for addr in group:
+                lines.append(f"[{addr}]:{self.port} {pub[0]} {pub[1]}")
+                name = f"h{len(self.hosts) + 1}"
+                self.hosts.append(SshHost(name, addr, self.port, user.pw_name, str(client_key), str(known), proc.pid))
         known.write_text("\n".join(lines) + "\n")
         for h in self.hosts:
             _wait_port(h.address, h.port)
         return self
+
+    def _start_daemon(self, config: Path, addresses: list[str]) -> subprocess.Popen:
+        """One `sshd -D` listening on these addresses (the pool's port), logging to a file of the pool."""
+        argv = [SSHD, "-D", "-e", "-f", str(config), "-p", str(self.port)]
+        if not self.reexec:
+            argv.append("-r")
+        argv += [a for addr in addresses for a in ("-o", f"ListenAddress={addr}")]
+        with open(self.root / f"sshd-{addresses[0]}.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        self._procs.append(proc)
+        return proc
 
     def stop(self) -> None:
         for proc in self._procs:

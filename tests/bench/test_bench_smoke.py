@@ -159,3 +159,84 @@ def test_ansible_and_pyinfra_workloads_run_on_one_host_when_installed(tmp_path):
     res = json.loads(out.read_text())
     assert res["ansible_ratio_1"] is not None and res["pyinfra_ratio_1"] is not None, res["notes"]
     assert not any(k.endswith("_idempotent") for k in res["notes"]), res["notes"]
+
+
+# -- the fleet section (bench/fleet.py) -------------------------------------------------------------
+
+
+def test_fleet_summary_gives_medians_and_cpu_per_host():
+    from bench.fleet import summarize_runs
+
+    s = summarize_runs(100, [(5.0, 2.0, 4.0), (4.0, 1.0, 5.0), (6.0, 3.0, 6.0)])
+    assert (s["wall_s"], s["control_cpu_s"], s["host_cpu_s"], s["wall_min_s"], s["n"]) == (5.0, 2.0, 5.0, 4.0, 3)
+    assert s["control_cpu_per_host_ms"] == 20.0 and s["host_cpu_per_host_ms"] == 50.0
+
+
+@pytest.mark.parametrize(
+    "one, many, n, expected",
+    [
+        ({"control_cpu_s": 0.3}, {"control_cpu_s": 2.28}, 100, 20.0),
+        (None, {"control_cpu_s": 2.0}, 100, None),
+        ({"control_cpu_s": 0.3}, None, 100, None),
+        ({"control_cpu_s": 0.3}, {"control_cpu_s": 0.3}, 1, None),
+    ],
+)
+def test_marginal_cpu_per_host_leaves_out_the_fixed_start(one, many, n, expected):
+    from bench.fleet import marginal_ms
+
+    assert marginal_ms(one, many, n) == expected
+
+
+def test_fleet_headline_keys_are_none_where_not_measured():
+    from bench.fleet import headline, summarize_runs
+
+    ours = {"1": summarize_runs(1, [(0.4, 0.3, 0.05)]), "100": summarize_runs(100, [(5.0, 1.8, 4.5)])}
+    forks = {"8": summarize_runs(100, [(5.0, 1.8, 4.5)]), "100": summarize_runs(100, [(5.5, 2.2, 4.6)])}
+    keys = headline(ours, forks)
+    assert keys["fleet_100_wall_s"] == 5.0 and keys["fleet_100_control_cpu_s"] == 1.8
+    assert keys["fleet_50_wall_s"] is None and keys["fleet_control_cpu_per_host_ms"] == 15.2
+    assert keys["forks_100_wall_s"] == {"8": 5.0, "100": 5.5}
+    assert headline({}, {})["forks_100_wall_s"] is None
+    fleet = {"pool": "100 hosts", "repetitions": 1, "ours": ours, "forks": forks,
+             "peers": {"pyinfra": {"100": summarize_runs(100, [(12.0, 6.0, 8.0)])}}}
+    text = render_block(_result(details={"fleet": fleet}, **keys))
+    assert "| pyinfra |" in text and "12.00 s" in text and "| 100 | 5.50 s | 2.20 s | 4.60 s |" in text
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_a_light_pool_serves_many_addresses_from_few_daemons(tmp_path):
+    """per_daemon=16 and reexec=False: 20 hosts on 2 sshd listeners, each address a real, checked SSH host."""
+    _need_sshd()
+    import subprocess
+
+    pool = sshd_harness.SshdPool(count=20, first_octet=190, per_daemon=16, reexec=False).start()
+    try:
+        assert len({h.pid for h in pool.hosts}) == 2 and len({h.address for h in pool.hosts}) == 20
+        for h in (pool.hosts[0], pool.hosts[19]):
+            argv = ["ssh", "-i", h.key, "-p", str(h.port), "-o", f"UserKnownHostsFile={h.known_hosts}",
+                    "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"{h.user}@{h.address}", "echo ok"]
+            assert subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip() == "ok"
+    finally:
+        pool.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_quick_fleet_section_writes_the_fleet_keys(tmp_path, monkeypatch):
+    """The fleet section on a small fleet (monkeypatched sizes: 3 and 4 hosts) fills the keys and details."""
+    _need_sshd()
+    from bench import fleet
+
+    monkeypatch.setattr(fleet, "FLEET_SIZES", (3, 4))
+    monkeypatch.setattr(fleet, "QUICK_FORKS", (1, 4))
+    out = tmp_path / "results.json"
+    argv = ["--quick", "--only", "fleet", "--out", str(out), "--no-docs", "--first-octet", "200"]
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    ours = res["details"]["fleet"]["ours"]
+    assert set(ours) == {"1", "3", "4"} and set(res["details"]["fleet"]["forks"]) == {"1", "4"}
+    assert all(ours[n]["control_cpu_s"] > 0 and ours[n]["host_cpu_s"] > 0 for n in ours)
+    # the sizes were patched, so the 100-host keys stay empty, with a reason
+    assert res["fleet_100_wall_s"] is None and "fleet_100_wall_s" in res["notes"]
+    assert "fleet_peers" in res["notes"]
