@@ -170,15 +170,15 @@ def _json_value(raw: str, where: str) -> Any:
         return json.loads(raw)
     except RecursionError:  # nested far deeper than check_nesting allows
         raise UserError(f"{where}: the JSON value nests lists/mappings too deep; flatten it") from None
-    except ValueError as exc:
-        if _starts_like_json(raw):
-            raise UserError(
-                f"{where}: the value starts like JSON (with [, {{ or \") but is not valid JSON ({exc.msg}; "
-                f"character {exc.pos + 1} of the value) {_TEXT_NOT_SHOWN}. Write valid JSON, e.g. -e "
-                "'dirs=[\"/tmp\", \"/data\"]'; a string that starts with one of those characters goes in JSON "
-                "quotes: -e 'note=\"[x] y\"'."
-            ) from None
-        return raw
+    except ValueError as exc:  # JSONDecodeError, or a number past int's digit limit
+        if not _starts_like_json(raw):
+            return raw
+        detail = f"{exc.msg}; character {exc.pos + 1} of the value" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise UserError(
+            f"{where}: the value starts like JSON (with [, {{ or \") but is not valid JSON ({detail}) "
+            f"{_TEXT_NOT_SHOWN}. Write valid JSON, e.g. -e 'dirs=[\"/tmp\", \"/data\"]'; a string that starts "
+            "with one of those characters goes in JSON quotes: -e 'note=\"[x] y\"'."
+        ) from None
 
 
 def _extra_var(item: str, where: str) -> tuple[str, Any]:
