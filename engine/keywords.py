@@ -184,7 +184,8 @@ def become_of(raw: dict, where: str) -> dict:
         out["become"] = flag(raw["become"], where, "become")
     if "become_user" in raw:
         user = raw["become_user"]
-        if not (isinstance(user, str) and user.strip()) or any(c in user for c in " \t\n\r\0") or user.startswith("-"):
+        plain_name_ok = isinstance(user, str) and not any(c in user for c in " \t\n\r\0") and not user.startswith("-")
+        if not (isinstance(user, str) and user.strip()) or not (plain_name_ok or is_template_text(user)):
             raise wrong(where, "become_user", "a user name (or a template giving one)", user, "root")
         out["become_user"] = user
     if "become_method" in raw:

@@ -99,6 +99,7 @@ class Play:
     roles: list[str] = field(default_factory=list)
     serial: list | None = None  # batch sizes (numbers, "N%", templates); None: every host in one batch
     max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
+    become: dict = field(default_factory=dict)  # the play's own become keywords (host lock and facts use them)
 
     def all_tasks(self) -> list[Task]:
         """Every task and handler of the play, blocks opened (what preflight and secret collection look at)."""
@@ -295,7 +296,8 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
     play.handlers.extend(parse_tasks(raw.get("handlers"), path, ParseContext(path)))
     for t in play.all_tasks():
         t.tags |= play_tags
-    inherit_become(play.all_tasks(), become_of(raw, where))
+    play.become = become_of(raw, where)
+    inherit_become(play.all_tasks(), play.become)
     if "serial" in raw:
         play.serial = serial_of(raw["serial"], where)
     if "max_fail_percentage" in raw:

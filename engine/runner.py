@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from engine import become
 from engine.batches import host_list, resolve_serial, roll_stops, roll_summary, split_batches
 from engine.client import WorkerClient
-from engine.errors import HostUnreachable, UserError
+from engine.errors import HostUnreachable, TaskError, UserError
 from engine.hostlock import describe_holder, lock_path, new_record
 from engine.inventory import Inventory
 from engine.playbook import Block, Play, Task, modules
@@ -222,10 +223,26 @@ class Runner:
             except HostUnreachable as exc:
                 self.executor.unreachable(state, "Gathering facts" if play.gather_facts else "Connecting", str(exc))
                 return
-            if not self._lock_host(state, play):
+            if not self._play_become(state, play) or not self._lock_host(state, play):
                 return
+        elif not self._play_become(state, play):
+            return
         if play.gather_facts and state.facts is None and FACTS in modules():
             self._gather_facts(state, play)
+
+    def _play_become(self, state: HostState, play: Play) -> bool:
+        """Who the play's lock and facts run as (its become keywords, else the host's ansible_become*)."""
+        try:
+            view = self.variables.view(state, play, None)
+            state.client.for_play(become.for_play(play, view, self.templar, self.variables.secrets))
+        except HostUnreachable as exc:
+            self.executor.unreachable(state, "Become", str(exc))
+            return False
+        except TaskError as exc:
+            state.failed = True
+            self.executor.record(state, TaskResult(state.host.name, "Become", None, "-", "failed", False, str(exc), 0.0))
+            return False
+        return True
 
     def _lock_host(self, state: HostState, play: Play) -> bool:
         """Take the host lock for the whole run; False (host failed, holder named) when another run keeps it."""

@@ -23,7 +23,7 @@ MASK = "********"
 MIN_LENGTH = 4
 # `token` but not `tokens` (num_speculative_tokens, smoke_tokens: counts), `tokenizer` (a model path) nor
 # `token_id(s)` (mask_token_id, eos_token_id: vocabulary indices).
-_NAME = re.compile(r"(token(?!s|iz|_?ids?(?![a-z]))|passw(or)?d|secret|api_?key|passphrase|credential|private_?key|vault_?pass)", re.I)
+_NAME = re.compile(r"(token(?!s|iz|_?ids?(?![a-z]))|passw(or)?d|secret|api_?key|passphrase|credential|private_?key|vault_?pass|become_?pass)", re.I)
 _NOT_SECRET_SUFFIXES = ("_file", "_path", "_dir", "_env_var")
 _MAX_LEAVES = 10_000
 

@@ -98,18 +98,20 @@ class _ProxyCommandSocket:
         self.command = command
         self.process = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        assert self.process.stdin and self.process.stdout and self.process.stderr  # noqa: S101 - all three are PIPE
+        self._stdin, self._stdout, self._stderr = self.process.stdin, self.process.stdout, self.process.stderr
         self.stderr_tail: deque[str] = deque(maxlen=20)
         self.timeout: float | None = None
         self._drainer = threading.Thread(target=self._drain_stderr, daemon=True)
         self._drainer.start()
 
     def _drain_stderr(self) -> None:
-        for line in iter(self.process.stderr.readline, b""):
+        for line in iter(self._stderr.readline, b""):
             self.stderr_tail.append(line.decode("utf-8", "replace").rstrip())
 
     def send(self, data: bytes) -> int:
         try:
-            self.process.stdin.write(data)
+            self._stdin.write(data)
         except OSError as exc:
             raise OSError(errno.EPIPE, f"the ProxyCommand ended ({exc.strerror})") from None
         return len(data)
@@ -117,10 +119,10 @@ class _ProxyCommandSocket:
     def recv(self, size: int) -> bytes:
         import select
 
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        ready, _, _ = select.select([self._stdout], [], [], self.timeout)
         if not ready:
             raise socket.timeout()
-        return os.read(self.process.stdout.fileno(), size)  # b"" once the command ends: the connection ended
+        return os.read(self._stdout.fileno(), size)  # b"" once the command ends: the connection ended
 
     def settimeout(self, timeout: float | None) -> None:
         self.timeout = timeout
@@ -142,7 +144,7 @@ class _ProxyCommandSocket:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
+        for stream in (self._stdin, self._stdout):
             try:
                 stream.close()
             except OSError:

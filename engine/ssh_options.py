@@ -315,7 +315,7 @@ def _jump_hop(host: Host, spec: str, files: list[str], depth: int, target: Hop, 
     label = f"jump host {spec} of {host.name}"
     hop = Hop(
         label=label,
-        hostname=options.get("hostname", name),
+        hostname=str(options.get("hostname", name)),
         port=int(_int_value(host, "port", options.get("port", 22), f"jump host {spec}", 1, 65535)),
         user=options.get("user"),
         identity_files=[os.path.expanduser(p) for p in options.get("identityfile", [])] or target.identity_files,

@@ -13,7 +13,6 @@ import os
 import queue
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -173,7 +172,6 @@ class SSHTransport(Transport):
         conn = open_connection(self.host)
         self.conn = conn
         transport = conn.client.get_transport()
-        transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_keepalive(15)
         self.chan = transport.open_session()
         self.chan.exec_command(f"{shlex.quote(self.python())} -u -c {shlex.quote(BOOTSTRAP)}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import pwd
@@ -174,13 +173,6 @@ def test_bad_become_user_template_result_is_refused(become_users, shared_tmp, tm
     assert not target.exists()
 
 
-def _runner_supports_play_become() -> bool:
-    from engine import runner
-
-    return "for_play" in inspect.getsource(runner)
-
-
-@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
 def test_play_become_gathers_facts_and_takes_the_lock_as_root(become_users, shared_tmp, tmp_path):
     pb = playbook(tmp_path, [{"name": "who", "debug": {"msg": "{{ facts.user }}"}}], gather_facts=True, become=True,
                   vars={"dfp_root": str(shared_tmp / "dfp")})
@@ -190,7 +182,6 @@ def test_play_become_gathers_facts_and_takes_the_lock_as_root(become_users, shar
     assert owner(shared_tmp / "dfp" / ".dflash-provision.lock") == "root"
 
 
-@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
 def test_host_var_become_gathers_facts_as_root(become_users, tmp_path):
     pb = playbook(tmp_path, [{"name": "who", "debug": {"msg": "{{ facts.user }}"}}], gather_facts=True)
     res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER, ansible_become=True)))
@@ -256,7 +247,6 @@ def test_gpu_cleanup_as_root_stops_the_login_users_named_holder_but_not_another_
     assert theirs.is_running()
 
 
-@pytest.mark.skipif(not _runner_supports_play_become(), reason="engine/runner.py does not call client.for_play yet")
 def test_play_become_with_a_wrong_password_fails_the_host_before_the_lock_and_facts(become_users, shared_tmp, tmp_path):
     dfp_root = shared_tmp / "dfp-wrong"
     pb = playbook(tmp_path, [mkdir(shared_tmp / "never-play")], gather_facts=True, become=True,
