@@ -88,7 +88,7 @@ def run_row(concurrency: int, load: dict, counters: dict | None, generator: str)
     counters: vllm_metrics.delta() of the spec-decode counters over the run (None: the server exports
     none, i.e. it runs without a drafter; the acceptance fields are then None / empty)."""
     figures = M.acceptance(counters)
-    row = {"concurrency": concurrency}
+    row: dict = {"concurrency": concurrency}
     row.update({k: load.get(k) for k in LOAD_KEYS})
     row.update(
         spec_decode=figures["spec_decode"],
