@@ -112,7 +112,7 @@ def status_exit_code(reports: dict[str, dict]) -> int:
 def _host_status_code(data: dict) -> int:
     if not isinstance(data, dict) or data.get("unreachable") or data.get("failed"):
         return STATUS_UNKNOWN
-    if not data.get("provisioned", "mode" in data):  # vllm_status sets mode from the launch file it found
+    if not data.get("provisioned"):  # vllm_status: False when no launch was ever rendered there
         return STATUS_UNKNOWN
     if data.get("running") and data.get("health") == "ok":
         return STATUS_RUNNING

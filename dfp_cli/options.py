@@ -173,7 +173,8 @@ def _json_value(raw: str, where: str) -> Any:
     except ValueError as exc:  # JSONDecodeError, or a number past int's digit limit
         if not _starts_like_json(raw):
             return raw
-        detail = f"{exc.msg}; character {exc.pos + 1} of the value" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        detail = (f"{exc.msg}; character {exc.pos + 1} of the value" if isinstance(exc, json.JSONDecodeError)
+                  else str(exc))
         raise UserError(
             f"{where}: the value starts like JSON (with [, {{ or \") but is not valid JSON ({detail}) "
             f"{_TEXT_NOT_SHOWN}. Write valid JSON, e.g. -e 'dirs=[\"/tmp\", \"/data\"]'; a string that starts "
@@ -202,10 +203,10 @@ def _mapping_arg(item: str, where: str) -> dict:
     """-e '{"a": 1, "b": [2]}': a JSON object or YAML flow mapping whose keys are the variables (as in Ansible)."""
     from pathlib import Path
 
-    from engine.yamlfile import _parse, check_nesting, check_variable_names
+    from engine.yamlfile import check_nesting, check_variable_names, parse_text
 
     try:
-        data = _parse(item, Path(where), "extra variables")
+        data = parse_text(item, Path(where), "extra variables")
     except UserError as exc:
         raise UserError(f"{exc} An -e that starts with '{{' or '[' is read as a JSON object or YAML flow mapping of "
                         f"variables, e.g. -e '{{\"vllm_port\": 8001}}' {_TEXT_NOT_SHOWN}") from None

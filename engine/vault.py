@@ -28,12 +28,6 @@ from binascii import Error as BinasciiError
 from binascii import unhexlify
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, padding
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.hmac import HMAC
-from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
-
 from engine.errors import UserError
 
 HEADER = "$ANSIBLE_VAULT"
@@ -89,6 +83,12 @@ def remember_secret(text: str) -> None:
 
 def decrypt(vault_text: str, where: str) -> str:
     """The plaintext of one vault envelope (a file's text or a `!vault` value); `where` names it in errors."""
+    # cryptography is imported only when a vault value is met: every other run skips its import time.
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, padding
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.hmac import HMAC
+
     version, cipher, vault_id, body = _parse_envelope(vault_text, where)
     salt, mac, ciphertext = _parse_body(body, where)
     password = _password(where)
@@ -138,6 +138,9 @@ def _parse_body(body: str, where: str) -> tuple[bytes, bytes, bytes]:
 
 def _derive(password: bytes, salt: bytes) -> tuple[bytes, bytes, bytes]:
     """AES key, HMAC key and counter block; cached per (password, salt): PBKDF2 is slow on purpose."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+
     cached = _keys.get((password, salt))
     if cached is None:
         kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=2 * _KEY_BYTES + _IV_BYTES, salt=salt, iterations=_ITERATIONS)

@@ -75,7 +75,7 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
     encrypted = vault.is_encrypted(text)
     if encrypted:
         text = vault.decrypt(text, f"{path} (vault-encrypted {what})")
-    data = _parse(text, path, what)
+    data = parse_text(text, path, what)
     if encrypted:  # a whole file encrypted by ansible-vault: every value in it is a secret
         for leaf in _leaf_texts(data):
             vault.remember_secret(leaf)
@@ -141,7 +141,7 @@ def _read_at_most(fh, limit: int) -> bytes:
     return data
 
 
-def _parse(text: str, path: Path, what: str) -> Any:
+def parse_text(text: str, path: Path, what: str) -> Any:
     """Compose the nodes in C, check their expansion and depth, then build the Python values."""
     if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH:
         _check_event_depth(text, path, what)

@@ -149,7 +149,8 @@ def run(args: dict, ctx: Context) -> dict:
     p = paths(args["pidfile"])
     launch = load_json(p["launch"])
     out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
-                 "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None}
+                 "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None,
+                 "provisioned": launch is not None}  # invoke status: "no such unit" (exit 4) when False
     if launch is None:
         out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
         return out

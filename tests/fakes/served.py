@@ -119,8 +119,9 @@ def invoke(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
-def invoke_status(inventory: Path, host: str = "local") -> dict:
-    """`invoke status --host HOST --json`: the host's status report (the command must exit 0)."""
+def invoke_status(inventory: Path, host: str = "local", expect: int = 0) -> dict:
+    """`invoke status --host HOST --json`: the host's status report; its exit code must be `expect` (0 running and
+    healthy, 3 not running, 4 unknown: as systemctl status)."""
     out = invoke("status", "--host", host, "--inventory", str(inventory), "--json")
-    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.returncode == expect, out.stdout + out.stderr
     return json.loads(out.stdout)[host]

@@ -101,7 +101,7 @@ def test_a_server_that_dies_while_status_is_read_is_reported_not_running_and_pro
     assert first.exit_code == 0, msgs(first)
     old = result_of(first, START, "local")["pid"]
 
-    st = invoke_status(inv)
+    st = invoke_status(inv, expect=3)
     assert not st["running"] and st["pid"] is None and st["exited_pid"] == old, st
     assert "exited while its status was read" in st["msg"]
     assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
