@@ -120,14 +120,14 @@ def test_vault_values_are_decrypted_for_tasks_and_masked_in_the_listing(case):
             assert plain not in shown
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if len(_spec(c)["sources"]) == 1 and "plaintexts" not in _spec(c)],
-                         indirect=True)
+@pytest.mark.parametrize("case", [c for c in CASES if "plaintexts" not in _spec(c)], indirect=True)
 def test_invoke_inventory_list_matches_ansible_inventory(case, ansible_inventory, tmp_path):
-    """The command users run, `invoke inventory --list -i SOURCE`, prints what ansible-inventory prints."""
+    """The command users run, `invoke inventory --list -i SOURCE [-i SOURCE...]`, prints what ansible-inventory prints."""
     folder, spec, password = case
     sources = [folder / s for s in spec["sources"]]
     theirs = _run_ansible(ansible_inventory, sources, password, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "invoke", "inventory", "--list", "-i", str(sources[0])],
+    flags = [arg for source in sources for arg in ("-i", str(source))]
+    proc = subprocess.run([sys.executable, "-m", "invoke", "inventory", "--list", *flags],
                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ours = json.loads(proc.stdout)
