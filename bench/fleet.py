@@ -128,7 +128,7 @@ class Fleet:
         control_dir.mkdir(exist_ok=True)
         try:
             for tool in PEER_FLEET_TOOLS:
-                if tool not in bench.tools_fleet:
+                if tool not in bench.tools:
                     continue
                 out[tool] = self._peer(tool, control_dir)
         finally:
