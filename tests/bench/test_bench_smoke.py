@@ -240,3 +240,21 @@ def test_quick_fleet_section_writes_the_fleet_keys(tmp_path, monkeypatch):
     # the sizes were patched, so the 100-host keys stay empty, with a reason
     assert res["fleet_100_wall_s"] is None and "fleet_100_wall_s" in res["notes"]
     assert "fleet_peers" in res["notes"]
+
+
+@pytest.mark.slow
+@pytest.mark.ssh
+def test_full_fleet_section_times_the_peers_when_installed(tmp_path, monkeypatch):
+    """Outside --quick the fleet section times each peer once per size (pyinfra here, on 3 and 4 hosts)."""
+    _need_sshd()
+    if not (peers.VENVS / "pyinfra" / ".dfp-bench-installed").exists():
+        pytest.skip("pyinfra not installed yet: `invoke bench --quick` installs it (needs PyPI)")
+    from bench import fleet
+
+    monkeypatch.setattr(fleet, "FLEET_SIZES", (3, 4))
+    out = tmp_path / "results.json"
+    argv = ["--only", "fleet", "--tools", "pyinfra", "--out", str(out), "--no-docs", "--first-octet", "205"]
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    assert set(res["details"]["fleet"]["peers"]["pyinfra"]) == {"3", "4"}, res["notes"]
+    assert "fleet" not in res["notes"]
