@@ -30,6 +30,7 @@ class RunResult:
     elapsed_s: float = 0.0
     error: str = ""
     registered: dict = field(default_factory=dict)  # host -> {name: registered result}, secrets masked
+    rolls: list = field(default_factory=list)  # serial plays: batches, hosts done/failed/untouched, stopped
 
     @property
     def tasks(self) -> list[dict]:
@@ -132,10 +133,12 @@ def run_playbook(
     console.recap(recap, elapsed)
     code = exit_code_for(recap)
     meta = {"playbook": str(path), "check": check, "exit_code": code, "elapsed_s": round(elapsed, 3)}
+    if runner.rolls:
+        meta["rolling"] = runner.rolls
     secrets = runner.variables.secrets
     if report:
         write_json(report, json_report(results, recap, meta, sections, secrets))
     if junit:
         write_junit(junit, results, path.stem, sections)
     registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
-    return RunResult(code, recap, results, elapsed, registered=registered)
+    return RunResult(code, recap, results, elapsed, registered=registered, rolls=runner.rolls)

@@ -48,6 +48,15 @@ class Preflight:
                     self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base))
             for task in tasks:  # argument types do not depend on the host
                 self._check_static_types(task)
+        self._check_connections({name for play in plays for name in hosts_for(play)})
+
+    def _check_connections(self, names: set[str]) -> None:
+        """SSH options every selected host will be reached with (ProxyJump, unsupported -o, ssh config): a bad
+        one stops the run before any host is touched, instead of that host alone becoming unreachable."""
+        from engine.ssh_options import check_ssh_settings
+
+        for name in sorted(names):
+            check_ssh_settings(self.inventory.hosts[name])
 
     def _refs(self, task: Task, value: Any) -> set[str]:
         """Variable names a value's templates read."""

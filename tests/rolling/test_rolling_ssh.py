@@ -102,6 +102,9 @@ def test_a_failed_second_batch_stops_the_roll_and_leaves_the_rest_untouched(tmp_
     data = json.loads(report.read_text())
     assert [t["host"] for t in data["tasks"] if t["task"] == "Rolling update"] == ["h4", "h5", "h6"]
     assert data["recap"]["h5"]["skipped"] == 1 and data["recap"]["h3"]["failed"] == 1
+    roll = data["rolling"][0]  # a job reads the roll without parsing messages
+    assert (roll["done"], roll["failed"], roll["untouched"], roll["stopped"]) == (["h1", "h2"], ["h3"], ["h4", "h5", "h6"], True)
+    assert res.rolls == data["rolling"]
 
 
 @pytest.mark.parametrize(
