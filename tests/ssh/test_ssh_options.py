@@ -147,3 +147,19 @@ def test_check_ssh_settings_is_a_user_error_and_skips_local_hosts(no_home_config
     with pytest.raises(UserError, match="forwardagent"):
         check_ssh_settings(_host(ansible_ssh_common_args="-o ForwardAgent=yes"))
     check_ssh_settings(_host(ansible_connection="local", ansible_ssh_common_args="-o ForwardAgent=yes"))
+
+
+def test_a_bad_ssh_option_on_one_host_stops_the_run_before_any_host_is_touched(tmp_path, no_home_config):
+    """Preflight: the whole run exits 4 naming the host and option; the other (local) host is not run either."""
+    from engine.api import EXIT_BAD_INPUT, run_playbook
+
+    marker = tmp_path / "touched"
+    playbook = tmp_path / "pb.yaml"
+    playbook.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n    - command: {{argv: [touch, {marker}]}}\n")
+    inventory = {"all": {"hosts": {
+        "here": {"ansible_connection": "local"},
+        "gpu1": {"ansible_host": "10.0.0.5", "ansible_ssh_common_args": "-o ForwardAgent=yes"}}}}
+    result = run_playbook(playbook, inventory)
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert "host gpu1" in result.error and "forwardagent" in result.error.lower()
+    assert not marker.exists()
