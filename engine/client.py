@@ -117,18 +117,27 @@ class WorkerClient:
         return self._login.sent_sources
 
     @classmethod
-    def open(cls, host: Host) -> WorkerClient:
-        """Connect, start the worker, and give it the runtime packages it lacks."""
-        client = cls(host, _open_transport(host))
+    def connect(cls, host: Host) -> WorkerClient:
+        """Reach the host and start the worker, which then waits: nothing is read or written there yet, so this
+        may run while the playbook is still being checked (start() follows once it passed)."""
+        return cls(host, _open_transport(host))
+
+    def start(self) -> WorkerClient:
+        """Greet the worker and give it the runtime packages it lacks."""
         try:
-            client._ensure_runtime(client._login)
+            self._ensure_runtime(self._login)
         except WorkerDied as exc:
-            client.transport.close()
+            self.transport.close()
             raise HostUnreachable(
-                f"the worker did not start on {host.name} with '{client.transport.python()}': {exc}. "
+                f"the worker did not start on {self.host.name} with '{self.transport.python()}': {exc}. "
                 "Set ansible_python_interpreter to a python3 >= 3.9 on that host."
             ) from None
-        return client
+        return self
+
+    @classmethod
+    def open(cls, host: Host) -> WorkerClient:
+        """Connect, start the worker, and give it the runtime packages it lacks."""
+        return cls.connect(host).start()
 
     def _ensure_runtime(self, channel: _Channel) -> None:
         channel.hello = channel.transport.request({"op": "hello", "runtime": runtime.local_key()})

@@ -88,16 +88,17 @@ class Runner:
 
     # -- the run ----------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:
-        for play in plays:
-            for name in self.hosts_for(play):
-                self.variables.collect_secrets(self._state(name), play)
-        try:
-            Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
-            serials = [self.serial_for(play) for play in plays]
-        except UserError as exc:  # a message may quote a value: never a secret
-            raise UserError(self.variables.secrets.redact(str(exc))) from None
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
+        self._connect_early(plays)
         try:
+            for play in plays:
+                for name in self.hosts_for(play):
+                    self.variables.collect_secrets(self._state(name), play)
+            try:
+                Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
+                serials = [self.serial_for(play) for play in plays]
+            except UserError as exc:  # a message may quote a value: never a secret
+                raise UserError(self.variables.secrets.redact(str(exc))) from None
             for number, play in enumerate(plays):
                 if not self.run_play(play, serials[number], later_plays=plays[number + 1:]):
                     break  # a failed batch stops the whole playbook, as in Ansible
@@ -106,8 +107,30 @@ class Runner:
             open_states = [s for s in self.states.values() if s.client is not None]
             if open_states:
                 self._parallel(open_states, lambda s: s.client.close())
+            self._close_early()
             self._pool.shutdown(wait=False, cancel_futures=True)
         return self.results
+
+    def _connect_early(self, plays: list[Play]) -> None:
+        """Reach the first play's hosts while the playbook is checked (WorkerClient.connect changes nothing on a
+        host). Not for rolling plays: a host of a later batch is not contacted before its turn."""
+        self._early: dict = {}
+        if not plays or any(p.serial is not None or p.max_fail_percentage is not None for p in plays):
+            return
+        assert self._pool is not None  # noqa: S101 - made by run() first
+        for name in self.hosts_for(plays[0]):
+            self._early[name] = self._pool.submit(WorkerClient.connect, self.inventory.hosts[name])
+
+    def _close_early(self) -> None:
+        """Connections made early for hosts the run never started (a playbook refused by the checks)."""
+        for future in self._early.values():
+            if not future.cancel():  # running or done: close it when it is there, without waiting for it
+                future.add_done_callback(lambda f: f.exception() is None and f.result().transport.close())
+        self._early.clear()
+
+    def _open_client(self, name: str) -> WorkerClient:
+        early = self._early.pop(name, None)
+        return early.result().start() if early is not None else WorkerClient.open(self.inventory.hosts[name])
 
     def _parallel(self, states: list[HostState], fn) -> list:
         if len(states) == 1:
@@ -219,7 +242,7 @@ class Runner:
     def _start_host(self, state: HostState, play: Play) -> None:
         if state.client is None:
             try:
-                state.client = WorkerClient.open(state.host)
+                state.client = self._open_client(state.host.name)
             except HostUnreachable as exc:
                 self.executor.unreachable(state, "Gathering facts" if play.gather_facts else "Connecting", str(exc))
                 return

@@ -177,3 +177,38 @@ def test_secrets_are_masked_in_diffs_and_warnings_but_registered_intact(inventor
     assert dest.read_text() == f"HF_TOKEN={secret}\n"
     shown = json.dumps([r.result for r in res.results]) + report.read_text()
     assert secret not in shown
+
+
+def test_a_refused_playbook_leaves_no_worker_from_the_early_connection(ssh_hosts, inventory_file, tmp_path):
+    """Hosts are reached while the playbook is checked; when the checks refuse it (exit 4), those workers are
+    closed and nothing ran there. The host's python is a uniquely named link so its processes can be found."""
+    import shutil
+    import time
+
+    import psutil
+
+    link_dir = tmp_path / "py"
+    link_dir.mkdir()
+    link_dir.chmod(0o755)
+    tmp_path.chmod(0o755)
+    python = link_dir / "python3-early-connect-test"
+    python.symlink_to(shutil.which("python3"))
+    inv = inventory_file(hosts=ssh_hosts[:2], vars={"ansible_python_interpreter": str(python)})
+    marker = tmp_path / "never"
+    tasks = [{"name": "Would run", "file": {"path": str(marker), "state": "directory"}},
+             {"name": "Undefined", "debug": {"msg": "{{ no_such_variable }}"}}]
+    res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
+    assert res.exit_code == 4 and "no_such_variable" in res.error
+    assert not marker.exists()
+
+    def workers():
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any("python3-early-connect-test" in part for part in proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        return found
+
+    deadline = time.monotonic() + 10
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers() == []
