@@ -25,9 +25,9 @@ from dflash_host.vllm_process import ProcessServer, server_for
 from dflash_host.vllm_start import start
 
 ARGS = {
-    "state": {"type": "str", "default": "started", "choices": ["started", "stopped"],
+    "state": {"type": "str", "default": "started", "choices": ["started", "stopped", "absent"],
               "help": "started: the measurement server runs the variant, proven ready; stopped: it is gone and the "
-              "configured server is back as it was"},
+              "configured server is back as it was; absent (teardown): it is gone, nothing is restored"},
     "variant": {"type": "raw", "default": "baseline",
                 "help": "baseline (no drafter) or K, the num_speculative_tokens to serve (1 .. block_size - 1)"},
     "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
@@ -175,9 +175,25 @@ def stop_measurement(args: dict, ctx: Context) -> dict:
             "downtime_s": (restored or {}).get("downtime_s"), "configured_pid": (restored or {}).get("pid")}
 
 
+def forget_measurement(args: dict, ctx: Context) -> dict:
+    """Teardown: stop a measurement server left running and forget what it stopped (nothing is restarted)."""
+    p = SV.variant_places(args["pidfile"], args["log"])
+    managed_path(p["pidfile"], "vllm_pidfile", args["root"])
+    record = SV.read_configured_record(p)
+    if ctx.check:
+        return {"changed": record is not None or os.path.lexists(p["pidfile"]), "msg": "would stop any measurement server"}
+    stopped = _drop_variant(p, ctx)
+    if record is not None:
+        SV.drop_configured_record(p)
+    return {"changed": bool(stopped) or record is not None,
+            "msg": "stopped the measurement server" if stopped else "no measurement server was running"}
+
+
 def run(args: dict, ctx: Context) -> dict:
     if args["state"] == "started":
         return start_measurement(args, ctx)
+    if args["state"] == "absent":
+        return forget_measurement(args, ctx)
     return stop_measurement(args, ctx)
 
 

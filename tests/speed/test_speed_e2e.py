@@ -62,16 +62,19 @@ def test_speed_gate_fails_with_the_random_pair_naming_both_throughputs(speed_hos
     inv, dfp_root = speed_host
     first = play("provision", inv)
     assert first.exit_code == 0, msgs(first)
-    gate_vars = {"speedup_gate": "fail", "speed_concurrency": [4], "tune_concurrency": 4, "speed_requests": 8,
-                 "speed_max_tokens": 32}
+    pid = server_pid(dfp_root)
+    # On CPU the tiny pair's speed-up is noise around 1 (1.06x measured with the random pair): a min_speedup no CPU
+    # figure reaches makes the drafter "too slow" whatever was measured, which is what this test is about.
+    gate_vars = {"speedup_gate": "fail", "min_speedup": 5.0, "speed_concurrency": [4], "tune_concurrency": 4,
+                 "speed_requests": 8, "speed_max_tokens": 32}
     res = play(str(GATE_PLAY), inv, extra_vars=gate_vars)
     gate = res.find("Speed gate: the drafter must not make serving slower", "local")[-1]
     print("random pair, speed gate:", gate.msg)
     assert gate.result.get("speedup") is not None and gate.result["tokens_per_s"] and gate.result["baseline_tokens_per_s"]
-    if gate.result["speedup"] < 1.0:  # the figure is reported, not asserted; what it makes the gate do is
-        assert res.exit_code == 2 and gate.status == "failed", msgs(res)
-        assert "tokens/s with the drafter" in gate.msg and "without it" in gate.msg
-        assert f"{gate.result['tokens_per_s']:,.1f}" in gate.msg and f"{gate.result['baseline_tokens_per_s']:,.1f}" in gate.msg
+    assert res.exit_code == 2 and gate.status == "failed", msgs(res)
+    assert "SLOWER" in gate.msg and "tokens/s with the drafter" in gate.msg and "without it" in gate.msg
+    assert f"{gate.result['tokens_per_s']:,.1f}" in gate.msg and f"{gate.result['baseline_tokens_per_s']:,.1f}" in gate.msg
+    assert server_pid(dfp_root) == pid  # the server keeps running, untouched (the baseline ran beside it)
     t0 = time.monotonic()
     again = play(str(GATE_PLAY), inv, extra_vars=gate_vars)
     assert again.find("Measure with the configured drafter for the speed gate", "local")[-1].status == "skipped"

@@ -1,0 +1,146 @@
+"""The measurement server's launch, the host's speed record, the tune's plan and the host_vars edit (real files)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_host import speed_state as S
+from dflash_host import speed_variant as SV
+from dflash_host.module import Context, ModuleError
+from dfp_cli import speed_commands as SC
+from engine.errors import UserError
+from library import speed_gate, vllm_variant
+
+SPEC = {"method": "dflash", "model": "/m/d", "num_speculative_tokens": 3}
+ARGV = ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "/m/t", "--served-model-name", "t", "--host", "127.0.0.1",
+        "--port", "8000", "--speculative-config", json.dumps(SPEC), "--dtype", "float32"]
+
+
+def test_the_baseline_drops_the_speculative_config_and_moves_the_port():
+    argv = SV.variant_argv(ARGV, 8010, SPEC, None)
+    assert "--speculative-config" not in argv and argv[argv.index("--port") + 1] == "8010"
+    assert argv[-2:] == ["--dtype", "float32"] and len(argv) == len(ARGV) - 2
+
+
+def test_a_k_variant_rewrites_only_num_speculative_tokens():
+    argv = SV.variant_argv(ARGV, 8010, SPEC, 1)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {**SPEC, "num_speculative_tokens": 1}
+
+
+def test_k_outside_the_drafters_block_is_refused():
+    with pytest.raises(ModuleError, match="outside 1..3"):
+        SV.check_variant(4, SPEC, 3)
+    with pytest.raises(ModuleError, match="serves none"):
+        SV.check_variant(2, None, None)
+    assert SV.check_variant("baseline", SPEC, 3) is None and SV.check_variant("2", SPEC, 3) == 2
+
+
+def test_the_drafters_block_size_bounds_k(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"block_size": 4}))
+    assert SV.drafter_max_k({"model": str(tmp_path)}) == 3
+    (tmp_path / "config.json").write_text(json.dumps({"dflash_config": {"block_size": 16}}))
+    assert SV.drafter_max_k({"model": str(tmp_path)}) == 15
+
+
+def test_a_foreign_record_of_a_stopped_server_is_left_alone(tmp_path):
+    p = SV.variant_places(str(tmp_path / "run" / "vllm.pid"), str(tmp_path / "logs" / "vllm.log"))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "vllm-speed.configured.json").write_text('{"someone": "else"}')
+    with pytest.raises(ModuleError, match="not the tool's record"):
+        SV.read_configured_record(p)
+    assert (tmp_path / "run" / "vllm-speed.configured.json").read_text() == '{"someone": "else"}'
+
+
+def test_without_a_rendered_launch_the_measurement_server_says_what_to_run(tmp_path):
+    args = {"state": "started", "variant": "baseline", "pidfile": str(tmp_path / "run" / "vllm.pid"),
+            "log": str(tmp_path / "logs" / "vllm.log"), "root": str(tmp_path), "port_offset": 10, "placement": "auto",
+            "nvidia_smi": None, "restore": True}
+    with pytest.raises(ModuleError, match="invoke provision"):
+        vllm_variant.run(args, Context())
+
+
+def _gate_args(tmp_path, **kw):
+    args = {name: spec.get("default") for name, spec in speed_gate.ARGS.items()}
+    args.update(pidfile=str(tmp_path / "run" / "vllm.pid"), root=str(tmp_path), host_label="h1")
+    args.update(kw)
+    return args
+
+
+def run_(c, tps, acc=None):
+    return {"concurrency": c, "output_tokens_per_s": tps, "acceptance_rate": acc, "per_position_acceptance": []}
+
+
+def test_a_foreign_state_file_or_textfile_is_never_overwritten(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "speed.json").write_text('{"mine": true}')
+    with pytest.raises(ModuleError, match="not the tool's record of speed figures"):
+        speed_gate.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
+    (tmp_path / "state" / "speed.json").unlink()
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "dflash.prom").write_text("node_load1 3\n")
+    with pytest.raises(ModuleError, match="not written by dflash-provision"):
+        speed_gate.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
+    assert (tmp_path / "metrics" / "dflash.prom").read_text() == "node_load1 3\n"
+
+
+def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f1", "speculative": SPEC}))
+    args = _gate_args(tmp_path, action="gate", mode="fail", concurrency=1, runs=[run_(1, 333.0, 0.002)],
+                      baseline_runs=[run_(1, 539.0)])
+    with pytest.raises(ModuleError, match=r"SLOWER.*333.0 tokens/s with the drafter \(k=3\), 539.0 without it"):
+        speed_gate.run(args, Context())
+    plan = speed_gate.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())
+    assert plan["hit"] and not plan["measure"] and plan["cached"]["speedup"] == round(333 / 539, 3)
+    warn = Context()
+    speed_gate.run(_gate_args(tmp_path, action="gate", mode="warn", concurrency=1), warn)  # from the cache
+    assert "SLOWER" in warn.warnings[0]
+    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f2", "speculative": SPEC}))
+    assert speed_gate.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())["measure"]
+    assert S.last_speed(str(tmp_path / "state" / "speed.json"))["speedup"] == {"1": round(333 / 539, 3)}
+
+
+def test_tune_steps_and_choice_on_the_host(tmp_path):
+    step = _gate_args(tmp_path, action="tune_step", concurrency=1)
+    speed_gate.run({**step, "variant": "baseline", "runs": [run_(1, 500.0)]}, Context())
+    speed_gate.run({**step, "variant": 1, "runs": [run_(1, 700.0, 0.9)]}, Context())
+    speed_gate.run({**step, "variant": 3, "runs": [run_(1, 900.0, 0.8)]}, Context())
+    out = speed_gate.run(_gate_args(tmp_path, action="tune_choose", concurrency=1), Context())
+    assert out["choice"]["chosen_k"] == 3 and set(out["by_k"]) == {"1", "3"}
+    prom = (tmp_path / "metrics" / "dflash.prom").read_text()
+    assert 'dflash_num_speculative_tokens{host="h1"} 3' in prom and 'dflash_speedup{concurrency="1",host="h1"} 1.8' in prom
+
+
+def test_tune_plan_skips_k_above_the_block_and_after_a_position_that_cannot_pay():
+    plan = SC.TunePlan([7, 1, 2, 3, 5])
+    plan.after_baseline("h", {"tune_server": {"max_k": 5}})
+    assert plan.skipped["h"] == ["k=7: above block_size - 1 = 5"]
+    assert plan.next_step() == {"h": 1}
+    plan.after_k("h", 1, {"tune_bench": {"runs": [{"concurrency": 4, "per_position_acceptance": [0.5]}]}}, 4)
+    assert plan.next_step() == {"h": 2}
+    plan.after_k("h", 2, {"tune_bench": {"runs": [{"concurrency": 4, "per_position_acceptance": [0.3, 0.01]}]}}, 4)
+    assert plan.next_step() == {} and "k=3,5: cannot pay" in plan.skipped["h"][1]
+
+
+def test_host_vars_keep_their_other_lines_and_show_a_diff(tmp_path):
+    path = tmp_path / "host_vars" / "gpu1.yaml"
+    path.parent.mkdir()
+    path.write_text("# notes\nnum_speculative_tokens: 15  # old\nmax_num_seqs: 8\n")
+    diff = SC.set_host_var(path, "num_speculative_tokens", 7)
+    assert path.read_text() == "# notes\nnum_speculative_tokens: 7\nmax_num_seqs: 8\n"
+    assert "-num_speculative_tokens: 15  # old" in diff and "+num_speculative_tokens: 7" in diff
+    assert SC.set_host_var(path, "num_speculative_tokens", 7) == ""
+    assert SC.host_vars_file(str(tmp_path / "inventory.yaml"), "gpu1") == path
+    path.write_text("$ANSIBLE_VAULT;1.1;AES256\n3031\n")
+    with pytest.raises(UserError, match="vault-encrypted"):
+        SC.set_host_var(path, "num_speculative_tokens", 7)
+
+
+def test_no_paying_k_is_said_loudly_and_nothing_is_written(tmp_path):
+    tuned = {"choice": {"chosen_k": None, "recommendation": "no k beats serving without the drafter"}}
+    msg = SC.apply_choice("gpu1", tuned, str(tmp_path / "inventory.yaml"), write=True)
+    assert "NO k MAKES THE DRAFTER PAY" in msg and "drafter_model: null" in msg
+    assert not (tmp_path / "host_vars").exists()
