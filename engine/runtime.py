@@ -50,11 +50,21 @@ def host_package_files() -> list[Path]:
 
 
 def host_package_hash() -> str:
-    """A hash of dflash_host's file names and contents: the version every host must run."""
-    digest = hashlib.sha256()
-    for path in host_package_files():
-        digest.update(path.relative_to(HOST_PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
+    """A hash of dflash_host's file names and contents: the version every host must run. Computed once per
+    version of the files (their sizes and times are checked, not their contents re-read): every host's
+    greeting needs it."""
+    files = host_package_files()
+    stamp = tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in ((p, p.stat()) for p in files))
+    cached = _HASHES.get(stamp)
+    if cached is None:
+        digest = hashlib.sha256()
+        for path in files:
+            digest.update(path.relative_to(HOST_PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        cached = _HASHES[stamp] = digest.hexdigest()[:16]
+    return cached
+
+
+_HASHES: dict[tuple, str] = {}
 
 
 def _zip(dirs: list[Path]) -> bytes:

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.ssh
 
 def _whoami_and_where(conn) -> tuple[str, str]:
     """Who we are on the far end and the address its sshd saw us on (SSH_CONNECTION's server address)."""
-    out = conn.run("echo $(id -un) $SSH_CONNECTION", hide=True, in_stream=False).stdout.split()
+    _, stdout, _ = conn.client.exec_command("echo $(id -un) $SSH_CONNECTION")
+    out = stdout.read().decode().split()
     return out[0], out[3]
 
 
