@@ -199,7 +199,7 @@ def write_html(folder: str, pages: dict) -> list[str]:
 def _index_row(host: str, parts: dict) -> dict:
     tune, bench = parts.get("tune") or {}, parts.get("bench") or {}
     choice = tune.get("choice") or {}
-    row_k = next((r for r in choice.get("table", []) if r["k"] == choice.get("chosen_k")), {})
+    row_k: dict = next((r for r in choice.get("table", []) if r["k"] == choice.get("chosen_k")), {})
     speedup = row_k.get("speedup") if tune else min((x for x in (bench.get("speedup") or {}).values() if x), default=None)
     first = (bench.get("runs") or [{}])[0]
     return {"host": host, "page": page_name(host), "speedup": speedup, "chosen_k": choice.get("chosen_k"),
