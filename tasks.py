@@ -10,6 +10,7 @@ from __future__ import annotations
 from invoke import Collection, Task
 
 from dfp_cli import commands as cmd
+from dfp_cli import speed_commands as speed
 from dfp_cli.options import INVENTORY_OPTIONS, PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
 
 PURGE = Option("purge", False, "also remove environments and generated configs (logs are kept)", ("p",))
@@ -30,6 +31,10 @@ ns = Collection(
                 "Is the server running and healthy, what it serves, its acceptance rate and GPU memory."),
     invoke_task(cmd.report_command("facts"), REPORT_OPTIONS, "facts",
                 "Gather and print facts (OS, python, CPUs, memory, disk, systemd, GPUs)."),
+    invoke_task(speed.serving_bench, speed.SERVING_BENCH_OPTIONS, "serving-bench",
+                "Closed-loop load against the server (vllm bench serve); --compare-baseline also without the drafter."),
+    invoke_task(speed.tune, speed.TUNE_OPTIONS, "tune",
+                "Measure the baseline and each k, choose num_speculative_tokens, write it to host_vars."),
     invoke_task(cmd.inventory, INVENTORY_OPTIONS, "inventory", "Print the inventory as JSON, like ansible-inventory."),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),
     Task(cmd.module_docs, name="module-docs"),

@@ -49,6 +49,18 @@ def render_summary(kind: str, host: str, data: Any) -> str:
         ]
     if data.get("gpu_used_mib") is not None:
         lines.append(f"  GPU memory used: {data.get('gpu_used_mib')} MiB")
+    lines += _speed_lines(data.get("speed") or {})
     if data.get("msg"):
         lines.append(f"  {data['msg']}")
     return "\n".join(lines)
+
+
+def _speed_lines(speed: dict) -> list[str]:
+    """The last measured speed-up (serving-bench, tune or the speed gate), its k and when."""
+    if not speed.get("speedup"):
+        return ["  speed-up: not measured (invoke serving-bench --compare-baseline, or invoke tune)"]
+    ratios = ", ".join(f"{x:.2f}x at concurrency {c}" for c, x in sorted(speed["speedup"].items(), key=lambda i: int(i[0]))
+                       if x is not None)
+    k = speed.get("num_speculative_tokens")
+    return [f"  speed-up: {ratios or 'n/a'} (k={k if k is not None else '?'}, measured {speed.get('measured_at_utc')}"
+            f" by {speed.get('source') or 'a measurement'})"]

@@ -19,6 +19,7 @@ from dflash_host import gpu as _gpu
 from dflash_host import vllm_metrics as M
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
+from dflash_host.speed_state import last_speed
 from dflash_host.vllm_files import load_json, paths, read_env
 from dflash_host.vllm_process import server_for
 
@@ -28,6 +29,9 @@ ARGS = {
     "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
                    "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "seconds per HTTP probe"},
+    "root": {"type": "path", "default": None, "var": "dfp_root", "help": "dfp_root: the state file lies inside it"},
+    "state_file": {"type": "path", "default": None, "var": "speed_state_file",
+                   "help": "the host's speed record; none: <dfp_root>/state/speed.json"},
 }
 
 
@@ -145,7 +149,19 @@ def _running_msg(out: dict) -> str:
     return msg + _log_note(out)
 
 
+def speed_record(args: dict) -> dict:
+    """The last speed figures serving-bench, tune or the speed gate recorded here ({} when none)."""
+    path = args["state_file"] or (os.path.join(os.path.expanduser(args["root"]), "state", "speed.json") if args["root"] else None)
+    return last_speed(path) if path else {}
+
+
 def run(args: dict, ctx: Context) -> dict:
+    out = _status(args)
+    out["speed"] = speed_record(args)
+    return out
+
+
+def _status(args: dict) -> dict:
     p = paths(args["pidfile"])
     launch = load_json(p["launch"])
     out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
