@@ -104,19 +104,6 @@ def run_row(concurrency: int, load: dict, counters: dict | None, generator: str)
     return row
 
 
-def speedup(runs: list, baseline_runs: list) -> dict:
-    """{"<concurrency>": output tokens/s of the run / of the baseline run at the same concurrency} (4 digits).
-
-    Levels missing on either side, or without a throughput, are left out."""
-    base = {r.get("concurrency"): r.get("output_tokens_per_s") for r in baseline_runs}
-    out = {}
-    for r in runs:
-        b, v = base.get(r.get("concurrency")), r.get("output_tokens_per_s")
-        if b and v is not None:
-            out[str(r["concurrency"])] = round(v / b, 4)
-    return out
-
-
 def summary(runs: list) -> str:
     """One line per the module contract: tokens/s and acceptance per concurrency level."""
     parts = []

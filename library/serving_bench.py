@@ -28,7 +28,7 @@ level in the order given:
   drafts), drafts, draft_tokens, accepted_tokens, per_position_accepted (raw counts), load_generator.
 Acceptance fields are None (lists empty) without a drafter. A baseline comparison is the caller's:
 run this once against the server with the drafter and once without, then
-dflash_host.bench_result.speedup(runs, baseline_runs) -> {"1": x, "16": y}.
+dflash_host.speedup.speedups(runs, baseline_runs) -> {"1": x, "16": y}.
 """
 
 from __future__ import annotations

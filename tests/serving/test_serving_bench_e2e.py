@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host import bench_result as R
 from dflash_host.module import Context, execute
+from dflash_host.speedup import speedups
 from dflash_host.st_header import read_header
 from engine.api import run_playbook
 from library import serving_bench
@@ -148,4 +148,4 @@ def test_random_pair_accepts_almost_nothing(serve):
         assert row["acceptance_rate"] < 0.05, row
     agreeing = getattr(serve, "agreeing_runs", None)
     if agreeing:  # reported, never asserted: a shared 2-core CPU
-        print(f"\nagreeing pair / random pair, output tokens/s per concurrency: {R.speedup(agreeing, rnd['runs'])}")
+        print(f"\nagreeing pair / random pair, output tokens/s per concurrency: {speedups(agreeing, rnd['runs'])}")

@@ -18,6 +18,7 @@ import pytest
 
 from dflash_host import bench_result as R
 from dflash_host.module import Context, check_args, execute
+from dflash_host.speedup import speedups
 from library import serving_bench
 from tests.fakes.vllm_processes import free_port
 
@@ -80,7 +81,7 @@ def test_speedup_pairs_levels_and_skips_missing_ones():
     runs = [{"concurrency": 1, "output_tokens_per_s": 1257.0}, {"concurrency": 16, "output_tokens_per_s": 14700.0},
             {"concurrency": 4, "output_tokens_per_s": 10.0}]
     base_runs = [{"concurrency": 1, "output_tokens_per_s": 539.0}, {"concurrency": 16, "output_tokens_per_s": 6015.0}]
-    assert R.speedup(runs, base_runs) == {"1": 2.3321, "16": 2.4439}
+    assert speedups(runs, base_runs) == {"1": 2.332, "16": 2.444}
 
 
 # --------------------------------------------------------------------------- the built-in client
