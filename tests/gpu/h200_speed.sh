@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Speed figures on the lent H200 through the project's own commands (device tool, few full calls):
+#   stage          copy gpu-kit's xfer1 (carried as .gpu-stage/xfer1) to /tmp/stage
+#   bench PAIR     (first bench call also installs xfer2 + .whl) provision with tiny_pair=PAIR, then
+#                  serving-bench --compare-baseline at concurrency 1,16 (256 tokens a request), status --json
+#   tune PAIR KS   tune --k KS at concurrency 1 and 16 (the HTML pages and the choice come back)
+# Everything for $OUT goes into one tarball per call.
+set -uo pipefail
+PHASE=$1; PAIR=${2:-agreeing}; KS=${3:-1,3,7}
+OUT=${OUT:-/tmp/h200-out}; R="$OUT/speed-$PHASE-$PAIR"; mkdir -p "$R"
+export PYTHONUNBUFFERED=1
+finish() { tar -czf "$OUT/speed-$PHASE-$PAIR.tgz" -C "$OUT" "speed-$PHASE-$PAIR" && rm -rf "$R"; }
+if [ "$PHASE" = stage ]; then mkdir -p /tmp/stage && cp .gpu-stage/xfer1/* /tmp/stage/ && du -sm /tmp/stage; exit; fi
+PY=$(python3 -c 'import sys; print(sys.executable)')
+if [ ! -d /tmp/site/vllm ]; then
+  cp .gpu-stage/xfer2/* /tmp/stage/ && STAGE=/tmp/stage SITE=/tmp/site bash /tmp/stage/install.sh > "$R/install.log" 2>&1 || { tail "$R/install.log"; finish; exit 3; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/ctl .whl/*.whl || exit 3
+  # the `vllm` command beside the serving python (a venv would have it; here vLLM lives in /tmp/site)
+  printf '#!/bin/sh\nPYTHONPATH=/tmp/site exec %s -m vllm.entrypoints.cli.main "$@"\n' "$PY" > "$(dirname "$PY")/vllm"
+  chmod +x "$(dirname "$PY")/vllm"
+fi
+export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
+INV=(-i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
+step() { name=$1; shift; local t0=$(date +%s.%N); python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
+         echo "$name rc=$rc $(python3 -c "print(round($(date +%s.%N)-$t0,1))")s" | tee -a "$R/steps.txt"; }
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > "$R/gpu.txt"
+if [ "$PHASE" = bench ]; then
+  step provision provision "${INV[@]}" --skip-tags venv --report "$R/provision.json"
+  step serving-bench serving-bench "${INV[@]}" --compare-baseline --concurrency 1,16 --max-tokens 256 --json "$R/bench.json" --html "$R/html"
+  step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >> "$R/gpu.txt"
+elif [ "$PHASE" = tune ]; then
+  step tune tune "${INV[@]}" --k "$KS" --concurrency 16 --max-tokens 256 --json "$R/tune.json" --html "$R/html"
+  cp tests/gpu/host_vars/h200.yaml "$R/host_vars-h200.yaml" 2>/dev/null
+  step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
+fi
+cat "$R/steps.txt"; tail -5 /tmp/dflash-h200/logs/vllm.log > "$R/vllm-log-tail.txt" 2>/dev/null
+finish
