@@ -30,7 +30,7 @@ if [ "$PHASE" = bench ]; then
   step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >> "$R/gpu.txt"
 elif [ "$PHASE" = tune ]; then
-  step tune tune "${INV[@]}" --k "$KS" --concurrency 16 --max-tokens 256 --json "$R/tune.json" --html "$R/html"
+  step tune tune "${INV[@]}" -k "$KS" --concurrency 16 --max-tokens 256 --json "$R/tune.json" --html "$R/html"
   cp tests/gpu/host_vars/h200.yaml "$R/host_vars-h200.yaml" 2>/dev/null
   step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
 fi
