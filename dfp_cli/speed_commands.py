@@ -250,10 +250,22 @@ def _failed_hosts(result: Any) -> dict:
     return {r.host: r.msg for r in result.results if r.status in ("failed", "unreachable") and not r.ignored}
 
 
+def tune_vars(opts: dict) -> dict:
+    """The measurement's variables for tune: --concurrency is the one level k is chosen at (tune_concurrency)."""
+    out = measure_vars(opts)
+    levels = out.pop("speed_concurrency", None)
+    if levels:
+        if len(levels) != 1:
+            raise UserError(f"tune chooses k at one concurrency; --concurrency has {len(levels)} levels: give one, e.g. "
+                            "--concurrency 16 (serving-bench measures several)")
+        out["tune_concurrency"] = levels[0]
+    return out
+
+
 def tune_run(opts: dict) -> tuple[int, dict]:
     """Every step of a tune; (exit code, per host {choice, by_k, baseline_runs, skipped, restore, ...})."""
     ks = _levels(opts.get("k") or DEFAULT_K) or []
-    base = measure_vars(opts)
+    base = tune_vars(opts)
     plan = TunePlan(ks)
     first = _play("tune", opts, {**base, "tune_plan": {"*": "baseline"}})
     hosts = list(first.recap)

@@ -56,7 +56,7 @@ ARGS = {
                   "help": "tokenizer for vllm bench serve's random prompts; none: the launch record's target model"},
     "venv_python": {"type": "path", "default": None, "var": "venv_python",
                     "help": "the serving environment's python; vllm bench serve is the `vllm` beside it"},
-    "concurrency": {"type": "list", "default": [1, 16],
+    "concurrency": {"type": "list", "default": [1, 16], "var": "speed_concurrency",
                     "help": "closed-loop concurrency levels, run in this order (a list, or \"1,16\")"},
     "requests": {"type": "int", "default": None, "var": "speed_requests",
                  "help": "requests per level; none: 4 x the concurrency, at least 8"},

@@ -144,3 +144,12 @@ def test_no_paying_k_is_said_loudly_and_nothing_is_written(tmp_path):
     msg = SC.apply_choice("gpu1", tuned, str(tmp_path / "inventory.yaml"), write=True)
     assert "NO k MAKES THE DRAFTER PAY" in msg and "drafter_model: null" in msg
     assert not (tmp_path / "host_vars").exists()
+
+
+def test_tune_chooses_at_the_one_concurrency_given_and_refuses_several():
+    from dfp_cli.speed_commands import tune_vars
+    from engine.errors import UserError
+
+    assert tune_vars({"concurrency": "2", "requests": "8"}) == {"tune_concurrency": 2, "speed_requests": 8}
+    with pytest.raises(UserError, match="one concurrency"):
+        tune_vars({"concurrency": "1,16"})
