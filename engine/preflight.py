@@ -64,7 +64,7 @@ class Preflight:
         if isinstance(value, str) and is_template(value):
             if value not in self._parsed:
                 try:
-                    self._parsed[value] = meta.find_undeclared_variables(self.env.parse(value))
+                    self._parsed[value] = required_names(self.env.parse(value))
                 except Exception as exc:
                     raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
             found |= self._parsed[value]
@@ -145,3 +145,14 @@ def check_tags(plays: list[Play], tags: set[str], skip_tags: set[str], selected:
     if tags and not any(selected(t) for play in plays for t in walk_tasks(play.tasks)):
         raise UserError(f"--tags {','.join(sorted(tags))} with --skip-tags {','.join(sorted(skip_tags))} selects no "
                         f"task: nothing would run; {listing}.")
+
+
+def required_names(ast: Any) -> set[str]:
+    """The variables a parsed template reads, less those it reads only through `| default(...)` (or `| d(...)`):
+    `{{ x | default(omit) }}` is fine when x is undefined, as in Ansible."""
+    from jinja2 import nodes
+
+    guarded = {id(f.node) for f in ast.find_all(nodes.Filter)
+               if f.name in ("default", "d") and isinstance(f.node, nodes.Name)}
+    bare = {n.name for n in ast.find_all(nodes.Name) if n.ctx == "load" and id(n) not in guarded}
+    return meta.find_undeclared_variables(ast) & bare

@@ -212,3 +212,15 @@ def test_a_refused_playbook_leaves_no_worker_from_the_early_connection(ssh_hosts
     while workers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert workers() == []
+
+
+def test_a_variable_read_only_through_default_may_be_undefined(tmp_path):
+    """`{{ x | default(...) }}` is fine without x (as in Ansible); a bare `{{ x }}` elsewhere still stops the run."""
+    inv = {"all": {"hosts": {"local": {"ansible_connection": "local"}}}}
+    guarded = [{"name": "Guarded", "debug": {"msg": "{{ not_set | default('fallback') }} {{ also_not | d(omit) }}"}}]
+    res = run_playbook(_playbook(tmp_path / "ok.yaml", guarded), inv)
+    assert res.exit_code == 0, res.error or res.tasks
+    assert "fallback" in res.find("Guarded")[0].msg
+    bare = guarded + [{"name": "Bare", "debug": {"msg": "{{ not_set }}"}}]
+    res = run_playbook(_playbook(tmp_path / "bad.yaml", bare), inv)
+    assert res.exit_code == 4 and "not_set" in res.error
