@@ -21,7 +21,9 @@ if [ ! -d /tmp/site/vllm ]; then
 fi
 export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 INV=(-i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
-step() { name=$1; shift; local t0=$(date +%s.%N); python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))  # the device call's limit is 600 s: keep time to pack what came
+step() { name=$1; shift; local left=$(( DEADLINE - $(date +%s) )); [ $left -gt 20 ] || { echo "$name skipped (no time)" | tee -a "$R/steps.txt"; return; }
+         local t0=$(date +%s.%N); timeout $left python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
          echo "$name rc=$rc $(python3 -c "print(round($(date +%s.%N)-$t0,1))")s" | tee -a "$R/steps.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > "$R/gpu.txt"
 if [ "$PHASE" = bench ]; then
