@@ -6,6 +6,7 @@
 #   tune PAIR KS   tune --k KS at concurrency 1 and 16 (the HTML pages and the choice come back)
 # Everything for $OUT goes into one tarball per call.
 set -uo pipefail
+T_START=$(date +%s)
 PHASE=$1; PAIR=${2:-agreeing}; KS=${3:-1,3,7}
 OUT=${OUT:-/tmp/h200-out}; R="$OUT/speed-$PHASE-$PAIR"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
@@ -21,7 +22,7 @@ if [ ! -d /tmp/site/vllm ]; then
 fi
 export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
 INV=(-i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
-DEADLINE=$(( $(date +%s) + ${BUDGET_S:-570} ))  # the device call's limit is 600 s: keep time to pack what came
+DEADLINE=$(( T_START + ${BUDGET_S:-570} ))  # the device call's limit is 600 s: keep time to pack what came
 step() { name=$1; shift; local left=$(( DEADLINE - $(date +%s) )); [ $left -gt 20 ] || { echo "$name skipped (no time)" | tee -a "$R/steps.txt"; return; }
          local t0=$(date +%s.%N); timeout $left python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
          echo "$name rc=$rc $(python3 -c "print(round($(date +%s.%N)-$t0,1))")s" | tee -a "$R/steps.txt"; }
