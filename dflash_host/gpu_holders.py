@@ -107,7 +107,9 @@ def describe_holders(holders: list) -> str:
     for h in holders:
         mib = f"{h['mib']} MiB" if h.get("mib") is not None else "MiB unknown"
         gpu = f"GPU {h['gpu']}" if h.get("gpu") is not None else "GPU ?"
-        cmd = " ".join(h.get("cmdline") or []) or h.get("process_name") or "?"
+        # vLLM's process titles (setproctitle: "VLLM::EngineCore" padded with spaces over the old argv) read
+        # as one word and a run of blanks: one space between words, as ps shows them.
+        cmd = " ".join(" ".join(h.get("cmdline") or []).split()) or h.get("process_name") or "?"
         if len(cmd) > 120:
             cmd = cmd[:117] + "..."
         parts.append(f"pid {h['pid']} (user {h.get('user') or '?'}, {gpu}, {mib}): {cmd}")

@@ -11,7 +11,7 @@ PHASE=$1; PAIR=${2:-agreeing}; KS=${3:-1,3,7}
 OUT=${OUT:-/tmp/h200-out}; R="$OUT/speed-$PHASE-$PAIR"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 finish() { tar -czf "$OUT/speed-$PHASE-$PAIR.tgz" -C "$OUT" "speed-$PHASE-$PAIR" && rm -rf "$R"; }
-if [ "$PHASE" = stage ]; then mkdir -p /tmp/stage && cp .gpu-stage/xfer1/* /tmp/stage/ && du -sm /tmp/stage; exit; fi
+if [ "$PHASE" = stage ]; then mkdir -p /tmp/stage && cp -r .gpu-stage/xfer1/* /tmp/stage/ && du -sm /tmp/stage; exit; fi
 PY=$(python3 -c 'import sys; print(sys.executable)')
 if [ ! -d /tmp/site/vllm ]; then
   cp .gpu-stage/xfer2/* /tmp/stage/ && STAGE=/tmp/stage SITE=/tmp/site bash /tmp/stage/install.sh > "$R/install.log" 2>&1 || { tail "$R/install.log"; finish; exit 3; }

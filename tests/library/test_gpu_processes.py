@@ -367,3 +367,13 @@ def test_gpus_argument_limits_which_gpus_must_be_free(gpu, tmp_path):
     res = run_module(base_args(gpu, str(tmp_path / "x.pid")), tmp_path)
     assert res["failed"] and "GPU 1 has 5000 MiB used" in res["msg"]
     assert other.procs["on-gpu1"].is_running()
+
+
+def test_a_process_title_padded_with_blanks_reads_as_ps_shows_it():
+    """Seen on the H200: vLLM's EngineCore sets its title over its old argv ("VLLM::EngineCore" and a run of
+    blanks), which made the foreign-holder message end in a wall of spaces."""
+    from dflash_host.gpu_holders import describe_holders
+
+    text = describe_holders([{"pid": 6611, "user": "root", "gpu": 0, "mib": 15012,
+                              "cmdline": ["VLLM::EngineCore" + " " * 200]}])
+    assert text == "pid 6611 (user root, GPU 0, 15012 MiB): VLLM::EngineCore"
