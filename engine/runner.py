@@ -284,6 +284,10 @@ class Runner:
             state.failed = True
             msg = (f"{state.host.name} is locked by another run: {describe_holder(reply.get('holder'))}; waited "
                    f"{self.lock_wait:g} s (--lock-wait). Let that run finish, or wait longer with --lock-wait.")
+            if reply.get("unusable"):
+                msg = (f"cannot take the host lock on {state.host.name}: {reply['unusable']}. The lock must be a regular "
+                       "file the tool made at that name (never a symlink), writable by the user the play runs as; "
+                       "remove what is there, or set dfp_root to a folder of the tool's own.")
             self.executor.record(state, TaskResult(state.host.name, "Host lock", None, "-", "failed", False, msg, duration))
             return False
         if reply.get("stale"):

@@ -180,7 +180,9 @@ class HostLock:
 
         path = os.path.expanduser(path)
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        # Never through a symlink: the lock file is the tool's own, at a fixed name.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        self._give_to_login_user(fd)
         deadline = time.monotonic() + max(0.0, float(wait_s))
         told = False
         while True:
@@ -205,6 +207,16 @@ class HostLock:
         os.fsync(fd)
         self.fd = fd
         return {"locked": True, "stale": stale, "path": path}
+
+    @staticmethod
+    def _give_to_login_user(fd):
+        """A lock file made by root through sudo (become) belongs to the user sudo was run by, so that a later
+        run of that user without become can open it too (root can open any)."""
+        uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+        if os.geteuid() != 0 or not (uid and uid.isdigit() and gid and gid.isdigit()):
+            return
+        if os.fstat(fd).st_uid == 0:
+            os.fchown(fd, int(uid), int(gid))
 
     def release(self):
         if self.fd is not None:
@@ -272,7 +284,11 @@ class Worker:
         return {"result": result}
 
     def op_lock(self, req):
-        return self.lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, self.progress(req.get("id")))
+        try:
+            return self.lock.take(req["path"], req.get("wait_s", 0), req.get("record") or {}, self.progress(req.get("id")))
+        except OSError as exc:  # not a lock held by another run: the file itself cannot be the lock
+            return {"locked": False, "path": req["path"], "unusable": "{}: {}".format(
+                req["path"], getattr(exc, "strerror", None) or exc)}
 
     def op_put(self, req):
         """Write a chunk of a file the engine uploads (to a worker started through sudo, which SFTP cannot reach

@@ -168,3 +168,21 @@ def test_dropped_connection_does_not_send_the_task_again(tmp_path, host_inv, sha
     again = run_playbook(pb, inv)
     assert again.exit_code == 0, again.tasks
     assert runs.read_text() == "run\nrun\n"
+
+
+def test_a_lock_path_that_is_a_symlink_is_not_followed(tmp_path, host_inv, shared_tmp):
+    """The lock file is the tool's own: a symlink planted at its name (to a file the user may write) is neither
+    truncated nor written through; the host fails, naming the lock."""
+    inv, root = host_inv
+    root.mkdir(parents=True, exist_ok=True)
+    target = shared_tmp / "precious.txt"
+    target.write_text("keep me\n")
+    target.chmod(0o666)
+    (root / ".dflash-provision.lock").symlink_to(target)
+    marker = shared_tmp / "ran"
+    res = run_playbook(write(tmp_path, "pb.yaml", [{"name": "touch", "file": {"path": str(marker), "state": "directory"}}]), inv)
+    assert res.exit_code == 2, res.tasks
+    assert target.read_text() == "keep me\n"
+    assert not marker.exists()
+    msg = res.find("Host lock")[0].msg
+    assert "cannot take the host lock" in msg and "symlink" in msg and "another run" not in msg, msg
