@@ -113,7 +113,8 @@ def resolve_specs(flavor: str, vllm_version: str | None, requirements: list) -> 
     return specs
 
 
-def env_hash(specs: list, python: dict, flavor: str, cpu_fixups: bool, cpu_remove_triton: bool) -> str:
+def env_hash(specs: list, python: dict, flavor: str, cpu_fixups: bool, cpu_remove_triton: bool,
+             system_site_packages: bool = False) -> str:
     """16 hex digits naming an environment by what is in it, not by how or where it was fetched."""
     key = {
         "format": HASH_FORMAT,
@@ -123,6 +124,8 @@ def env_hash(specs: list, python: dict, flavor: str, cpu_fixups: bool, cpu_remov
         "cpu_fixups": bool(cpu_fixups),
         "cpu_remove_triton": bool(cpu_fixups and cpu_remove_triton),
     }
+    if system_site_packages:  # only then: the hashes of environments built before the option stay the same
+        key["system_site_packages"] = True
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -239,11 +242,13 @@ def run_step(argv: list, args: dict, ctx: Context, lock: RootLock, what: str) ->
 
 def create_env(path: str, py: dict, kind: str, uv: str | None, args: dict, ctx: Context, lock: RootLock) -> None:
     ctx.say(f"creating {path} with {kind}")
+    # A base that already has torch (an NGC container, a deep-learning image): the env sees its site-packages.
+    shared = ["--system-site-packages"] if args.get("system_site_packages") else []
     if kind == "uv":
-        run_step([uv, "venv", "--python", py["executable"], path], args, ctx, lock, "creating the environment")
+        run_step([uv, "venv", *shared, "--python", py["executable"], path], args, ctx, lock, "creating the environment")
         return
     try:
-        run_step([py["executable"], "-m", "venv", path], args, ctx, lock, "creating the environment")
+        run_step([py["executable"], "-m", "venv", *shared, path], args, ctx, lock, "creating the environment")
     except ModuleError as exc:
         if "ensurepip" in exc.msg:
             raise ModuleError(
@@ -329,12 +334,31 @@ def install_into(path: str, plan: dict, py: dict, installer: tuple, args: dict, 
     return {"installer": kind, "uv": uv, "packages": packages, "cpu_fixups": fixes, "verify": verify}
 
 
+def installer_args(args: dict) -> dict:
+    """With system site-packages the installer must count the base's packages as installed (torch is not
+    fetched again): pip does, uv does not (it looks at the env alone). auto picks pip; uv is refused."""
+    if not args.get("system_site_packages"):
+        return args
+    if args["installer"] == "uv":
+        raise ModuleError("installer uv does not count the base interpreter's packages as installed, so with "
+                          "venv_system_site_packages it would fetch torch and the rest again; use venv_installer: pip "
+                          "(or auto, which picks pip here)")
+    return dict(args, installer="pip")
+
+
+def from_base(env_path: str, imports: dict) -> list:
+    """The verified imports that come from the base interpreter's site-packages, not from the env."""
+    inside = os.path.realpath(env_path) + os.sep
+    return sorted(mod for mod, r in imports.items()
+                  if r.get("ok") and r.get("file") and not os.path.realpath(r["file"]).startswith(inside))
+
+
 def build(root: str, name: str, h: str, plan: dict, py: dict, args: dict, ctx: Context, lock: RootLock) -> dict:
     """Build envs/<name> in place (a venv cannot be moved), record its lock, verify it, write its marker
     last. The name is journalled as building first, so a folder an interrupted build leaves is ours."""
     path = env_dir(root, name)
     clear_incomplete(root, name, ctx)
-    installer = choose_installer(args, ctx, build_python=py["executable"])
+    installer = choose_installer(installer_args(args), ctx, build_python=py["executable"])
     started = time.monotonic()
     mark_building(root, name, True)
     try:
@@ -352,6 +376,8 @@ def build(root: str, name: str, h: str, plan: dict, py: dict, args: dict, ctx: C
             "uv": done["uv"],
             "cpu_fixups": done["cpu_fixups"],
             "verify": done["verify"],
+            "system_site_packages": bool(args.get("system_site_packages")),
+            "from_base": from_base(path, done["verify"].get("imports", {})),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "build_s": round(time.monotonic() - started, 1),
         }

@@ -203,7 +203,7 @@ def import_each(mods):
     for mod in mods:
         try:
             m = importlib.import_module(mod)
-            res[mod] = {"ok": True, "version": str(getattr(m, "__version__", "") or "")}
+            res[mod] = {"ok": True, "version": str(getattr(m, "__version__", "") or ""), "file": getattr(m, "__file__", None)}
         except BaseException as exc:
             lines = str(exc).strip().splitlines()
             res[mod] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, lines[-1] if lines else "")}

@@ -46,6 +46,14 @@ from dflash_host.pyenv import ENV_MARKER
 
 ARGS = {
     "root": {"type": "path", "required": True, "var": "venv_root", "help": "folder of the environments"},
+    "system_site_packages": {
+        "type": "bool",
+        "default": False,
+        "var": "venv_system_site_packages",
+        "help": "the env sees the build python's site-packages (a base image that has torch: NGC, deep-learning "
+        "images); installed with pip, which counts the base's packages as installed; the result's from_base names "
+        "the verified imports found there",
+    },
     "state": {
         "type": "str",
         "default": "present",
@@ -227,6 +235,8 @@ def result_of(root: str, marker: dict, changed: bool, msg: str, **extra: object)
         "cuda_available": verify.get("cuda_available"),
         "imports": verify.get("imports", {}),
         "cpu_fixups": marker.get("cpu_fixups", []),
+        "system_site_packages": marker.get("system_site_packages", False),
+        "from_base": marker.get("from_base", []),  # verified imports found in the base's site-packages
     }
     out.update(extra)
     return out
@@ -332,7 +342,7 @@ def ensure_present(args: dict, ctx: Context) -> dict:
     args["fresh"] = fresh
     specs = resolve_specs(args["flavor"], args["vllm_version"], args["requirements"])
     py = python_info(args["python"])
-    h = env_hash(specs, py, args["flavor"], args["cpu_fixups"], args["cpu_remove_triton"])
+    h = env_hash(specs, py, args["flavor"], args["cpu_fixups"], args["cpu_remove_triton"], args["system_site_packages"])
     exists = os.path.isdir(root)
     cur = current_env(root) if exists else None
     cur_marker = complete_marker(root, cur) if cur else None

@@ -141,6 +141,8 @@ def test_env_hash_depends_on_content_not_on_order():
     assert env_build.env_hash(["a==1", "b==3"], py, "none", False, False) != base
     assert env_build.env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
     assert env_build.env_hash(["a==1", "b==2"], py, "none", True, False) != base
+    assert env_build.env_hash(["a==1", "b==2"], py, "none", False, False, True) != base
+    assert env_build.env_hash(["a==1", "b==2"], py, "none", False, False, False) == base  # old hashes stay
     assert len(base) == 16 and int(base, 16) >= 0
 
 
@@ -530,3 +532,33 @@ def test_a_second_build_of_the_same_root_waits_for_the_lock_then_says_so(tmp_pat
         res = call({"root": str(root), "requirements": ["dfp-a==1.0"], "wheelhouse": wheelhouse, "lock_timeout_s": 1})
     assert res["failed"] and "another build" in res["msg"] and ".lock" in res["msg"]
     assert os.listdir(root / "envs") == []
+
+
+def test_an_env_over_a_base_with_torch_sees_its_packages_and_installs_only_the_rest_offline(tmp_path, wheelhouse):
+    """The air-gapped GPU host's recipe on CPU: the base interpreter already has a package (as an NGC image has
+    torch; here PyYAML, which the control node's python has), the env is built with venv_system_site_packages
+    from a wheelhouse with --no-index: the base's package imports without being installed again and the result
+    says it comes from the base; without the option the same import fails verification."""
+    if sys.prefix != sys.base_prefix:
+        pytest.skip("the test's python is itself a venv: its site-packages are not a base's system site-packages")
+    root = tmp_path / "envs"
+    args = {"root": str(root), "python": PY, "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse,
+            "installer": "auto", "verify_imports": ["dfp_b", "yaml"], "system_site_packages": True}
+    built = call(args)
+    assert not built["failed"], built["msg"]
+    assert built["installer"] == "pip" and built["system_site_packages"] is True
+    assert built["from_base"] == ["yaml"]
+    env_site = next((Path(built["path"]) / "lib").glob("python*/site-packages"))
+    assert (env_site / "dfp_b").is_dir() and not (env_site / "yaml").exists()  # not installed again
+    assert not env_import(root, "import yaml; print(yaml.__file__)").startswith(str(tmp_path))
+
+    isolated = call(dict(args, root=str(tmp_path / "envs2"), system_site_packages=False))
+    assert isolated["failed"] and "yaml" in isolated["msg"]
+
+
+def test_uv_with_system_site_packages_is_refused_before_anything_is_built(tmp_path, wheelhouse):
+    root = tmp_path / "envs"
+    res = call({"root": str(root), "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse, "installer": "uv",
+                "system_site_packages": True})
+    assert res["failed"] and "venv_installer: pip" in res["msg"]
+    assert not (root / "envs").exists() or not any((root / "envs").iterdir())
