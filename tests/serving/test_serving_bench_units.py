@@ -236,3 +236,16 @@ def test_runnable_by_hand(tmp_path):
 def test_args_table_is_a_literal_with_defaults_for_the_control_side():
     args = check_args(serving_bench.ARGS, {}, "serving_bench")
     assert args["concurrency"] == [1, 16] and args["max_tokens"] == 256 and args["load_generator"] == "auto"
+
+
+def test_vllm_version_reads_a_vllm_staged_on_the_servers_pythonpath(tmp_path):
+    """Seen on the H200: vLLM staged in a folder the launch puts on PYTHONPATH read as "unknown version"."""
+    import sys
+
+    from dflash_host.vllm_bench import vllm_version
+
+    dist = tmp_path / "site" / "vllm-9.9.9.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
+    assert vllm_version(sys.executable, {"PYTHONPATH": str(tmp_path / "site")}) == "9.9.9"
+    assert vllm_version(sys.executable, {}) != "9.9.9"
