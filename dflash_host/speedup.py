@@ -54,7 +54,9 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
                       "speedup": round(tps / base, 3) if tps and base else None})
     paying = [row for row in table if row["speedup"] is not None and row["speedup"] >= min_speedup]
     best = max(paying, key=lambda row: float(row["tokens_per_s"] or 0.0), default=None)
-    if best is None:
+    if not base:
+        advice = f"the baseline (no drafter) was not measured at concurrency {concurrency}: no choice"
+    elif best is None:
         advice = (f"no k beats serving without the drafter at concurrency {concurrency} (needed speed-up >= "
                   f"{min_speedup:g}); serve without it: drafter_model: null")
     else:

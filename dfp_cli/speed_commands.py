@@ -156,7 +156,12 @@ def bench_table(host: str, figures: dict) -> str:
 
 
 def _n(value: Any, fmt: str = "{:,.1f}") -> str:
-    return "n/a" if value is None else fmt.format(value)
+    if value is None:
+        return "n/a"
+    try:
+        return fmt.format(value)
+    except (TypeError, ValueError):  # host data where a number belongs: shown as it is
+        return str(value)
 
 
 # --------------------------------------------------------------------------- output files
@@ -329,11 +334,39 @@ def host_vars_file(inventory: str, host: str) -> Path:
     return folder / f"{host}.yaml"
 
 
+def _refuse_to_rewrite(path: Path, old: str, key: str, value: Any) -> None:
+    """Only a plain YAML file whose `key` holds a one-line value is rewritten; anything else is the user's to edit."""
+    by_hand = f"Set {key}: {value} there by hand"
+    if path.is_symlink():
+        raise UserError(f"{path} is a symlink; the tool does not write through it. {by_hand}")
+    if old.startswith(VAULT_HEADER) or path.suffix == ".json" or "!vault" in old:
+        raise UserError(f"{path} is vault-encrypted, holds !vault values or is JSON; the tool does not rewrite it. {by_hand}")
+    if re.search(r"^\.\.\.\s*$", old, re.MULTILINE):
+        raise UserError(f"{path} ends its YAML document with '...'; the tool does not rewrite it. {by_hand}")
+    if re.search(rf"^{re.escape(key)}\s*:[^\n]*\n[ \t]+\S", old, re.MULTILINE) or re.search(
+            rf"^{re.escape(key)}\s*:\s*(\||>|$)", old, re.MULTILINE):
+        raise UserError(f"{path}: {key} spans several lines there; the tool does not rewrite it. {by_hand}")
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write through a temp file made anew (never through a planted link), keep the old file's mode, fsync, rename:
+    a host_vars file may hold secrets."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    tmp = path.with_name(path.name + ".dfp-tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def set_host_var(path: Path, key: str, value: Any) -> str:
     """Set `key: value` at the top level of a YAML host_vars file, keeping every other line; the unified diff."""
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if old.startswith(VAULT_HEADER) or path.suffix == ".json":
-        raise UserError(f"{path} is vault-encrypted or JSON; the tool does not rewrite it. Set {key}: {value} there by hand")
+    _refuse_to_rewrite(path, old, key, value)
     line = f"{key}: {json.dumps(value)}"
     pattern = re.compile(rf"^{re.escape(key)}\s*:.*$", re.MULTILINE)
     if pattern.search(old):
@@ -342,18 +375,20 @@ def set_host_var(path: Path, key: str, value: Any) -> str:
         new = old + ("" if not old or old.endswith("\n") else "\n") + line + "\n"
     if new != old:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".dfp-tmp")
-        tmp.write_text(new, encoding="utf-8")
-        os.replace(tmp, path)
+        _replace_file(path, new)
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), str(path), str(path)))
 
 
 def apply_choice(host: str, tuned: dict, inventory: str, write: bool) -> str:
     """Write the chosen k where the next provision reads it, or say loudly that no k pays."""
     choice = tuned.get("choice") or {}
-    if tuned.get("failed") and not choice:
-        return f"{host}: TUNE FAILED: {tuned['failed']}"
+    if tuned.get("failed"):  # a failed step: what the host's record holds may be an earlier tune's; write nothing
+        return f"{host}: TUNE FAILED: {tuned['failed']} (nothing was written)"
     k = choice.get("chosen_k")
+    if k is not None and not (isinstance(k, int) and not isinstance(k, bool) and k in (tuned.get("measured") or [])):
+        return f"{host}: TUNE FAILED: the host reported chosen_k {k!r}, which is not a k this tune measured (nothing was written)"
+    if choice.get("baseline_tokens_per_s") is None:
+        return f"{host}: TUNE FAILED: the baseline was not measured at concurrency {choice.get('concurrency')}; no choice (nothing was written)"
     if k is None:
         return (f"{host}: !!! NO k MAKES THE DRAFTER PAY !!! {choice.get('recommendation', '')}. Serve without it: set "
                 f"`drafter_model: null` for {host} (host_vars) and provision; nothing was written.")

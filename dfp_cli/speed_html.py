@@ -17,11 +17,29 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{
 
 
 def _num(value: Any, fmt: str = "{:,.1f}") -> str:
-    return "n/a" if value is None else fmt.format(value)
+    """A figure as text, escaped: figures come from hosts, so a string where a number belongs is shown, not run."""
+    if value is None:
+        return "n/a"
+    try:
+        return escape(fmt.format(value))
+    except (TypeError, ValueError):
+        return escape(str(value))
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def bar_chart(title: str, bars: list[tuple[str, float | None]], unit: str, reference: float | None = None) -> str:
-    """An SVG bar chart; `reference` draws a dashed line (the baseline's value)."""
+    """An SVG bar chart; `reference` draws a dashed line (the baseline's value). A value that is not a number
+    (host data) draws no bar."""
+    bars = [(label, _as_float(v)) for label, v in bars]
+    reference = _as_float(reference)
     values = [v for _, v in bars if v is not None] + ([reference] if reference else [])
     top = max(values, default=1.0) * 1.1 or 1.0
     slot = (WIDTH - 2 * PAD) / max(len(bars), 1)

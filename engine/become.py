@@ -79,11 +79,16 @@ def for_play(play, view, templar, secrets) -> Become | None:
 
 
 def password_of(view) -> tuple[str | None, str]:
-    """(password, the variable it came from) or (None, "")."""
+    """(password, the variable it came from) or (None, ""). sudo reads one line: a line break inside would be a
+    second attempt, one at the end (a YAML `|` value) would reach the worker, so it is refused / dropped."""
     for name in PASSWORD_VARS:
         value = view.get(name)
         if value is not None and str(value) != "":
-            return str(value), name
+            text = str(value).rstrip("\r\n")
+            if "\n" in text or "\r" in text:
+                raise TaskError(f"{name} holds a line break inside it; sudo reads one line. Write the password on "
+                                "one line (its value is not shown: it is a secret)")
+            return text, name
     path = view.get(PASSWORD_FILE_VAR)
     if path is None or str(path) == "":
         return None, ""
@@ -96,6 +101,9 @@ def password_of(view) -> tuple[str | None, str]:
                         f"({getattr(exc, 'strerror', None) or exc}); fix the path or its permissions") from None
     if not value:
         raise TaskError(f"{PASSWORD_FILE_VAR} names {path}, which is empty; write the sudo password in it")
+    if "\n" in value or "\r" in value:
+        raise TaskError(f"{PASSWORD_FILE_VAR} names {path}, which holds more than one line; sudo reads one: keep "
+                        "only the password in it")
     return value, PASSWORD_FILE_VAR
 
 

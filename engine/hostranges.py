@@ -36,6 +36,10 @@ def expand(pattern: str, where: str) -> list[str]:
     """Every host name a pattern stands for (the pattern itself when it holds no range)."""
     names = [pattern]
     while any("[" in n for n in names):
+        first = _expand_first(names[0], where) if "[" in names[0] else [names[0]]
+        if len(names) * len(first) > MAX_HOSTS:  # every name has the same ranges left: check before building
+            raise UserError(f"{where}: host range '{pattern}' makes more than {MAX_HOSTS:,} hosts (MAX_HOSTS in "
+                            "engine/hostranges.py); check the bounds.")
         names = [out for n in names for out in (_expand_first(n, where) if "[" in n else [n])]
         if len(names) > MAX_HOSTS:
             raise UserError(f"{where}: host range '{pattern}' makes more than {MAX_HOSTS:,} hosts (MAX_HOSTS in "
@@ -60,7 +64,7 @@ def _range_items(body: str, name: str, where: str) -> list[str]:
     step = _step(bounds[2] if len(bounds) == 3 else "1", name, where)
     if not end:
         raise _bad(name, where, f"'[{body}]' has no end")
-    if begin in string.ascii_letters and end in string.ascii_letters:
+    if len(begin) == 1 and len(end) == 1 and begin in string.ascii_letters and end in string.ascii_letters:
         first, last = string.ascii_letters.index(begin), string.ascii_letters.index(end)
         if first > last:
             raise _bad(name, where, f"'[{body}]' begins after it ends")

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import vault
 from engine.errors import UserError
 from engine.hostranges import expand, split_port
 from engine.inventory_ini import parse_ini
 from engine.secrets import mask_vault_values
-from engine.yamlfile import check_variable_names, describe_name, load_yaml, read_text
+from engine.yamlfile import check_variable_names, describe_name, leaf_texts, load_yaml, read_text, was_encrypted
 
 
 @dataclass
@@ -217,8 +218,12 @@ class Inventory:
                                "save its output (`ansible-inventory -i THIS --list --yaml > hosts.yaml`) and use that.")
         if _looks_like_yaml(text):
             self._load_yaml_file(path)
-        else:
-            self._load_ini_data(parse_ini(text, path, set(self.groups)), str(path))
+            return
+        groups = parse_ini(text, path, set(self.groups))
+        if was_encrypted(path):  # every value of an encrypted file is a secret, as in YAML
+            for leaf in leaf_texts(groups):
+                vault.remember_secret(leaf)
+        self._load_ini_data(groups, str(path))
 
     def _load_yaml_data(self, data: Any, where: str) -> None:
         if data is None:

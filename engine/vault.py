@@ -117,7 +117,8 @@ def _parse_envelope(text: str, where: str) -> tuple[str, str, str | None, str]:
     fields = [f.strip() for f in lines[0].split(";")] if lines else []
     if len(fields) < 3 or fields[0] != HEADER or fields[1] not in ("1.1", "1.2"):
         raise VaultError(
-            f"{where}: the vault header {(lines[0][:60] if lines else '')!r} is not one this tool reads; expected "
+            f"{where}: the value does not start with a vault header this tool reads (its text is not shown: it may "
+            "be a secret); expected "
             "'$ANSIBLE_VAULT;1.1;AES256' or '$ANSIBLE_VAULT;1.2;AES256;VAULT_ID' as ansible-vault writes it."
         )
     if fields[2] != "AES256":

@@ -182,7 +182,11 @@ class HostLock:
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         # Never through a symlink: the lock file is the tool's own, at a fixed name.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        self._give_to_login_user(fd)
+        try:
+            self._give_to_login_user(fd)
+        except OSError:
+            os.close(fd)
+            raise
         deadline = time.monotonic() + max(0.0, float(wait_s))
         told = False
         while True:
@@ -211,11 +215,17 @@ class HostLock:
     @staticmethod
     def _give_to_login_user(fd):
         """A lock file made by root through sudo (become) belongs to the user sudo was run by, so that a later
-        run of that user without become can open it too (root can open any)."""
+        run of that user without become can open it too (root can open any). Only a regular file with one link:
+        a hard link planted at the lock's name must not hand another file to that user."""
+        import stat
+
         uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            raise OSError(0, "not a regular file of its own (a link or a special file is at the lock's name)")
         if os.geteuid() != 0 or not (uid and uid.isdigit() and gid and gid.isdigit()):
             return
-        if os.fstat(fd).st_uid == 0:
+        if st.st_uid == 0:
             os.fchown(fd, int(uid), int(gid))
 
     def release(self):
@@ -296,9 +306,13 @@ class Worker:
         import base64
 
         path = os.path.expanduser(req["path"])
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if req.get("append") else os.O_TRUNC)
+        # The first chunk makes a new file (an old one at that name is removed first, never written through: it
+        # may be a link planted in a folder others can write); the next ones append to it, never through a link.
+        flags = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | (os.O_APPEND if req.get("append") else os.O_CREAT | os.O_EXCL)
         try:
             data = base64.b64decode(req.get("data") or "")
+            if not req.get("append") and os.path.lexists(path) and not os.path.isdir(path):
+                os.unlink(path)
             fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o600)
             try:
                 view = memoryview(data)

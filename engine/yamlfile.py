@@ -77,7 +77,7 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
         text = vault.decrypt(text, f"{path} (vault-encrypted {what})")
     data = parse_text(text, path, what)
     if encrypted:  # a whole file encrypted by ansible-vault: every value in it is a secret
-        for leaf in _leaf_texts(data):
+        for leaf in leaf_texts(data):
             vault.remember_secret(leaf)
     _cache[key] = data
     return data
@@ -92,7 +92,16 @@ def read_text(path: str | Path, what: str = "file") -> str:
     return text
 
 
-def _leaf_texts(value: Any) -> list[str]:
+def was_encrypted(path: str | Path) -> bool:
+    """Whether the file on disk is a vault envelope (read_text gives its plaintext)."""
+    try:
+        with open(path, "rb") as f:
+            return vault.is_encrypted(f.read(64).decode("utf-8", "replace"))
+    except OSError:
+        return False
+
+
+def leaf_texts(value: Any) -> list[str]:
     """Every string and number inside a decrypted file (bools and null are not secrets)."""
     out, stack = [], [value]
     while stack:

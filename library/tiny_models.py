@@ -150,6 +150,13 @@ print(json.dumps({"vocab_size": len(hf), "mask_token_id": hf.convert_tokens_to_i
 """
 
 
+def recipe_digest(r: dict) -> str:
+    """The marker's digest of a recipe. The random pair is what every recipe made before tiny_pair existed: its
+    digest leaves the key out, so an upgrade finds its models in place (no regeneration, no server restart)."""
+    keyed = {k: v for k, v in r.items() if not (k == "pair" and v == "random")}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
+
+
 def recipe(args: dict) -> dict:
     """What the models are made from; validated (the names are the role's variables)."""
     r = {k: args[k] for k in ARGS if k not in ("state", "python", "timeout_s")}
@@ -270,7 +277,7 @@ def run(args: dict, ctx: Context) -> dict:
         raise ModuleError("tiny_models: python is required (the serving environment's python, venv_python)")
     r = recipe(args)
     marker = marker_path(r["target_dir"])
-    digest = hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()
+    digest = recipe_digest(r)
     recorded = read_json(marker) or {}
     where = {"target_dir": r["target_dir"], "drafter_dir": r["drafter_dir"]}
     if recorded.get("digest") == digest and models_present(r):

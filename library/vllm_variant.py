@@ -52,6 +52,9 @@ def _configured(args: dict) -> tuple:
     cp = paths(args["pidfile"])
     configured = load_launch(cp)
     p = SV.variant_places(args["pidfile"], args["log"])
+    if os.path.abspath(p["pidfile"]) == os.path.abspath(cp["pidfile"]) or os.path.abspath(p["log"]) == os.path.abspath(args["log"]):
+        raise ModuleError(f"the configured server's pidfile or log ({args['pidfile']}, {args['log']}) has the measurement "
+                          f"server's name ({SV.STEM}.*); rename vllm_pidfile / vllm_log so the two never share files")
     root = args["root"] or configured.get("root")
     R.check_places(p, p["log"], root)
     managed_path(p["configured"], "vllm_pidfile", root)

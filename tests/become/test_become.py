@@ -101,12 +101,23 @@ def test_password_sudo_with_the_password_and_with_a_password_file(become_users, 
     password = become_users.passwords[PASSWORD_USER]
     pw_file = tmp_path / "become-pass"
     pw_file.write_text(password + "\n")
-    for i, source in enumerate(({"ansible_become_password": password}, {"ansible_become_password_file": str(pw_file)})):
+    sources = ({"ansible_become_password": password}, {"ansible_become_password_file": str(pw_file)},
+               {"ansible_become_password": password + "\n"})  # a YAML `|` value ends in a line break
+    for i, source in enumerate(sources):
         target = shared_tmp / f"pw-{i}"
         pb = playbook(tmp_path, [mkdir(target, become=True)])
         res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER, **source)))
         assert res.exit_code == 0, res.tasks
         assert owner(target) == "root"
+
+
+def test_a_password_with_a_line_break_inside_is_refused_without_showing_it(become_users, shared_tmp, tmp_path):
+    target = shared_tmp / "pw-broken"
+    pb = playbook(tmp_path, [mkdir(target, become=True)])
+    res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(PASSWORD_USER, ansible_become_password="zqzq\nxwxw")))
+    assert res.exit_code == 2 and not target.exists()
+    msg = failure(res, f"make {target.name}")
+    assert "line break" in msg and "zqzq" not in msg and "xwxw" not in msg
 
 
 def test_wrong_password_is_a_clear_error_changes_nothing_and_is_never_shown(

@@ -137,3 +137,21 @@ def test_missing_source_names_it(tmp_path):
 def test_yaml_without_suffix_is_read_as_yaml(tmp_path):
     inv = Inventory(write(tmp_path, "hosts", "# fleet\nall:\n  hosts:\n    g1:\n"))
     assert list(inv.hosts) == ["g1"]
+
+
+def test_a_range_product_too_large_is_refused_before_it_is_built():
+    import time
+
+    from engine.hostranges import expand
+
+    started = time.monotonic()
+    with pytest.raises(UserError, match="more than 100,000 hosts"):
+        expand("h[0:99999][0:99999]", "inv.ini")
+    assert time.monotonic() - started < 5  # 10^10 names were never built
+
+
+def test_letter_bounds_are_single_letters():
+    from engine.hostranges import expand
+
+    with pytest.raises(UserError, match=r"\[ab:cd\]"):
+        expand("n[ab:cd]", "inv.ini")

@@ -6,6 +6,7 @@ The CLI is run as a subprocess with ANSIBLE_VAULT_PASSWORD_FILE, as a user with 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -164,3 +165,24 @@ def test_unknown_cipher_is_refused(tmp_path, with_password):
     f.write_text("$ANSIBLE_VAULT;1.1;AES\n6162\n")
     with pytest.raises(UserError, match=r"vault cipher 'AES' is not supported"):
         load_yaml(f)
+
+
+def test_a_vault_encrypted_ini_inventory_keeps_every_value_secret(tmp_path, with_password):
+    """An INI inventory encrypted whole with real ansible-vault: its values are masked in --host/--list output even
+    when their names do not look secret (the YAML path did this; the INI one did not)."""
+    ini = tmp_path / "inv"
+    ini.write_text("[gpu]\nh1 ansible_host=10.0.0.5 plain_name=zzzz9999Secret\n")
+    subprocess.run(["ansible-vault", "encrypt", "--vault-password-file", str(PASSWORD), str(ini)], check=True,
+                   capture_output=True)
+    assert ini.read_text().startswith("$ANSIBLE_VAULT;1.1;AES256")
+    inv = Inventory(ini)
+    assert inv.hosts["h1"].vars["plain_name"] == "zzzz9999Secret"  # tasks read the real value
+    assert "zzzz9999Secret" not in json.dumps(inv.host_vars("h1")) + json.dumps(inv.as_list())
+
+
+def test_a_vault_tag_on_plain_text_is_refused_without_echoing_it(tmp_path, with_password):
+    f = tmp_path / "v.yml"
+    f.write_text("hf_token: !vault hf_PLAINTEXTSECRET_abcdef123456\n")
+    with pytest.raises(UserError) as exc:
+        load_yaml(f)
+    assert "PLAINTEXTSECRET" not in str(exc.value) and "vault header" in str(exc.value)

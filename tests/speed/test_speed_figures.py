@@ -108,3 +108,18 @@ def test_index_links_each_host_page():
     page = index_page([{"host": "gpu1", "page": "gpu1.html", "speedup": 0.62, "chosen_k": None},
                        {"host": "gpu2", "page": "gpu2.html", "speedup": 2.3, "chosen_k": 7}])
     assert 'href="gpu1.html"' in page and 'class="bad">0.62x' in page and 'class="good">2.30x' in page
+
+
+def test_no_baseline_means_no_choice_not_serve_without_the_drafter():
+    choice = choose_k([run(16, None)], {1: [run(16, 100.0)]}, 16)
+    assert choice["chosen_k"] is None and "not measured" in choice["recommendation"]
+    assert "drafter_model: null" not in choice["recommendation"]
+
+
+def test_host_figures_that_are_not_numbers_are_shown_escaped_and_draw_no_bar():
+    tune = {"choice": {"chosen_k": "<script>x</script>", "concurrency": 16, "baseline_tokens_per_s": "fast",
+                       "table": [{"k": 1, "tokens_per_s": "<b>", "speedup": None}], "recommendation": "r"}}
+    page = host_page("h", None, tune)
+    assert "<script>" not in page and "<b>" not in page.split("<body>")[1].replace("<b>r</b>", "")
+    row = index_page([{"host": "h", "page": "h.html", "speedup": None, "chosen_k": "<script>x</script>"}])
+    assert "<script>" not in row and "&lt;script&gt;" in row

@@ -140,7 +140,8 @@ def test_host_vars_keep_their_other_lines_and_show_a_diff(tmp_path):
 
 
 def test_no_paying_k_is_said_loudly_and_nothing_is_written(tmp_path):
-    tuned = {"choice": {"chosen_k": None, "recommendation": "no k beats serving without the drafter"}}
+    tuned = {"choice": {"chosen_k": None, "recommendation": "no k beats serving without the drafter",
+                        "baseline_tokens_per_s": 7022.8, "concurrency": 16}, "measured": ["baseline", 1]}
     msg = SC.apply_choice("gpu1", tuned, str(tmp_path / "inventory.yaml"), write=True)
     assert "NO k MAKES THE DRAFTER PAY" in msg and "drafter_model: null" in msg
     assert not (tmp_path / "host_vars").exists()
@@ -153,3 +154,34 @@ def test_tune_chooses_at_the_one_concurrency_given_and_refuses_several():
     assert tune_vars({"concurrency": "2", "requests": "8"}) == {"tune_concurrency": 2, "speed_requests": 8}
     with pytest.raises(UserError, match="one concurrency"):
         tune_vars({"concurrency": "1,16"})
+
+
+def test_a_failed_tune_or_an_unmeasured_k_writes_nothing(tmp_path):
+    inv = str(tmp_path / "inventory.yaml")
+    good = {"choice": {"chosen_k": 3, "baseline_tokens_per_s": 500.0, "concurrency": 16}, "measured": ["baseline", 3]}
+    assert "TUNE FAILED" in SC.apply_choice("gpu1", dict(good, failed="baseline failed"), inv, write=True)
+    odd = dict(good, choice=dict(good["choice"], chosen_k="{{ other_var }}"))
+    assert "not a k this tune measured" in SC.apply_choice("gpu1", odd, inv, write=True)
+    assert not (tmp_path / "host_vars").exists()
+    assert "num_speculative_tokens 3" in SC.apply_choice("gpu1", good, inv, write=True)
+
+
+def test_host_vars_rewrite_keeps_the_mode_and_refuses_links_and_multiline_values(tmp_path):
+    folder = tmp_path / "host_vars"
+    folder.mkdir()
+    secret = folder / "h.yaml"
+    secret.write_text("vllm_api_key: s3cret\n")
+    secret.chmod(0o600)
+    SC.set_host_var(secret, "num_speculative_tokens", 3)
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and "s3cret" in secret.read_text()
+    link = folder / "l.yaml"
+    link.symlink_to(secret)
+    for path, text in ((link, None), (folder / "m.yaml", "num_speculative_tokens:\n  5\n"),
+                       (folder / "d.yaml", "a: 1\n...\n"), (folder / "v.yaml", "tok: !vault |\n  $ANSIBLE_VAULT;1.1\n")):
+        if text is not None:
+            path.write_text(text)
+        before = path.read_text()
+        with pytest.raises(UserError):
+            SC.set_host_var(path, "num_speculative_tokens", 7)
+        assert path.read_text() == before
+    assert link.is_symlink()
