@@ -221,7 +221,11 @@ class WorkerClient:
         return reply["result"]
 
     def lock(self, path: str, wait_s: float, record: dict, progress: Progress | None = None) -> dict:
-        """Take the host lock: {"locked", "holder" | "stale" | "shared_with", "path"}."""
+        """Take the host lock: {"locked", "holder" | "stale" | "shared_with", "path"}. A `~` in the path is the login
+        user's home, whoever takes the lock: a run with become and one without must lock the same file."""
+        home = self._login.hello.get("home")
+        if home and (path == "~" or path.startswith("~/")):
+            path = home + path[1:]
         reply = self.request({"op": "lock", "path": path, "wait_s": wait_s, "record": record}, progress)
         if "locked" not in reply:
             return {"locked": False, "holder": {"error": reply.get("error") or reply.get("result")}}

@@ -203,6 +203,7 @@ def _connect_kwargs(hop: Hop, sock) -> dict[str, Any]:
     return kwargs
 
 
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _KNOWN_HOSTS: dict[str, tuple[tuple[int, int], Any]] = {}
 _KNOWN_HOSTS_LOCK = threading.Lock()
 
@@ -242,8 +243,9 @@ def _set_host_key_policy(client, hop: Hop) -> None:
             if keytype not in (known.lookup(hop.known_name) or {}):
                 known.add(hop.known_name, keytype, key)
     if hop.checking == "accept-new":
-        client.set_missing_host_key_policy(_AcceptNew(hop.known_hosts[0] if hop.known_hosts
-                                                      else os.path.expanduser("~/.ssh/known_hosts")))
+        # New keys go to the user's file, never the system-wide one (read when the user's does not exist yet).
+        mine = [p for p in hop.known_hosts if p != SYSTEM_KNOWN_HOSTS]
+        client.set_missing_host_key_policy(_AcceptNew(mine[0] if mine else os.path.expanduser("~/.ssh/known_hosts")))
     else:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
 

@@ -264,6 +264,7 @@ class Worker:
             "libc": "-".join(platform.libc_ver()),
             "missing": missing_packages(),
             "pid": os.getpid(),
+            "home": os.path.expanduser("~"),
         }
 
     def op_runtime(self, req):

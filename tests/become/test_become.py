@@ -273,3 +273,24 @@ def test_play_become_with_a_wrong_password_fails_the_host_before_the_lock_and_fa
     assert "incorrect password" in failure(res, "Become")
     assert not res.find("Gathering facts") and not (shared_tmp / "never-play").exists()
     assert not (dfp_root / ".dflash-provision.lock").exists()
+
+
+def test_a_lock_under_home_is_the_login_users_with_and_without_become(become_users, tmp_path):
+    """dfp_root under `~`: the lock is in the login user's home whoever takes it, so a run with become and one
+    without exclude each other (sudo -H would otherwise put it in root's home)."""
+    import shutil
+    import uuid
+
+    name = f"dfp-lock-{uuid.uuid4().hex[:8]}"
+    home = Path(pwd.getpwnam(NOPASSWD_USER).pw_dir)
+    try:
+        pb = playbook(tmp_path, [{"name": "who", "debug": {"msg": "{{ facts.user }}"}}], gather_facts=True,
+                      become=True, vars={"dfp_root": f"~/{name}"})
+        res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
+        assert res.exit_code == 0, res.tasks
+        assert (home / name / ".dflash-provision.lock").is_file()
+        assert owner(home / name / ".dflash-provision.lock") == NOPASSWD_USER
+        assert not (Path("/root") / name).exists()
+    finally:
+        shutil.rmtree(home / name, ignore_errors=True)
+        shutil.rmtree(Path("/root") / name, ignore_errors=True)
