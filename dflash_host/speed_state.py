@@ -27,6 +27,13 @@ def utc(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+def state_file_for(root: str | None, given: str | None) -> str | None:
+    """The speed record's path: `speed_state_file` when given, else <dfp_root>/state/speed.json (None: neither)."""
+    if given:
+        return given
+    return os.path.join(os.path.expanduser(root), "state", "speed.json") if root else None
+
+
 def read_state(path: str) -> dict:
     """The recorded figures ({} when there are none); a file that is not the tool's is refused, untouched."""
     raw = read_bytes(path)

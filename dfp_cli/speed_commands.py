@@ -21,6 +21,7 @@ from invoke import Exit
 from dflash_host.speedup import by_concurrency, larger_k_cannot_pay, speedups
 from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
 from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
+from dfp_cli.speed_html import figure_text
 from engine.errors import UserError
 
 DEFAULT_K = "1,2,3,5,7"
@@ -150,18 +151,11 @@ def bench_table(host: str, figures: dict) -> str:
         c = int(run["concurrency"])
         b = base.get(c, {}).get("output_tokens_per_s")
         sp = (figures.get("speedup") or {}).get(str(c))
-        lines.append(f"  {c:>11}  {_n(run.get('output_tokens_per_s'))}  {_n(b):>15}  {_n(sp, '{:.2f}x'):>8}  "
-                     f"{_n(run.get('acceptance_rate'), '{:.1%}'):>10}  {_n(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
+        lines.append(f"  {c:>11}  {figure_text(run.get('output_tokens_per_s'))}  {figure_text(b):>15}  {figure_text(sp, '{:.2f}x'):>8}  "
+                     f"{figure_text(run.get('acceptance_rate'), '{:.1%}'):>10}  {figure_text(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
     return "\n".join(lines)
 
 
-def _n(value: Any, fmt: str = "{:,.1f}") -> str:
-    if value is None:
-        return "n/a"
-    try:
-        return fmt.format(value)
-    except (TypeError, ValueError):  # host data where a number belongs: shown as it is
-        return str(value)
 
 
 # --------------------------------------------------------------------------- output files
@@ -305,12 +299,12 @@ def tune_table(host: str, tuned: dict) -> str:
     """The tune's table, as printed and reported: tokens/s and speed-up per k against the baseline."""
     choice = tuned.get("choice") or {}
     c = choice.get("concurrency")
-    lines = [f"{host}: tune at concurrency {c} (baseline {_n(choice.get('baseline_tokens_per_s'))} tok/s)",
+    lines = [f"{host}: tune at concurrency {c} (baseline {figure_text(choice.get('baseline_tokens_per_s'))} tok/s)",
              "  | k | tok/s | vs no drafter | acceptance |", "  |---|---|---|---|"]
     for row in choice.get("table", []):
         mark = " <- chosen" if row["k"] == choice.get("chosen_k") else ""
-        lines.append(f"  | {row['k']} | {_n(row.get('tokens_per_s'))} | {_n(row.get('speedup'), '{:.2f}x')} | "
-                     f"{_n(row.get('acceptance_rate'), '{:.1%}')} |{mark}")
+        lines.append(f"  | {row['k']} | {figure_text(row.get('tokens_per_s'))} | {figure_text(row.get('speedup'), '{:.2f}x')} | "
+                     f"{figure_text(row.get('acceptance_rate'), '{:.1%}')} |{mark}")
     lines += [f"  skipped {s}" for s in tuned.get("skipped", [])]
     return "\n".join(lines)
 

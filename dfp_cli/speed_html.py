@@ -16,14 +16,19 @@ STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{
          ".bad{color:#b00020;font-weight:bold}.good{color:#0a7d28;font-weight:bold}")
 
 
-def _num(value: Any, fmt: str = "{:,.1f}") -> str:
-    """A figure as text, escaped: figures come from hosts, so a string where a number belongs is shown, not run."""
+def figure_text(value: Any, fmt: str = "{:,.1f}") -> str:
+    """A figure as text ("n/a" when missing); host data where a number belongs is shown as it is."""
     if value is None:
         return "n/a"
     try:
-        return escape(fmt.format(value))
+        return fmt.format(value)
     except (TypeError, ValueError):
-        return escape(str(value))
+        return str(value)
+
+
+def _num(value: Any, fmt: str = "{:,.1f}") -> str:
+    """A figure for the page, escaped: figures come from hosts, so they are shown, never run."""
+    return escape(figure_text(value, fmt))
 
 
 def _as_float(value: Any) -> float | None:

@@ -40,7 +40,7 @@ def expand(pattern: str, where: str) -> list[str]:
         if len(names) * len(first) > MAX_HOSTS:  # every name has the same ranges left: check before building
             raise UserError(f"{where}: host range '{pattern}' makes more than {MAX_HOSTS:,} hosts (MAX_HOSTS in "
                             "engine/hostranges.py); check the bounds.")
-        names = [out for n in names for out in (_expand_first(n, where) if "[" in n else [n])]
+        names = first + [out for n in names[1:] for out in (_expand_first(n, where) if "[" in n else [n])]
         if len(names) > MAX_HOSTS:
             raise UserError(f"{where}: host range '{pattern}' makes more than {MAX_HOSTS:,} hosts (MAX_HOSTS in "
                             "engine/hostranges.py); check the bounds.")

@@ -55,7 +55,7 @@ def _places(args: dict) -> tuple:
     root = args["root"]
     if not root and not (args["state_file"] and args["textfile_dir"]):
         raise ModuleError("dfp_root is empty; set it, or set both speed_state_file and prometheus_textfile_dir")
-    state_file = args["state_file"] or os.path.join(os.path.expanduser(root), "state", "speed.json")
+    state_file = S.state_file_for(root, args["state_file"])
     folder = args["textfile_dir"] or os.path.join(os.path.expanduser(root), "metrics")
     managed_path(state_file, "speed_state_file", root if not args["state_file"] else None)
     managed_path(folder, "prometheus_textfile_dir")

@@ -19,7 +19,7 @@ from dflash_host import gpu as _gpu
 from dflash_host import vllm_metrics as M
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.speed_state import last_speed
+from dflash_host.speed_state import last_speed, state_file_for
 from dflash_host.vllm_files import load_json, paths, read_env
 from dflash_host.vllm_process import server_for
 
@@ -151,7 +151,7 @@ def _running_msg(out: dict) -> str:
 
 def speed_record(args: dict) -> dict:
     """The last speed figures serving-bench, tune or the speed gate recorded here ({} when none)."""
-    path = args["state_file"] or (os.path.join(os.path.expanduser(args["root"]), "state", "speed.json") if args["root"] else None)
+    path = state_file_for(args["root"], args["state_file"])
     return last_speed(path) if path else {}
 
 
