@@ -32,12 +32,13 @@ TASK_KEYWORDS = {
     "listen",
     "check_mode",
     "timeout",
+    "any_errors_fatal",
     *("become", "become_user", "become_method"),
 }
 BECOME_KEYWORDS = ("become", "become_user", "become_method")
 BECOME_METHODS = ("sudo",)
 PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks",
-                 "serial", "max_fail_percentage", *BECOME_KEYWORDS}
+                 "serial", "max_fail_percentage", "any_errors_fatal", *BECOME_KEYWORDS}
 
 # -- checks ---------------------------------------------------------------------------------
 # Each returns the value in the type the runner expects, or raises one paragraph naming the place,
@@ -45,7 +46,7 @@ PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_
 
 BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 # The runner reads these flags as plain booleans (it does not render them), so a template is refused.
-FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become")
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal")
 LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
 MAX_DELAY_S = 86400.0
 

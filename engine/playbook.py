@@ -60,6 +60,7 @@ class Task:
     become: bool | None = None
     become_user: str | None = None
     become_method: str | None = None
+    any_errors_fatal: bool | None = None  # None: the block's, else the play's
 
 
 @dataclass
@@ -100,6 +101,11 @@ class Play:
     serial: list | None = None  # batch sizes (numbers, "N%", templates); None: every host in one batch
     max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
     become: dict = field(default_factory=dict)  # the play's own become keywords (host lock and facts use them)
+    any_errors_fatal: bool = False  # a host failing (or unreachable) stops the play for every host
+
+    def fatal(self, task: Task) -> bool:
+        """Whether a failure of `task` stops the play: its own (or its block's) any_errors_fatal, else the play's."""
+        return self.any_errors_fatal if task.any_errors_fatal is None else task.any_errors_fatal
 
     def all_tasks(self) -> list[Task]:
         """Every task and handler of the play, blocks opened (what preflight and secret collection look at)."""
@@ -173,11 +179,12 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
                 **task_keywords(raw, label))
 
 
-BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", *BECOME_KEYWORDS}
+BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", *BECOME_KEYWORDS}
 
 
 def inherit_become(tasks: list[Task], become: dict) -> None:
-    """become/become_user/become_method given above (block, role entry, play) apply where the task says nothing."""
+    """become/become_user/become_method (and a block's any_errors_fatal) given above (block, role entry, play)
+    apply where the task says nothing."""
     for task in tasks:
         for key, value in become.items():
             if getattr(task, key) is None:
@@ -185,7 +192,7 @@ def inherit_become(tasks: list[Task], become: dict) -> None:
 
 
 def _inherit(items: list, when: list, tags: set[str], block_vars: dict, become: dict) -> None:
-    """A block's when/tags/vars/become apply to every task inside it (the task's own vars and become win)."""
+    """A block's when/tags/vars/become/any_errors_fatal apply to every task inside it (the task's own win)."""
     for task in walk_tasks(items):
         task.when = when + task.when
         task.tags |= tags
@@ -206,8 +213,10 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     block = Block(name=str(raw.get("name") or "block"), source=source, **parts)
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where),
-             become_of(raw, where))
+    inherited = become_of(raw, where)
+    if "any_errors_fatal" in raw:
+        inherited["any_errors_fatal"] = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
+    _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
     return block
 
 
@@ -284,6 +293,8 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
     play = Play(name=name, hosts=hosts, source=path, vars=variables_of(raw.get("vars"), where))
     if "gather_facts" in raw:
         play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
+    if "any_errors_fatal" in raw:
+        play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     ctx = ParseContext(path, play)
     play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))

@@ -54,11 +54,25 @@ class HostState:
     notified: set = field(default_factory=set)
     stats: dict = field(default_factory=lambda: {s: 0 for s in STATUSES})
     unreachable_msg: str = ""
-    last_failure: TaskResult | None = None  # the result that failed the host (a block's rescue clears it)
+    last_failure: TaskResult | None = None  # the result that failed the host, or made it unreachable
+    hidden: set = field(default_factory=set)  # registered / set_fact names a no_log task set (secrets to hostvars)
+    # What the other hosts read through hostvars: this host's data as it was when the current task started
+    # (publish), so its own run of that task never changes what they see (linear strategy).
+    shared_registered: dict = field(default_factory=dict)
+    shared_facts_set: dict = field(default_factory=dict)
+    shared_facts: dict | None = None
+    shared_hidden: frozenset = frozenset()
 
     @property
     def active(self) -> bool:
         return not self.failed and not self.unreachable
+
+    def publish(self) -> None:
+        """Before a task starts on the hosts: what the others will read of this host during it (shallow copies)."""
+        self.shared_registered = dict(self.registered)
+        self.shared_facts_set = dict(self.facts_set)
+        self.shared_facts = self.facts
+        self.shared_hidden = frozenset(self.hidden)
 
 
 def status_of(result: dict) -> str:

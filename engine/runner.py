@@ -1,7 +1,9 @@
 """Run plays: hosts in parallel (bounded by forks), tasks in order, one worker per host.
 
 Linear strategy, as in Ansible: each task runs on every active host before the next task starts, so
-the output reads as a runbook. A failed host stops; the others go on. A play with `serial` runs whole (tasks
+the output reads as a runbook. A failed host stops; the others go on, unless the play (or the task's block) has
+`any_errors_fatal`: then a host failing or unreachable outside a block's rescue stops the play for every host once
+that task has finished everywhere (no later task, handler, batch or play). A play with `serial` runs whole (tasks
 and handlers, from facts and host lock on) on one batch of hosts after another, and a failed batch stops the
 roll: later batches and plays are not run, their hosts never connected (engine/batches.py). What a task
 means on one host is engine/strategy.py; the variables it sees, engine/variables.py; the checks before any host is touched,
@@ -58,7 +60,9 @@ class Runner:
         self.templar = Templar()
         self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
-        self.states: dict[str, HostState] = {}
+        self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
+        self._fatal: tuple[list[HostState], str] | None = None  # any_errors_fatal: the hosts that stopped the play, the task
+        self._rescuable = 0  # how many blocks with a rescue the current task is inside (their failures are not fatal)
         self._pool: ThreadPoolExecutor | None = None
         self._lock_record = new_record()
         # One entry per play run with serial/max_fail_percentage: batches, done, failed, untouched hosts.
@@ -147,17 +151,23 @@ class Runner:
                               f"{play.source}: play '{play.name}'")
 
     def run_play(self, play: Play, serial: list | None = None, later_plays: Sequence[Play] = ()) -> bool:
-        """Run a play; False when a failed batch stopped its roll (the plays after it are not run)."""
+        """Run a play; False when a failed batch stopped its roll, or any_errors_fatal the play (the plays after it
+        are not run)."""
         names = self.hosts_for(play)
+        self._fatal = None
+        self.variables.begin_play(play, names)
         if serial is None and play.max_fail_percentage is None:
             self._run_batch(play, names, play)
-            return True
+            return self._stop_if_fatal(play, names, later_plays)
         batches = split_batches([n for n in names if self._state(n).active], serial)
         if not batches and self.console:
             self.console.play_start(play, [])
         for number, batch in enumerate(batches, start=1):
             label = f"{play.name} (batch {number} of {len(batches)}: {host_list(batch)})" if len(batches) > 1 else play.name
             self._run_batch(play, batch, replace(play, name=label))
+            if self._fatal is not None:
+                self._record_roll(play, batches, number, [h for b in batches[number:] for h in b], stopped=True)
+                return self._stop_if_fatal(play, names, later_plays)
             failed_now = [h for h in batch if not self._state(h).active]
             if roll_stops(len(batch), len(failed_now), play.max_fail_percentage):
                 self._stop_roll(play, batches, number, len(failed_now), [p.name for p in later_plays])
@@ -194,9 +204,15 @@ class Runner:
         states = [st for st in map(self._state, names) if not st.unreachable]
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
+        self.variables.publish(play)
+        active = [s for s in states if s.active]
         self._parallel(states, lambda st: self._start_host(st, play))
+        if play.any_errors_fatal:
+            self._note_fatal(active, None)
         self._run_items(states, play, play.tasks)
         for handler in play.handlers:
+            if self._fatal is not None:
+                break
             triggers = {handler.name, *handler.listen}
             active = [s for s in states if s.active and s.notified & triggers]
             if active:
@@ -209,7 +225,7 @@ class Runner:
     def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
         """Tasks and blocks in order, each on the hosts of `states` still active."""
         for item in items:
-            if not any(s.active for s in states):
+            if self._fatal is not None or not any(s.active for s in states):
                 return
             if isinstance(item, Block):
                 self._run_block(states, play, item)
@@ -219,13 +235,17 @@ class Runner:
     def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
         """block, then rescue on the hosts that failed in it, then always on every host that entered it."""
         entered = [s for s in states if s.active]
-        self._run_items(entered, play, block.block)
+        self._rescuable += bool(block.rescue)
+        try:
+            self._run_items(entered, play, block.block)
+        finally:
+            self._rescuable -= bool(block.rescue)
         failed = [s for s in entered if s.failed and not s.unreachable]
-        if block.rescue and failed:
+        if block.rescue and failed and self._fatal is None:
             for s in failed:
                 self.executor.rescue(s)
             self._run_items(failed, play, block.rescue)
-        if block.always:
+        if block.always and self._fatal is None:
             still_failed = {id(s) for s in entered if s.failed}
             for s in entered:
                 s.failed = False  # always runs on failed hosts too; they stay failed afterwards
@@ -236,7 +256,45 @@ class Runner:
     def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> None:
         if self.console:
             self.console.task_start(task.name, task.role, [s.host.name for s in states], handler=handler)
+        self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
         self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
+        if play.fatal(task):
+            self._note_fatal(states, task.name)
+
+    # -- any_errors_fatal -------------------------------------------------------------------------------
+    def _note_fatal(self, states: list[HostState], task: str | None) -> None:
+        """After a step on `states` (all active when it began): the hosts it failed stop the play, unless a block's
+        rescue will take them (a host unreachable is never rescued)."""
+        if self._fatal is not None:
+            return
+        stopped = [s for s in states if s.unreachable or (s.failed and not self._rescuable)]
+        if stopped:
+            first = stopped[0].last_failure
+            self._fatal = (stopped, task or (first.task if first is not None else "Connecting"))
+
+    def _stop_if_fatal(self, play: Play, names: list[str], later_plays: Sequence[Play]) -> bool:
+        """True when the play ran to its end; else say which host and task stopped it, with a skipped 'Play
+        stopped' result for every host it left (the console and the reports show it), and stop the playbook."""
+        if self._fatal is None:
+            return True
+        culprits, task = self._fatal
+        left = [n for n in names if self._state(n).active]
+        first = culprits[0]
+        how = "was unreachable at" if first.unreachable else "failed"
+        others = ", ".join(s.host.name for s in culprits[1:])
+        msg = (f"Play '{play.name}' stopped (any_errors_fatal): host {first.host.name} {how} task '{task}'"
+               f"{f' (so did {others})' if others else ''}. No later task or handler ran on any host; stopped on: "
+               f"{host_list(left)}.")
+        if later_plays:
+            msg += f" Plays not run: {', '.join(p.name for p in later_plays)}."
+        msg = self.variables.secrets.redact(msg)
+        if self.console:
+            self.console.task_start(msg, None, left)
+        for host in left:
+            self.executor.record(self._state(host), TaskResult(host, "Play stopped", None, "-", "skipped", False, msg, 0.0))
+        if self.console:
+            self.console.task_done()
+        return False
 
     # -- one host's start: connection, lock, facts ------------------------------------------------------
     def _start_host(self, state: HostState, play: Play) -> None:

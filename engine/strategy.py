@@ -88,7 +88,9 @@ class TaskExecutor:
     def unreachable(self, state: HostState, task_name: str, msg: str) -> None:
         state.unreachable = True
         state.unreachable_msg = msg
-        self.record(state, TaskResult(state.host.name, task_name, None, "-", "unreachable", False, msg, 0.0))
+        res = TaskResult(state.host.name, task_name, None, "-", "unreachable", False, msg, 0.0)
+        self.record(state, res)
+        state.last_failure = res  # what any_errors_fatal names (an unreachable host is never rescued)
 
     # -- one task on one host --------------------------------------------------------------------------
     def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
@@ -127,7 +129,20 @@ class TaskExecutor:
             result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
         if task.register:
             state.registered[task.register] = result
+        self._mark_hidden(state, task, result)
         return result
+
+    @staticmethod
+    def _mark_hidden(state: HostState, task: Task, result: dict) -> None:
+        """Names a no_log task registered or set (secrets to whoever reads them through hostvars); a later task
+        that sets the name again without no_log makes it plain again."""
+        names = [task.register] if task.register else []
+        if task.module == "set_fact" and not result.get("skipped"):
+            names += list(task.args)
+        if task.no_log:
+            state.hidden.update(names)
+        else:
+            state.hidden.difference_update(names)
 
     @staticmethod
     def _loop_result(results: list[dict]) -> dict:
@@ -191,6 +206,7 @@ class TaskExecutor:
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
         view.touched.clear()  # what the arguments read, not the `when` (set_fact's secret taint)
+        view.tainted = False
         args = {**linked_values(task.module, task.args, view), **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
         with state.client.acting_as(identity) if state.client is not None else nullcontext():

@@ -142,6 +142,7 @@ class LazyVars(Mapping):
         self._done: dict[str, Any] = {}
         self._busy: set[str] = set()
         self.touched: set[str] = set()  # every name read through this view (secret taint)
+        self.tainted = False  # a secret was read through a view nested in this one (hostvars[host])
 
     def is_data(self, key: str) -> bool:
         """True when the value that `key` reads comes from a data layer (a host, not a template author)."""

@@ -3,11 +3,14 @@
 Layers, first wins: -e; loop item and `result`; registered results; set_fact values; facts; task vars;
 role parameters; play vars; inventory (host, then groups); magic names; role defaults. The data layers
 (loop item/result, registered, set_fact, facts, magic) are never rendered (engine/templating.py).
+`hostvars[NAME]` is host NAME's own view (HostVars): its inventory values rendered in its context, its
+registered results, set_fact values and facts as data, as they were when the current task started.
 """
 
 from __future__ import annotations
 
 from collections import ChainMap
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from engine.inventory import Inventory
@@ -23,6 +26,8 @@ MAGIC_VARS = {
     "group_names",
     "groups",
     "hostvars",
+    "ansible_play_hosts",
+    "ansible_play_hosts_all",
     "ansible_check_mode",
     "ansible_diff_mode",
     "playbook_dir",
@@ -35,6 +40,57 @@ MAGIC_VARS = {
 }
 
 
+_NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
+
+
+class HostVars(Mapping):
+    """`hostvars`: every inventory host's variables, each host's view built only when a template reads it.
+
+    One per task view (cheap: nothing is built until read). `owner` is the view the task renders with: a
+    secret of another host read here taints it, as reading a secret-named variable does (set_fact)."""
+
+    def __init__(self, variables: Variables, play: Play) -> None:
+        self._variables = variables
+        self._play = play
+        self._views: dict[str, LazyVars] = {}
+        self.owner: LazyVars | None = None
+
+    def __getitem__(self, name: str) -> LazyVars:
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = self._variables.host_view(name, self._play, self)
+        return view
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._variables.inventory.hosts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._variables.inventory.hosts)
+
+    def __len__(self) -> int:
+        return len(self._variables.inventory.hosts)
+
+
+class HostView(LazyVars):
+    """One host's variables read through hostvars. What is secret on that host (a secret-named variable, a
+    no_log task's result or set_fact value) joins the run's secrets when read, so output shows it masked."""
+
+    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple, hidden: frozenset,
+                 hostvars: HostVars, secrets: Secrets) -> None:
+        super().__init__(layers, templar, data)
+        self._hidden = hidden
+        self._hostvars = hostvars
+        self._secrets = secrets
+
+    def __getitem__(self, key: str) -> Any:
+        value = super().__getitem__(key)
+        if (is_secret_name(key) or key in self._hidden) and has_value(value):
+            self._secrets.add(value)
+            if self._hostvars.owner is not None:
+                self._hostvars.owner.tainted = True
+        return value
+
+
 class Variables:
     """Builds each task's view of the variables and keeps the run's secrets."""
 
@@ -45,18 +101,38 @@ class Variables:
         self.check = check
         self.diff = diff
         self.secrets = Secrets()
+        self.states: dict[str, HostState] = {}  # the run's hosts (the Runner's), read by hostvars
         self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
-        self._hostvars = {h: hv.vars for h, hv in inventory.hosts.items()}  # once, not per task and host
+        self._play_hosts: dict[int, tuple[list[str], list[str]]] = {}  # id(play) -> (all, active at this task)
+        self._dirs: dict[int, str] = {}  # id(play) -> playbook_dir (Path to str costs a microsecond per view)
 
-    def _magic(self, state: HostState, play: Play, task: Task | None) -> dict:
+    def begin_play(self, play: Play, names: list[str]) -> None:
+        """The hosts `play` targets (after --limit): ansible_play_hosts_all."""
+        self._play_hosts[id(play)] = (list(names), list(names))
+        self.publish(play)
+
+    def publish(self, play: Play) -> None:
+        """Before a task (or fact gathering) starts on the play's hosts: what each host shows the others through
+        hostvars during it, and ansible_play_hosts (the play's hosts neither failed nor unreachable)."""
+        for state in self.states.values():
+            state.publish()
+        everyone = self._play_hosts.get(id(play), _NO_HOSTS)[0]
+        states = self.states
+        self._play_hosts[id(play)] = (everyone, [h for h in everyone if h not in states or states[h].active])
+
+    def _magic(self, state: HostState, play: Play, task: Task | None, hostvars: HostVars) -> dict:
         host = state.host
+        everyone, active = self._play_hosts.get(id(play), _NO_HOSTS)
         magic = {
             "inventory_hostname": host.name,
             "group_names": [g for g in host.groups if g != "all"],
             "groups": self._groups,
+            "hostvars": hostvars,
+            "ansible_play_hosts": active,
+            "ansible_play_hosts_all": everyone,
             "ansible_check_mode": self.check,
             "ansible_diff_mode": self.diff,
-            "playbook_dir": str(play.source.parent),
+            "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
             "omit": None,
         }
         if task is not None and task.role_dir is not None:
@@ -64,24 +140,38 @@ class Variables:
         return magic
 
     def view(self, state: HostState, play: Play, task: Task | None, extra: dict | None = None) -> LazyVars:
-        magic = self._magic(state, play, task)
-        # hostvars is inventory text (templates, rendered when read), so it sits outside the data layers.
-        data = (extra or {}, state.registered, state.facts_set, {"facts": state.facts or {}}, magic)
+        hostvars = HostVars(self, play)
+        magic = self._magic(state, play, task, hostvars)
+        extra = extra or {}
+        facts = {"facts": state.facts or {}}
         layers = ChainMap(
             self.extra_vars,
-            data[0],
+            extra,
             state.registered,
             state.facts_set,
-            data[3],
+            facts,
             task.vars if task else {},
             task.role_vars if task else {},
             play.vars,
             state.host.vars,
             magic,
-            {"hostvars": self._hostvars},
             play.defaults,
         )
-        return self.templar.view(layers, data)
+        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic))
+        hostvars.owner = view
+        return view
+
+    def host_view(self, name: str, play: Play, hostvars: HostVars) -> LazyVars:
+        """hostvars[name]: that host's inventory values (rendered in its context, with the play's vars and role
+        defaults below them), and as data its registered results, set_fact values and facts as published."""
+        host = self.inventory.hosts[name]  # KeyError for a name not in the inventory: undefined in the template
+        state = self.states.get(name) or HostState(host)
+        magic = self._magic(state, play, None, hostvars)
+        facts = {"facts": state.shared_facts or {}}
+        registered, facts_set = state.shared_registered, state.shared_facts_set
+        layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
+        return HostView(layers, self.templar, (registered, facts_set, facts, magic), state.shared_hidden, hostvars,
+                        self.secrets)
 
     def collect_secrets(self, state: HostState, play: Play) -> None:
         """Remember the values of secret-named variables from every source this play gives the host."""
@@ -102,7 +192,10 @@ class Variables:
 
     @staticmethod
     def secret_touched(view: LazyVars) -> bool:
-        """True when rendering with `view` read a secret-named variable that holds a value."""
+        """True when rendering with `view` read a secret-named variable that holds a value, or (tainted) another
+        host's secret through hostvars."""
+        if view.tainted:
+            return True
         for name in list(view.touched):
             if is_secret_name(name):
                 try:
