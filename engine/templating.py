@@ -83,6 +83,17 @@ def _bounded_range(*args: int) -> range:
     return r
 
 
+def _extract(item: Any, container: Any, morekeys: Any = None) -> Any:
+    """Ansible's `extract`: container[item], then each of morekeys (`map('extract', hostvars, 'x')`)."""
+    value, path = container, [item, *([morekeys] if isinstance(morekeys, str) else (morekeys or []))]
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            raise jinja2.UndefinedError(f"extract: '{key}' is undefined (path {path})") from None
+    return value
+
+
 def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     env = Sandbox(
         undefined=StrictUndefined,
@@ -103,6 +114,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         regex_replace=lambda v, p, r="": re.sub(p, r, str(v)),
         mandatory=_mandatory,
         type_debug=lambda v: type(v).__name__,
+        extract=_extract,
     )
     env.globals["range"] = _bounded_range
     env.tests.update(

@@ -39,3 +39,14 @@ def test_bare_expressions_for_when():
     t = Templar()
     v = t.view({"facts": {"gpu": {"driver": False}}, "x": 3})
     assert t.evaluate("not facts.gpu.driver and x > 2", v) is True
+
+
+def test_extract_reads_each_name_from_a_mapping_like_ansible():
+    t = Templar()
+    hv = {"a": {"probe": {"current": True, "rank": 0}}, "b": {"probe": {"current": False, "rank": 1}}}
+    v = t.view({"hosts": ["a", "b"], "hv": hv})
+    assert t.render_string("{{ hosts | map('extract', hv, ['probe', 'current']) | list }}", v) == [True, False]
+    stale = "{{ hosts | map('extract', hv, 'probe') | rejectattr('current') | map(attribute='rank') | list }}"
+    assert t.render_string(stale, v) == [1]
+    with pytest.raises(jinja2.UndefinedError):
+        t.render_string("{{ ['c'] | map('extract', hv) | list }}", v)
