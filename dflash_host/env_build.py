@@ -6,6 +6,7 @@ the verification by import that must pass before its marker is written (dflash_h
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -38,10 +39,11 @@ FIX_WHERE = "vllm_version / extra_requirements"  # where a user sets what the en
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
 
 PYINFO = (
-    "import json, platform, sys; print(json.dumps({'executable': sys.executable, "
+    "import json, platform, site, sys; print(json.dumps({'executable': sys.executable, "
     "'version': platform.python_version(), 'implementation': sys.implementation.name, "
-    "'machine': platform.machine()}))"
+    "'machine': platform.machine(), 'venv': sys.prefix != sys.base_prefix, 'site': site.getsitepackages()}))"
 )
+BASE_PTH = "_dfp_base_site.pth"  # a base that is itself a venv: its site-packages, seen by the env
 
 # Run by the new environment's python: imports, versions, what torch sees. Prints one JSON line.
 VERIFY = IMPORT_EACH + r"""
@@ -56,6 +58,7 @@ if "vllm" in mods:
 if want_torch and importlib.util.find_spec("torch") is not None:
     try:
         import torch
+        res["imports"].setdefault("torch", {"ok": True, "version": str(torch.__version__), "file": torch.__file__})
         res["torch_version"] = str(torch.__version__)
         res["torch_cuda"] = torch.version.cuda
         if flavor == "cuda":
@@ -256,6 +259,20 @@ def create_env(path: str, py: dict, kind: str, uv: str | None, args: dict, ctx: 
                 f"the venv package (Debian/Ubuntu: apt-get install python3-venv) or use installer uv"
             ) from None
         raise
+    if shared and py.get("venv"):
+        see_base_venv(path, py, ctx)
+
+
+def see_base_venv(path: str, py: dict, ctx: Context) -> None:
+    """A base python that is itself a venv (/opt/torch/.venv on deep-learning images): `venv
+    --system-site-packages` from it makes an env over the interpreter behind it, which lacks torch. A .pth
+    file in the env adds the base venv's site-packages after the env's own, so imports and pip see them."""
+    site = glob.glob(os.path.join(path, "lib", "python*", "site-packages"))
+    if len(site) != 1 or not py.get("site"):
+        raise ModuleError(f"{py['executable']} is a virtual environment, and the env {path} has no single "
+                          f"site-packages to add its packages to; build from the interpreter that holds torch directly")
+    ctx.say(f"{py['executable']} is itself a virtual environment: the env also sees {', '.join(py['site'])}")
+    atomic_write(os.path.join(site[0], BASE_PTH), ("\n".join(py["site"]) + "\n").encode())
 
 
 def apply_cpu_fixups(env_python: str, kind: str, uv: str | None, args: dict, ctx: Context, lock: RootLock) -> list:

@@ -562,3 +562,21 @@ def test_uv_with_system_site_packages_is_refused_before_anything_is_built(tmp_pa
                 "system_site_packages": True})
     assert res["failed"] and "venv_installer: pip" in res["msg"]
     assert not (root / "envs").exists() or not any((root / "envs").iterdir())
+
+
+def test_an_env_over_a_base_that_is_itself_a_venv_sees_the_base_venvs_packages(tmp_path, wheelhouse):
+    """Deep-learning images keep torch in a venv (the H200 image: /opt/torch/.venv/bin/python3): `venv
+    --system-site-packages` from such a python makes an env over the interpreter behind it, which lacks torch.
+    Here the base venv holds dfp-c (standing in for torch); the env built over it imports it from there and
+    installs only dfp-b."""
+    base = tmp_path / "base"
+    subprocess.run([PY, "-m", "venv", str(base)], check=True)
+    subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                    wheelhouse, "dfp-c==1.0"], check=True)
+    root = tmp_path / "envs"
+    built = call({"root": str(root), "python": str(base / "bin" / "python"), "requirements": ["dfp-b==1.0"],
+                  "wheelhouse": wheelhouse, "verify_imports": ["dfp_b", "dfp_c"], "system_site_packages": True})
+    assert not built["failed"], built["msg"]
+    assert built["from_base"] == ["dfp_c"]
+    env_site = next((Path(built["path"]) / "lib").glob("python*/site-packages"))
+    assert not (env_site / "dfp_c").exists() and (env_site / "dfp_b").is_dir()
