@@ -14,6 +14,7 @@ import os
 from dflash_host.files import read_bytes
 from dflash_host.module import ModuleError
 from dflash_host.proc import read_pidfile
+from dflash_host.vllm_process import server_for
 from dflash_host.vllm_unit import parse_env_file
 
 
@@ -86,6 +87,18 @@ def load_launch(p: dict) -> dict:
             f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, or `invoke provision`"
         )
     return launch
+
+
+def launch_state(launch: dict, p: dict, want: str | None = None) -> dict:
+    """Whether the running server is the rendered launch: {server, now (its inspect), running (running.json),
+    want, fresh}. Fresh: alive, started from `want` (default: the launch's fingerprint) as the recorded PID.
+    vllm_server decides restarts by it, library/vllm_cluster reports it (probe's `current`)."""
+    server = server_for(launch, p)
+    now = server.inspect()
+    running = load_json(p["running"]) or {}
+    want = want or launch["fingerprint"]
+    fresh = bool(now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"])
+    return {"server": server, "now": now, "running": running, "want": want, "fresh": fresh}
 
 
 def read_env(p: dict) -> dict:

@@ -18,6 +18,7 @@ from typing import Any
 from dflash_host.model_config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.untrusted_json import load_json_file
+from dflash_host.vllm_cluster import check_node_address, cluster_settings
 from dflash_host.vllm_values import MANAGED_FLAGS, check_env, check_extra_args, check_launch_values, check_line, line_problem
 
 SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "SECRET")
@@ -130,9 +131,13 @@ def env_own_python(venv_python: str) -> str:
 # (and so in the fingerprint) in the table's order when its value is set. Its "kind" says how the value is
 # checked and written; "var" names the variable in messages; a flavor may imply a value (FLAVOR_DEFAULTS).
 #   count     a whole number of at least 1             --flag N
+#   index     a whole number of at least 0             --flag N (0 is written)
+#   port      a whole number from 1 to 65535            --flag N
 #   fraction  a number in (0, 1]                        --flag 0.9
 #   choice    one of the entry's "one_of"               --flag WORD
+#   text      one line, not starting with '-'           --flag TEXT
 #   switch    true or false                             --flag (only when true)
+WHOLE_KINDS = ("count", "index", "port")
 
 
 def _number_text(value: Any, kind: str) -> Any:
@@ -140,7 +145,7 @@ def _number_text(value: Any, kind: str) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
-    if kind == "count" and text.lstrip("-").isdigit():
+    if kind in WHOLE_KINDS and text.lstrip("-").isdigit():
         return int(text)
     if kind == "fraction":
         try:
@@ -156,8 +161,15 @@ def flag_value(name: str, entry: dict, value: Any) -> Any:
     if value is None:
         return None
     value = _number_text(value, kind)
-    if kind == "count" and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if kind == "count" and (not whole or value < 1):
         raise ModuleError(f"{var} is {value!r}; it must be a whole number of at least 1 (or null)")
+    if kind == "index" and (not whole or value < 0):
+        raise ModuleError(f"{var} is {value!r}; it must be a whole number of at least 0 (or null)")
+    if kind == "port" and (not whole or not 1 <= value <= 65535):
+        raise ModuleError(f"{var} is {value!r}; it must be a port number from 1 to 65535 (or null)")
+    if kind == "text":
+        return _text_value(var, value)
     if kind == "fraction" and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1):
         raise ModuleError(f"{var} is {value!r}; it must be a fraction in (0, 1], e.g. 0.9")
     if kind == "choice" and value not in entry["one_of"]:
@@ -165,6 +177,15 @@ def flag_value(name: str, entry: dict, value: Any) -> Any:
     if kind == "switch" and isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
     return bool(value) if kind == "switch" else value
+
+
+def _text_value(var: str, value: Any) -> str | None:
+    """A text flag's value: one line, stripped; empty means unset; a leading '-' would read as a flag."""
+    text = str(value).strip()
+    check_line(text, var)
+    if text.startswith("-"):
+        raise ModuleError(f"{var} is {text!r}, which starts with '-': vLLM would read it as a flag of its own; fix {var}")
+    return text or None
 
 
 def flag_words(entry: dict, value: Any) -> list:
@@ -204,14 +225,17 @@ def _flavor(args: dict) -> tuple:
     return flavor, FLAVOR_DEFAULTS[flavor]
 
 
-def _identity(args: dict) -> tuple:
-    """(host, port, served name, venv_python): where the server listens, what it serves, which python runs it."""
-    port = _number_text(args.get("port"), "count")
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise ModuleError(f"vllm_port is {port!r}; it must be a whole number from 1 to 65535")
-    host = args.get("host")
-    if not host:
-        raise ModuleError("vllm_host is empty; set the address vLLM listens on (e.g. 127.0.0.1)")
+def _identity(args: dict, headless: bool) -> tuple:
+    """(host, port, served name, venv_python): where the server listens, what it serves, which python runs it.
+    A headless node listens nowhere: host and port are None (vllm_host and vllm_port are not read)."""
+    host, port = None, None
+    if not headless:
+        port = _number_text(args.get("port"), "count")
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise ModuleError(f"vllm_port is {port!r}; it must be a whole number from 1 to 65535")
+        host = args.get("host")
+        if not host:
+            raise ModuleError("vllm_host is empty; set the address vLLM listens on (e.g. 127.0.0.1)")
     served = args.get("served_model_name")
     if not served or not str(served).strip():
         raise ModuleError("served_model_name is empty; set the name clients use in requests (e.g. target)")
@@ -260,6 +284,14 @@ def _environment(args: dict, flavor_env: dict, all_local: bool) -> dict:
     cache, vllm_env, and the secrets (which go only to the 0600 environment file)."""
     env = dict(COMMON_ENV)
     env.update(flavor_env)
+    node_address = (args.get("node_address") or "").strip()
+    if node_address:
+        if (args.get("env") or {}).get("VLLM_HOST_IP") not in (None, node_address):
+            raise ModuleError(
+                "vllm_env sets VLLM_HOST_IP and cluster_node_address sets it to another value; keep one of them "
+                "(cluster_node_address is the node's own address on the cluster network)"
+            )
+        env["VLLM_HOST_IP"] = node_address  # over the cpu flavor's 127.0.0.1
     if all_local:
         env.update(OFFLINE_ENV)  # every model is local: never try the network
     cache_root = args.get("cache_root")
@@ -303,7 +335,6 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
     """
     check_launch_values(args)
     flavor, fdef = _flavor(args)
-    host, port, served, venv_python = _identity(args)
     model = args.get("target_model")
     if not model:
         raise ModuleError("target_model is empty; set it to the model folder on the host or a Hugging Face id")
@@ -312,13 +343,17 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
     flags = flag_table(table)
     lmo = _language_model_only(args, target_cfg, is_multimodal)
     values = flag_values(args, flags, fdef, {"language_model_only": lmo} if "language_model_only" in flags else {})
+    cluster = cluster_settings(values)
+    host, port, served, venv_python = _identity(args, bool(cluster and cluster["headless"]))
     taken = dict(MANAGED_FLAGS)
-    taken.update({flags[name]["flag"]: flags[name].get("var", name) for name, v in values.items() if v not in (None, False)})
+    taken.update({flags[n]["flag"]: flags[n].get("var", n) for n, v in values.items() if v is not None and v is not False})
     extra = check_extra_args(list(args.get("extra_args") or []), taken)
 
     argv = [env_own_python(venv_python), "-m", "vllm.entrypoints.cli.main", "serve"]
     argv += [os.path.expanduser(model) if target_cfg is not None else model]
-    argv += ["--served-model-name", served, "--host", host, "--port", str(port)]
+    argv += ["--served-model-name", served]
+    if host is not None:  # the head or a single host serves the API; a headless node listens nowhere
+        argv += ["--host", host, "--port", str(port)]
     if spec_cfg:
         argv += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
     for name, entry in flags.items():
@@ -327,8 +362,10 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
 
     drafter = args.get("drafter_model")
     env = _environment(args, fdef["env"], target_cfg is not None and (not drafter or drafter_cfg is not None))
+    check_node_address(cluster, env)
     check_assembled(argv, env)
     return {
+        "cluster": cluster,
         "flavor": flavor,
         "argv": argv,
         "env": env,

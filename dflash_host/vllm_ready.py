@@ -5,7 +5,10 @@ A new server is ready once its log shows the expected `Resolved architecture:` l
 drafts happen, and the acceptance they produced is read from /metrics (smoke_and_acceptance). A server
 already running with the wanted launch is verified the same way without a restart (verify_running).
 All of it runs under a Watch (dflash_host.vllm_watch), so a server that dies meanwhile fails the
-proof, quoting its log, and is never reported serving. Used by vllm_start and vllm_server.
+proof, quoting its log, and is never reported serving. A headless node of a multi-node vLLM has no HTTP
+API: it is ready once it lives and its log shows vLLM's headless launch line (wait_until_launched,
+verify_headless); its workers and their link to the head are library/vllm_cluster's to verify.
+Used by vllm_start and vllm_server.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from dflash_host import vllm_log as VL
 from dflash_host import vllm_metrics as M
 from dflash_host import vllm_probe as P
+from dflash_host.vllm_cluster import headless_launch
 from dflash_host.vllm_files import read_env
 from dflash_host.vllm_process import POLL_S
 from dflash_host.vllm_watch import Follower, NotYet, RunningServer, ServerFailed, Watch
@@ -236,3 +240,66 @@ def verify_running(launch: dict, p: dict, pid: int, ctx: Context, started_at: An
         follower.close()
     out.update(pid=pid, log=launch["log"])
     return out
+
+
+# --------------------------------------------------------------------------- a headless node (no HTTP API)
+
+
+def launched_probe(follower: Follower, expected: list) -> Callable[[], str]:
+    """A Watch.step probe: vLLM's headless launch line once the log shows it; a launch without the expected
+    `Resolved architecture:` lines loaded something else (ServerFailed)."""
+
+    def launched() -> str:
+        line = headless_launch(follower.lines)
+        if line is None:
+            raise NotYet("the log has not shown vLLM's headless launch line yet")
+        seen = VL.resolved_architectures(follower.lines)
+        missing = missing_architectures(seen, expected)
+        if missing:
+            raise ServerFailed(
+                f"vLLM launched headless, but its log never showed `Resolved architecture: {missing[0]}`",
+                [f"Resolved architecture lines seen: {seen}"],
+                None,
+            )
+        return line
+
+    return launched
+
+
+def wait_until_launched(launch: dict, watch: Watch) -> dict:
+    """A new headless node's readiness: alive, and its log shows the headless launch line (no HTTP, no smoke)."""
+    expected = launch.get("expected_architectures") or []
+    line = watch.step("vLLM's headless launch line", launched_probe(watch.follower, expected))
+    ready_at, ready_wall = time.monotonic(), time.time()
+    watch.server.ready()  # record the processes seen so far in the pidfile's tree
+    watch.check()
+    return {"headless_launch": line, "ready_at": ready_at, "ready_wall": ready_wall}
+
+
+def verify_headless(launch: dict, pid: int, ctx: Context, started_at: Any = None) -> dict:
+    """A headless node already up with the wanted launch: alive, its log since its start shows the launch line
+    and no fatal line. One younger than readiness_timeout_s is waited for until its budget ends."""
+    follower = Follower(launch["log"], pid)  # every line since its start marker
+    watch = Watch(RunningServer(pid), follower, time.monotonic(), ctx)
+    try:
+        until = starting_until(launch, started_at)
+        follower.poll()
+        if until is not None and headless_launch(follower.lines) is None:
+            watch.deadline, watch.t0 = until, until - float(launch["readiness_timeout_s"])
+            watch.step("vLLM's headless launch line (the node is still starting)",
+                       launched_probe(follower, launch.get("expected_architectures") or []))
+        watch.check()
+        lines = follower.all_lines()
+        idx = VL.find_fatal(lines)
+        if idx is not None:
+            raise ServerFailed(f"the running headless node's log shows {VL.fatal_label(lines[idx])}", VL.root_cause(lines), None)
+        line = headless_launch(lines)
+        if line is None:
+            raise ServerFailed(
+                f"the running headless node (PID {pid}) never logged vLLM's headless launch line",
+                VL.root_cause(lines, tail=5),
+                None,
+            )
+    finally:
+        follower.close()
+    return {"pid": pid, "log": launch["log"], "headless_launch": line}

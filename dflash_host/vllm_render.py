@@ -116,6 +116,8 @@ def launch_record(args: dict, spec: dict, p: dict, mode: str, root: str | None) 
         "service_name": args["service_name"],
         "unit_path": unit_path,
     }
+    if spec.get("cluster"):  # a node of a multi-node vLLM (a single host's record stays as it was)
+        launch["cluster"] = spec["cluster"]
     return launch, env_text, unit_text
 
 
@@ -167,8 +169,11 @@ def render_files(p: dict, launch: dict, spec: dict, want: dict, ctx: Context) ->
         "unit_path": launch["unit_path"],
         "expected_architectures": spec["expected_architectures"],
     }
+    if launch.get("cluster"):
+        result["cluster"] = launch["cluster"]
     if not result["changed"]:
-        result["msg"] = f"launch for {spec['served_model_name']} on port {spec['port']} is as rendered ({launch['mode']} mode)"
+        where = f"on port {spec['port']}" if spec["port"] is not None else "as a headless node"
+        result["msg"] = f"launch for {spec['served_model_name']} {where} is as rendered ({launch['mode']} mode)"
         return result
     if not ctx.check and write_launch(p, launch, want):
         result["daemon_reload"] = True

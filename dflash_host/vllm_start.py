@@ -1,5 +1,6 @@
 """Starting the managed vLLM server: a free port, the log rotated, the process spawned and recorded, then
-proven ready (dflash_host.vllm_ready); a start that fails stops what it began and says why.
+proven ready (dflash_host.vllm_ready); a start that fails stops what it began and says why. A headless
+node of a multi-node vLLM starts the same way, without a port of its own, ready at its launch line.
 
 The server's environment is the environment file's (secrets included) plus a few variables inherited
 from the worker (INHERIT_ENV), so that the runtime's PYTHONPATH never leaks into vLLM. Used by vllm_server.
@@ -15,8 +16,9 @@ from dflash_host import vllm_log as VL
 from dflash_host import vllm_probe as P
 from dflash_host.files import atomic_write
 from dflash_host.module import ModuleError
+from dflash_host.vllm_cluster import is_headless
 from dflash_host.vllm_files import dump, read_env, remove_tool_file
-from dflash_host.vllm_ready import wait_until_ready
+from dflash_host.vllm_ready import wait_until_launched, wait_until_ready
 from dflash_host.vllm_watch import Follower, ServerFailed, Watch
 
 if TYPE_CHECKING:  # annotations only
@@ -93,7 +95,9 @@ def spawn_recorded(launch: dict, p: dict, ctx: Context, server: Any, env: dict) 
 def start(launch: dict, p: dict, ctx: Context, server: Any) -> dict:
     """Rotate the log, launch, and watch until ready; on failure stop what was started and say why."""
     os.makedirs(os.path.dirname(launch["log"]), exist_ok=True)
-    check_port_free(launch)
+    headless = is_headless(launch)
+    if not headless:  # a headless node listens on no port of its own
+        check_port_free(launch)
     rotation = rotate_log(launch, ctx)
     env = server_env(p)
     t_launch = time.monotonic()
@@ -101,7 +105,10 @@ def start(launch: dict, p: dict, ctx: Context, server: Any) -> dict:
     follower = Follower(launch["log"], pid)
     watch = Watch(server, follower, t_launch + launch["readiness_timeout_s"], ctx)
     try:
-        figures = wait_until_ready(launch, watch, env.get("VLLM_API_KEY"), ctx)
+        if headless:
+            figures = wait_until_launched(launch, watch)
+        else:
+            figures = wait_until_ready(launch, watch, env.get("VLLM_API_KEY"), ctx)
     except ServerFailed as exc:
         follower.close()
         stopped = undo_start(launch, p, ctx, server)

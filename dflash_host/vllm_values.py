@@ -51,6 +51,7 @@ LINE_VALUES = (
     ("pidfile", "vllm_pidfile"),
     ("log", "vllm_log"),
     ("unit_dir", "vllm_unit_dir"),
+    ("node_address", "cluster_node_address"),
 )
 # Values placed where vLLM's argument parser reads a leading '-' as a flag of its own.
 FLAG_SLOT_VALUES = (("served_model_name", "served_model_name"), ("host", "vllm_host"), ("target_model", "target_model"))

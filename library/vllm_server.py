@@ -11,6 +11,11 @@ quoting the first exception. `restarted` always restarts (or, with only_if_stale
 running server is not the rendered launch: the role's handler uses that, so a change restarts once).
 `stopped` stops the whole tree; `absent` also removes the unit, pidfile and launch files (logs stay).
 
+One node of a multi-node vLLM (vLLM's own launcher; the cluster_* variables, checked as a group) runs the
+same way; a headless node (cluster_headless, rank > 0) has no HTTP API: it is started, recorded, kept and
+stopped alike, and proven by its process and vLLM's headless launch line in its log (no port, health,
+smoke or acceptance: the head's). library/vllm_cluster verifies what runs on each node.
+
 Only what is provably the tool's is rotated, overwritten or removed: the log and the launch files lie
 inside `root` (dfp_root), the live log starts with the tool's start marker, rotated logs carry it too,
 launch files have the tool's shape or header, the unit is named after service_name and carries the
@@ -31,10 +36,11 @@ from dflash_host import vllm_render as R
 from dflash_host import vllm_unit as U
 from dflash_host.model_config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_files import files_to_remove, is_tool_file, load_json, load_launch, paths, remove_tool_file
+from dflash_host.vllm_cluster import is_headless
+from dflash_host.vllm_files import files_to_remove, is_tool_file, launch_state, load_json, load_launch, paths, remove_tool_file
 from dflash_host.vllm_launch import resolve
 from dflash_host.vllm_process import server_for
-from dflash_host.vllm_ready import verify_running
+from dflash_host.vllm_ready import verify_headless, verify_running
 from dflash_host.vllm_start import start
 from dflash_host.vllm_watch import ServerFailed
 
@@ -76,6 +82,21 @@ ARGS = {
                                "help": "fraction of GPU memory vLLM may use, in (0, 1]; none: vLLM's (0.9)"},
     "tensor_parallel_size": {"type": "raw", "default": None, "var": "tensor_parallel_size",
                              "flag": "--tensor-parallel-size", "kind": "count", "help": "GPUs per model; none: vLLM's (1)"},
+    "pipeline_parallel_size": {"type": "raw", "default": None, "var": "pipeline_parallel_size",
+                               "flag": "--pipeline-parallel-size", "kind": "count",
+                               "help": "pipeline stages per model (split over cluster_nnodes with tensor_parallel_size); "
+                               "none: vLLM's (1)"},
+    "nnodes": {"type": "raw", "default": None, "var": "cluster_nnodes", "flag": "--nnodes", "kind": "count",
+               "help": "nodes of a multi-node vLLM (its own launcher, no Ray); (tensor x pipeline parallel size) must "
+               "be a multiple of it; none: one host"},
+    "node_rank": {"type": "raw", "default": None, "var": "cluster_node_rank", "flag": "--node-rank", "kind": "index",
+                  "help": "this node's rank, 0 (the head, serving the API) to cluster_nnodes - 1"},
+    "master_addr": {"type": "str", "default": None, "var": "cluster_master_addr", "flag": "--master-addr", "kind": "text",
+                    "help": "the head's (rank 0) address every node reaches for torch.distributed; required with cluster_nnodes > 1"},
+    "master_port": {"type": "raw", "default": None, "var": "cluster_master_port", "flag": "--master-port", "kind": "port",
+                    "help": "the head's torch.distributed port (1-65535); none: vLLM's"},
+    "headless": {"type": "bool", "default": None, "var": "cluster_headless", "flag": "--headless", "kind": "switch",
+                 "help": "a worker node (rank > 0): no HTTP API; ready once vLLM logs its headless launch"},
     "enforce_eager": {"type": "bool", "default": None, "var": "enforce_eager", "flag": "--enforce-eager", "kind": "switch",
                       "help": "no CUDA graphs; none: the flavor's (cpu: true)"},
     "language_model_only": {"type": "raw", "default": "auto", "var": "language_model_only",
@@ -83,6 +104,9 @@ ARGS = {
                             "help": "serve the text model only; auto: when the target's config.json is multimodal"},
     "max_num_seqs": {"type": "raw", "default": None, "var": "max_num_seqs", "flag": "--max-num-seqs", "kind": "count",
                      "help": "sequences scheduled at once (concurrent requests in a batch); none: vLLM's"},
+    "node_address": {"type": "str", "default": None, "var": "cluster_node_address",
+                     "help": "VLLM_HOST_IP: this node's own address on the cluster network (overrides the cpu flavor's "
+                     "127.0.0.1); none: the flavor's or vLLM's choice"},
     "extra_args": {"type": "list", "default": [], "var": "vllm_extra_args",
                    "help": 'more vLLM flags in long form, flag then value: ["--kv-cache-dtype", "fp8"]'},
     "env": {"type": "dict", "default": {}, "var": "vllm_env", "help": "more environment variables for the server"},
@@ -168,6 +192,8 @@ def _apply_gate(out: dict, ctx: Context) -> None:
 
 
 def _summary(out: dict) -> str:
+    if "headless_launch" in out:
+        return f"PID {out.get('pid')}, headless: {out['headless_launch']}"
     rate = out.get("acceptance_rate")
     mal = out.get("mean_acceptance_length")
     acc = f", acceptance {rate:.1%}, mean acceptance length {mal:.2f}" if rate is not None else ""
@@ -192,13 +218,17 @@ def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, 
         return {"changed": False, "pid": pid, "msg": f"vLLM (PID {pid}) already runs the rendered launch"}
     if now["alive"] and fresh and not force:
         try:
-            out = verify_running(launch, p, pid, ctx, started_at)
+            if is_headless(launch):
+                out = verify_headless(launch, pid, ctx, started_at)
+            else:
+                out = verify_running(launch, p, pid, ctx, started_at)
         except ServerFailed as exc:
             reason = f"the running server was unhealthy ({exc.what}{': ' + ' | '.join(exc.root) if exc.root else ''})"
             ctx.warn(reason + "; restarting it")
             return reason
         _apply_gate(out, ctx)
-        out.update(changed=False, msg=f"vLLM is running with the rendered launch and serving: {_summary(out)}")
+        doing = "running headless" if is_headless(launch) else "serving"
+        out.update(changed=False, msg=f"vLLM is running with the rendered launch and {doing}: {_summary(out)}")
         return out
     if now["alive"] and not fresh and not force and not args["restart_stale"]:
         return {"changed": False, "stale": True, "pid": pid,
@@ -230,15 +260,12 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     if ctx.check and load_json(p["launch"]) is None:
         return {"changed": True, "msg": "would start vLLM once its launch is rendered"}
     launch = load_launch(p)
-    server = server_for(launch, p)
-    now = server.inspect()
-    running = load_json(p["running"]) or {}
-    want = args.get("fingerprint") or launch["fingerprint"]
-    fresh = now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"]
-    kept = _keep_running(args, ctx, force, launch, p, now, fresh, running.get("started_at"))
+    state = launch_state(launch, p, args.get("fingerprint"))
+    now, fresh = state["now"], state["fresh"]
+    kept = _keep_running(args, ctx, force, launch, p, now, fresh, state["running"].get("started_at"))
     if isinstance(kept, dict):
         return kept
-    return _restart(launch, p, ctx, server, kept or _restart_reason(now, fresh))
+    return _restart(launch, p, ctx, state["server"], kept or _restart_reason(now, fresh))
 
 
 # --------------------------------------------------------------------------- stopped, absent

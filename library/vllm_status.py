@@ -3,6 +3,8 @@
 Running or not (pidfile proven by PID + start time + command line, or the systemd unit), PID, port,
 uptime, /health, the served model, the acceptance rate and mean acceptance length since the server
 started (from /metrics), and the GPU memory its processes hold (nvidia-smi; null without a driver).
+A node of a multi-node vLLM also reports its rank, role and local workers; a headless worker node (no HTTP)
+is judged by them instead: `health` is "ok" when all its local workers run, each connected to the head.
 A server that dies while it is being read is reported as not running (the probes are a snapshot; the
 process is looked at again after them). A log deleted under a running server is reported (log_present
 false) with the descriptor through which the server still writes it (log_open_fd, /proc/PID/fd/N).
@@ -20,6 +22,7 @@ from dflash_host import vllm_metrics as M
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed_state import last_speed, state_file_for
+from dflash_host.vllm_cluster import is_headless, local_workers, missing_workers
 from dflash_host.vllm_files import load_json, paths, read_env
 from dflash_host.vllm_process import server_for
 
@@ -140,7 +143,38 @@ def _probe(launch: dict, p: dict, timeout: float, out: dict) -> bool:
     return False
 
 
+def _cluster_part(launch: dict, now: dict, out: dict) -> None:
+    """A node of a multi-node vLLM: its rank and role, and its running local workers with their link to the head."""
+    cluster = launch.get("cluster")
+    if not cluster:
+        return
+    out.update(role=cluster["role"], rank=cluster["node_rank"], nnodes=cluster["nnodes"], local_workers=[])
+    if out["running"]:
+        out["local_workers"] = local_workers(launch, now)
+        out["workers_connected"] = bool(out["local_workers"]) and all(w["connected"] for w in out["local_workers"])
+
+
+def _worker_node(launch: dict, now: dict, out: dict) -> bool:
+    """A headless node has no HTTP to ask: `health` is "ok" when all its local workers run and each is connected
+    to the head, else what is missing (so invoke status exits as for an unhealthy server); True when not ok."""
+    _cluster_part(launch, now, out)
+    if out["running"]:
+        out["health"] = missing_workers(launch["cluster"], out["local_workers"]) or "ok"
+    return out["health"] != "ok"
+
+
+def _node_msg(out: dict) -> str:
+    head = f"vLLM worker node rank {out['rank']} (headless)"
+    if not out["running"]:
+        return f"{head} is not running"
+    n = len(out["local_workers"])
+    state = f"{n} local worker(s), connected to the head" if out["health"] == "ok" else out["health"]
+    return f"{head} PID {out['pid']}, up {out['uptime_s']} s: {state}"
+
+
 def _running_msg(out: dict) -> str:
+    if out.get("role") == "worker":
+        return _node_msg(out) + _log_note(out)
     if not out["running"]:
         return f"vLLM is not running (port {out['port']}: health {out['health']})"
     rate = out["acceptance_rate"]
@@ -177,7 +211,11 @@ def _status(args: dict) -> dict:
         out["msg"] = exc.msg
         return out
     pids, started = _processes(now, out)
-    failed = _probe(launch, p, args["timeout_s"], out)
+    if is_headless(launch):
+        failed = _worker_node(launch, now, out)
+    else:
+        failed = _probe(launch, p, args["timeout_s"], out)
+        _cluster_part(launch, now, out)
     if pids:
         out["gpu_used_mib"] = gpu_used_mib(args["nvidia_smi"], pids)
     out.update(log_state(out["log"], pids))

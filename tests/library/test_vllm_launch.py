@@ -245,13 +245,106 @@ def test_a_table_flag_in_extra_args_is_refused_only_when_the_launch_sets_it(mode
         resolve(base(models, flavor="cpu", extra_args=["--max-model-len", "4096"]))
 
 
+SAMPLE = {"count": 7, "index": 1, "port": 29500, "fraction": 0.5, "switch": True, "text": "10.0.0.1"}
+# What a cluster flag needs beside it to be valid both with and without it (the settings are checked as a group).
+COMPANIONS = {
+    "nnodes": {"master_addr": "10.0.0.1", "tensor_parallel_size": 7},
+    "node_rank": {"nnodes": 2, "master_addr": "10.0.0.1", "tensor_parallel_size": 2},
+    "headless": {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1", "tensor_parallel_size": 2},
+}
+
+
 @pytest.mark.parametrize("name", [n for n, e in ARGS.items() if e.get("flag")])
 def test_every_flag_entry_of_the_table_reaches_argv_and_the_fingerprint(models, name):
     entry = ARGS[name]
-    value = {"count": 7, "fraction": 0.5, "switch": True}.get(entry["kind"]) or entry.get("one_of", [None])[0]
-    spec = resolve(base(models, **{name: value}))
+    value = SAMPLE.get(entry["kind"]) or entry.get("one_of", [None])[0]
+    spec = resolve(base(models, **COMPANIONS.get(name, {}), **{name: value}))
     assert entry["flag"] in spec["argv"], spec["argv"]
-    without = resolve(base(models, **{name: False if entry["kind"] == "switch" else None}))
+    without = resolve(base(models, **COMPANIONS.get(name, {}), **{name: False if entry["kind"] == "switch" else None}))
     assert entry["flag"] not in without["argv"]
     assert fingerprint(spec["argv"], "", {}, "process", None) != fingerprint(without["argv"], "", {}, "process", None)
     assert entry.get("help") and entry.get("var")  # documented once, set by its variable
+
+
+# --------------------------------------------------------------------------- one node of a multi-node vLLM
+
+
+def cluster(models, rank, **over):
+    """A node of a 2-node TP=2 cluster whose head is 10.0.0.1:29510."""
+    args = dict(nnodes=2, node_rank=rank, master_addr="10.0.0.1", master_port=29510, tensor_parallel_size=2,
+                headless=rank > 0, node_address=f"10.0.0.{rank + 1}")
+    args.update(over)
+    return resolve(base(models, flavor="cpu", **args))
+
+
+def after(argv, flag):
+    return argv[argv.index(flag) + 1]
+
+
+def test_a_single_host_launch_is_unchanged_by_the_cluster_settings(models):
+    spec = resolve(base(models))
+    assert spec["cluster"] is None and "--nnodes" not in spec["argv"] and "--headless" not in spec["argv"]
+    assert spec["argv"][5:11] == ["--served-model-name", "target", "--host", "127.0.0.1", "--port", "8011"]
+
+
+def test_head_and_worker_run_the_same_serve_with_their_rank_and_only_the_head_listens(models):
+    head, worker = cluster(models, 0), cluster(models, 1)
+    for spec, rank in ((head, "0"), (worker, "1")):
+        argv = spec["argv"]
+        assert after(argv, "--nnodes") == "2" and after(argv, "--node-rank") == rank
+        assert after(argv, "--master-addr") == "10.0.0.1" and after(argv, "--master-port") == "29510"
+        assert after(argv, "--tensor-parallel-size") == "2"
+    assert "--port" in head["argv"] and "--headless" not in head["argv"]
+    assert "--headless" in worker["argv"] and "--port" not in worker["argv"] and "--host" not in worker["argv"]
+    assert worker["port"] is None  # no API: vllm_port is not read
+    assert head["env"]["VLLM_HOST_IP"] == "10.0.0.1" and worker["env"]["VLLM_HOST_IP"] == "10.0.0.2"
+    assert head["cluster"]["role"] == "head" and worker["cluster"]["role"] == "worker"
+    assert worker["cluster"]["local_world_size"] == 1 and worker["cluster"]["world_size"] == 2
+    # the same command line but for the rank and the API
+    strip = {"--node-rank", "0", "1", "--headless", "--host", "127.0.0.1", "--port", "8011"}
+    assert [w for w in head["argv"] if w not in strip] == [w for w in worker["argv"] if w not in strip]
+
+
+def test_rank_zero_and_pipeline_parallel_are_written(models):
+    spec = cluster(models, 0, tensor_parallel_size=1, pipeline_parallel_size=2)
+    assert after(spec["argv"], "--node-rank") == "0" and after(spec["argv"], "--pipeline-parallel-size") == "2"
+    with pytest.raises(ModuleError, match="use the variable cluster_node_rank"):  # rank 0 is set, so it is taken
+        cluster(models, 0, extra_args=["--node-rank", "0"])
+
+
+@pytest.mark.parametrize(
+    "rank, over, words",
+    [
+        (1, {"master_addr": None}, ["cluster_nnodes is 2", "set cluster_master_addr"]),
+        (2, {}, ["cluster_node_rank is 2", "cluster_nnodes is 2", "from 0 (the head) to 1"]),
+        (0, {"headless": True}, ["cluster_headless is true on cluster_node_rank 0", "cluster_headless: false"]),
+        (1, {"nnodes": 2, "tensor_parallel_size": 3}, ["tensor_parallel_size (3) x pipeline_parallel_size (1) = 3",
+                                                       "cluster_nnodes (2)"]),
+        (1, {"node_address": None}, ["VLLM_HOST_IP=127.0.0.1", "Set cluster_node_address"]),
+        (1, {"master_port": 70000}, ["cluster_master_port is 70000", "65535"]),
+        (1, {"node_rank": -1, "headless": False}, ["cluster_node_rank is -1", "at least 0"]),
+        (1, {"master_addr": "--evil"}, ["cluster_master_addr is '--evil'", "starts with '-'"]),
+        (1, {"master_addr": "10.0.0.1\nExecStartPre=/bin/x"}, ["cluster_master_addr contains a newline"]),
+        (1, {"node_address": "10.0.0.2\n"}, ["cluster_node_address contains a newline"]),
+        (1, {"env": {"VLLM_HOST_IP": "10.9.9.9"}}, ["vllm_env sets VLLM_HOST_IP", "keep one of them"]),
+    ],
+)
+def test_cluster_settings_are_checked_as_a_group_naming_the_variable(models, rank, over, words):
+    with pytest.raises(ModuleError) as exc:
+        cluster(models, rank, **over)
+    for word in words:
+        assert word in exc.value.msg
+    assert "\n" not in exc.value.msg  # one paragraph
+
+
+def test_a_cluster_on_one_machine_may_keep_loopback_addresses(models):
+    spec = cluster(models, 1, master_addr="127.0.0.2", node_address=None)
+    assert spec["env"]["VLLM_HOST_IP"] == "127.0.0.1" and spec["cluster"]["master_addr"] == "127.0.0.2"
+
+
+def test_the_cluster_settings_reach_the_fingerprint(models):
+    a, b = cluster(models, 1), cluster(models, 1, master_port=29511)
+    assert fingerprint(a["argv"], render_env_file(a["env"]), {}, "process", None) != fingerprint(
+        b["argv"], render_env_file(b["env"]), {}, "process", None)
+    c = cluster(models, 1, node_address="10.0.0.3")
+    assert a["argv"] == c["argv"] and render_env_file(a["env"]) != render_env_file(c["env"])

