@@ -23,6 +23,8 @@ ns = Collection(
     invoke_task(cmd.playbook_command("rebuild"), PLAYBOOK_OPTIONS, "rebuild",
                 "Nightly: fresh environment beside the current one, restart and verify the server on it, then switch; "
                 "roll back on failure."),
+    invoke_task(cmd.playbook_command("serving-cluster"), PLAYBOOK_OPTIONS, "serving-cluster",
+                "One model served by a group of hosts (vLLM's multi-node launcher): --group cluster."),
     invoke_task(cmd.teardown, (*PLAYBOOK_OPTIONS, PURGE), "teardown",
                 "Stop the server and free the GPU; --purge also removes environments and generated configs."),
     invoke_task(cmd.play, PLAYBOOK_OPTIONS, "play", "Run any playbook (a path, or a name in playbooks/).",

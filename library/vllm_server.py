@@ -107,6 +107,9 @@ ARGS = {
     "node_address": {"type": "str", "default": None, "var": "cluster_node_address",
                      "help": "VLLM_HOST_IP: this node's own address on the cluster network (overrides the cpu flavor's "
                      "127.0.0.1); none: the flavor's or vLLM's choice"},
+    "port_base": {"type": "raw", "default": None, "var": "cluster_port_base",
+                  "help": "VLLM_PORT: vLLM's internal ports (a cluster's message queues) are taken upward from it, so a "
+                  "firewall can open one range; none: any free port"},
     "extra_args": {"type": "list", "default": [], "var": "vllm_extra_args",
                    "help": 'more vLLM flags in long form, flag then value: ["--kv-cache-dtype", "fp8"]'},
     "env": {"type": "dict", "default": {}, "var": "vllm_env", "help": "more environment variables for the server"},

