@@ -38,8 +38,11 @@ def render_summary(kind: str, host: str, data: Any) -> str:
             lines.append(f"  disk:    {path}: {d.get('free_mib')} MiB free")
         return "\n".join(lines + _gpu_lines(data))
     running = data.get("running")
-    lines = [f"{host}: {'RUNNING' if running else 'NOT RUNNING'}"]
-    if running:
+    lines = [f"{host}: {'RUNNING' if running else 'NOT RUNNING'}{_node_label(data)}"]
+    if running and data.get("role") == "worker":
+        lines += [f"  pid {data.get('pid')}  up {data.get('uptime_s')} s  health {data.get('health')}"]
+        lines += _worker_lines(data)
+    elif running:
         ar = data.get("acceptance_rate")
         mal = data.get("mean_acceptance_length")
         lines += [
@@ -47,12 +50,29 @@ def render_summary(kind: str, host: str, data: Any) -> str:
             f"  serves:  {data.get('served_model')}",
             f"  acceptance rate: {'n/a' if ar is None else f'{ar:.1%}'}   mean acceptance length: {'n/a' if mal is None else f'{mal:.2f}'}",
         ]
+        lines += _worker_lines(data)
     if data.get("gpu_used_mib") is not None:
         lines.append(f"  GPU memory used: {data.get('gpu_used_mib')} MiB")
     lines += _speed_lines(data.get("speed") or {})
     if data.get("msg"):
         lines.append(f"  {data['msg']}")
     return "\n".join(lines)
+
+
+def _node_label(data: dict) -> str:
+    """A node of a serving cluster says which: the head (the API) or a headless node, and its rank."""
+    if data.get("role") not in ("head", "worker"):
+        return ""
+    kind = "head" if data["role"] == "head" else "headless node"
+    return f"  ({kind}, rank {data.get('rank')} of {data.get('nnodes')})"
+
+
+def _worker_lines(data: dict) -> list[str]:
+    workers = data.get("local_workers")
+    if not isinstance(workers, list) or data.get("role") not in ("head", "worker"):
+        return []
+    joined = sum(1 for w in workers if isinstance(w, dict) and w.get("connected"))
+    return [f"  local workers: {len(workers)} running, {joined} joined to the head"]
 
 
 def _speed_lines(speed: dict) -> list[str]:
