@@ -61,6 +61,18 @@ def _configured(args: dict) -> tuple:
     return cp, configured, p
 
 
+def refuse_cluster_node(configured: dict) -> None:
+    """A cluster node's measurement server would start one host's share of a multi-node launch and wait for
+    nodes that never come: a cluster's baseline needs every node restarted without the drafter."""
+    cluster = configured.get("cluster")
+    if cluster:
+        raise ModuleError(
+            f"the server here is node rank {cluster.get('node_rank')} of a {cluster.get('nnodes')}-node serving cluster: "
+            f"a measurement without the drafter (serving-bench --compare-baseline, tune, the speed gate) needs every "
+            f"node and is not supported for clusters yet; measure the cluster as it serves with `invoke serving-bench "
+            f"--host <its head>` (no --compare-baseline)")
+
+
 def _drop_variant(p: dict, ctx: Context) -> dict | None:
     """Stop a measurement server left running (whole tree, by its pidfile) and remove its records."""
     launch = load_json(p["launch"]) if SV.is_variant_launch(p["launch"]) else None
@@ -126,6 +138,7 @@ def _start_variant(launch: dict, p: dict, args: dict, ctx: Context, stopped_conf
 
 def start_measurement(args: dict, ctx: Context) -> dict:
     cp, configured, p = _configured(args)
+    refuse_cluster_node(configured)
     spec = configured.get("speculative")
     max_k = SV.drafter_max_k(spec)
     k = SV.check_variant(args["variant"], spec, max_k)

@@ -317,3 +317,20 @@ def test_verify_refuses_a_launch_that_is_no_cluster_node(nodes):
     worker.server("rendered")
     res = worker.cluster_call("verify")
     assert res["failed"] and "not a node of a multi-node vLLM" in res["msg"] and "cluster_nnodes" in res["msg"]
+
+
+def test_a_measurement_server_is_refused_on_a_cluster_node_before_anything_stops(nodes):
+    """serving-bench --compare-baseline, tune and the speed gate start a one-host server without the drafter:
+    on a cluster node it would wait for nodes that never come, so it is refused and the node keeps running."""
+    from library import vllm_variant
+
+    worker, head = nodes(1), nodes(0)
+    worker.server("rendered")
+    assert not worker.server("started")["failed"]
+    assert not head.up()["failed"]
+    pid = head.record()["pid"]
+    res = call(vllm_variant, {"state": "started", "variant": "baseline", "pidfile": str(head.pidfile),
+                              "log": str(head.log)})
+    assert res["failed"] and "node rank 0 of a 2-node serving cluster" in res["msg"]
+    assert "--compare-baseline" in res["msg"] and "\n" not in res["msg"]
+    assert head.record()["pid"] == pid and psutil.pid_exists(pid)
