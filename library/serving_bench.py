@@ -264,9 +264,23 @@ def measure_level(gen: LoadGenerator, level: dict, ctx: Context) -> dict:
     return R.run_row(level["concurrency"], load, counters, gen.label)
 
 
+def headless_node(args: dict) -> dict | None:
+    """The cluster record when the configured launch is a headless node of a serving cluster (no API here:
+    the cluster is measured at its head), else None."""
+    if args["url"] or not args["pidfile"]:
+        return None
+    cluster = (load_json(paths(args["pidfile"])["launch"]) or {}).get("cluster") or {}
+    return cluster if cluster.get("role") == "worker" else None
+
+
 def run(args: dict, ctx: Context) -> dict:
     levels = concurrency_levels(args["concurrency"])
     check_sizes(args)
+    node = headless_node(args)
+    if node:
+        return {"changed": False, "headless_node": True, "runs": [],
+                "msg": f"headless node rank {node.get('node_rank')} of a serving cluster: no API here; the cluster is "
+                f"measured at its head ({node.get('master_addr')})"}
     server = server_from_args(args)
     settings = {"input_len": args["input_len"], "max_tokens": args["max_tokens"], "temperature": 0,
                 "ignore_eos": True, "concurrency": levels}

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from engine.api import run_playbook
-from tests.e2e.test_local_e2e import E2E_ROOT, START, msgs, result, server_sessions
+from tests.e2e.test_local_e2e import E2E_ROOT, msgs, result, server_sessions
 from tests.fakes.vllm_processes import free_port, kill_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -99,9 +99,20 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
         assert again.recap[head]["changed"] == 0 and again.recap[node]["changed"] == 0, msgs(again)
         assert result(again, HEAD_START, head)["pid"] == served["pid"]
 
-        # A node dies after readiness: status names it; the next run restarts the whole cluster once.
-        os.killpg(worker["pid"], signal.SIGKILL)
-        psutil.wait_procs([psutil.Process(p) for p in server_sessions(cluster_roots[1])], timeout=10)
+        # The cluster is measured as it serves, at its head (a baseline without the drafter is refused).
+        bench = play("serving-bench", inv, extra_vars={"speed_concurrency": [2], "speed_requests": 4,
+                                                       "speed_max_tokens": 16, "speed_load_generator": "builtin"})
+        assert bench.exit_code == 0, msgs(bench)
+        run = result(bench, "Measure the configured server (with its drafter) under closed-loop load", head)["runs"][0]
+        assert run["output_tokens_per_s"] > 0 and run["draft_tokens"] > 0 and run["failed"] == 0, run
+        assert result(bench, "Measure the configured server (with its drafter) under closed-loop load", node)["headless_node"]
+
+        # kill -9 of the node's main process only (the seed's story): its worker is orphaned, status names the
+        # dead node, and the next run stops the orphan by the node's recorded tree and restarts the cluster once.
+        orphans = [w["pid"] for w in result(again, VERIFY, node)["local_workers"]]
+        os.kill(worker["pid"], signal.SIGKILL)
+        psutil.wait_procs([psutil.Process(worker["pid"])], timeout=10)
+        assert all(psutil.pid_exists(p) for p in orphans)
         status = play("status", inv)
         node_report = result(status, "Report the vLLM server's status", node)
         assert node_report["running"] is False and node_report.get("role") == "worker", node_report
@@ -109,6 +120,7 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
         assert healed.exit_code == 0, msgs(healed)
         assert result(healed, HEAD_START, head)["pid"] != served["pid"]
         assert result(healed, NODE_START, node)["pid"] != worker["pid"]
+        assert not [p for p in orphans if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
         down = play("teardown", inv)
         assert down.exit_code == 0, msgs(down)

@@ -334,3 +334,13 @@ def test_a_measurement_server_is_refused_on_a_cluster_node_before_anything_stops
     assert res["failed"] and "node rank 0 of a 2-node serving cluster" in res["msg"]
     assert "--compare-baseline" in res["msg"] and "\n" not in res["msg"]
     assert head.record()["pid"] == pid and psutil.pid_exists(pid)
+
+
+def test_serving_bench_on_a_headless_node_measures_nothing_and_names_the_head(nodes):
+    from library import serving_bench
+
+    worker = nodes(1)
+    worker.server("rendered")
+    res = call(serving_bench, {"pidfile": str(worker.pidfile), "concurrency": [1]})
+    assert not res["failed"] and res["headless_node"] and res["runs"] == []
+    assert "headless node rank 1" in res["msg"] and "127.0.0.1" in res["msg"]
