@@ -75,6 +75,24 @@ class Sandbox(ImmutableSandboxedEnvironment):
             raise TemplateRefused(f"the sandbox refuses '**' with an exponent of {right} (limit {MAX_EXPONENT})")
         return super().call_binop(context, operator, left, right)
 
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        """Variable views (LazyVars, hostvars) show templates their Mapping reads only: never their layers
+        (`raw()` would bypass rendering and secret masking) or their bookkeeping."""
+        allowed = getattr(type(obj), "SANDBOX_ATTRS", None)
+        if allowed is not None and attr not in allowed:
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """`view.name` on a variable view is the variable `name` (even `raw` or `keys`), as `view['name']`."""
+        allowed = getattr(type(obj), "SANDBOX_ATTRS", None)
+        if allowed is not None and attribute not in allowed:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
 
 def _bounded_range(*args: int) -> range:
     r = range(*args)
@@ -146,6 +164,9 @@ class LazyVars(Mapping):
     `layers` is a ChainMap (first map wins). Maps listed in `data` hold data, not templates (registered
     results, facts, loop items): their values are returned as they are, never rendered.
     """
+
+    # What a template may call on a view (engine/templating.Sandbox): the Mapping reads, nothing else.
+    SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})
 
     def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple = ()) -> None:
         self._layers = layers

@@ -49,6 +49,8 @@ class HostVars(Mapping):
     One per task view (cheap: nothing is built until read). `owner` is the view the task renders with: a
     secret of another host read here taints it, as reading a secret-named variable does (set_fact)."""
 
+    SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})  # a template reads hosts, nothing else
+
     def __init__(self, variables: Variables, play: Play) -> None:
         self._variables = variables
         self._play = play

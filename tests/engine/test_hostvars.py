@@ -127,3 +127,26 @@ def test_ansible_play_hosts_leave_out_failed_hosts(tmp_path):
     assert messages(res, "hosts") == {"a": "a,c of a,b,c", "c": "a,c of a,b,c"}
     limited = run_playbook(pb, inv, limit="a,b")
     assert messages(limited, "hosts") == {"a": "a of a,b"}
+
+
+def test_a_template_reaches_only_variables_through_hostvars_never_the_views_layers(tmp_path):
+    """`raw()`, `maps` and the views' bookkeeping would bypass rendering and masking: a template gets
+    nothing from them, and `hostvars.w.raw` is w's variable named raw, like `hostvars.w['raw']`."""
+    pb, inv = write(tmp_path, [{"tasks": [
+        {"name": "hide", "command": {"argv": ["echo", HIDDEN]}, "register": "hid", "no_log": True},
+        {"name": "layers", "debug": {"msg": "{{ hostvars.w.raw().maps[1]['w_api_token'] }}"},
+         "when": "inventory_hostname == 'a'", "ignore_errors": True},
+        {"name": "results", "debug": {"msg": "{{ hostvars.b.raw() }}"}, "when": "inventory_hostname == 'a'",
+         "ignore_errors": True},
+        {"name": "owner", "debug": {"msg": "{{ hostvars.owner }}"}, "when": "inventory_hostname == 'a'",
+         "ignore_errors": True},
+        {"name": "named raw", "debug": {"msg": "{{ hostvars.w.raw }} {{ hostvars.w.keys | default('none') }}"},
+         "when": "inventory_hostname == 'a'"},
+    ]}], host_vars={"w": {"w_api_token": SECRET, "raw": "w-raw-value"}})
+    out = io.StringIO()
+    res = run_playbook(pb, inv, console=Console(stream=out, verbose=1))
+    for task in ("layers", "results", "owner"):
+        assert res.find(task, "a")[-1].status == "failed", res.find(task, "a")[-1].msg
+    assert messages(res, "named raw")["a"].startswith("w-raw-value ")
+    shown = out.getvalue() + json.dumps(res.tasks)
+    assert SECRET not in shown and HIDDEN not in shown
