@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAD_START = "Start the head, wait until every node joined, then prove it serves and measure acceptance"
 NODE_START = "Start the headless nodes (they wait for the head)"
 VERIFY = "Verify every node's ranks are running and joined to the head"
+GATE = "Speed gate: the drafter must not make the cluster slower"
+NODE_START_AGAIN = "Start the headless nodes with the drafter again"
+HEAD_START_AGAIN = "Start the head with the drafter again and prove it serves"
 
 
 def node_vars(name: str) -> dict:
@@ -66,6 +69,12 @@ def cluster_inventory(ssh_hosts, inventory_file, cluster_roots):
         "cluster_master_port": free_port(),
         "cluster_port_base": free_port(),
         "vllm_host": head.address,
+        # the speed gate, as on one host: the cluster without the drafter is the baseline (measured once)
+        "speedup_gate": "warn",
+        "tune_concurrency": 2,
+        "speed_requests": 4,
+        "speed_max_tokens": 16,
+        "speed_load_generator": "builtin",
     }
     inv = inventory_file(hosts=[head, node], vars=group_vars,
                          host_vars={head.name: node_vars("cluster-head"), node.name: node_vars("cluster-node")},
@@ -86,7 +95,13 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
         served = result(first, HEAD_START, head)
         assert served["resolved_architectures"] == ["Qwen3ForCausalLM", "DFlashDraftModel"], served
         assert served["spec_decode"] and served["draft_tokens"] > 0 and served["acceptance_rate"] is not None
+        gate = result(first, GATE, head)
+        assert gate["tokens_per_s"] and gate["baseline_tokens_per_s"] and gate["speedup"] is not None, gate
         worker = result(first, NODE_START, node)
+        assert result(first, NODE_START_AGAIN, node)["pid"] != worker["pid"]  # restarted after the baseline
+        worker = result(first, NODE_START_AGAIN, node)
+        served = result(first, HEAD_START_AGAIN, head)
+        assert served["spec_decode"] and served["draft_tokens"] > 0
         assert worker["changed"] and worker["pid"]
         for host, rank in ((head, 0), (node, 1)):
             joined = result(first, VERIFY, host)
@@ -98,6 +113,7 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
         assert again.exit_code == 0, msgs(again)
         assert again.recap[head]["changed"] == 0 and again.recap[node]["changed"] == 0, msgs(again)
         assert result(again, HEAD_START, head)["pid"] == served["pid"]
+        assert result(again, GATE, head)["speedup"] == gate["speedup"]  # the cached verdict, nothing measured
 
         # The cluster is measured as it serves, at its head (a baseline without the drafter is refused).
         bench = play("serving-bench", inv, extra_vars={"speed_concurrency": [2], "speed_requests": 4,
