@@ -58,6 +58,10 @@ def cluster_roots(sshd_pool):
 
 @pytest.fixture
 def cluster_inventory(ssh_hosts, inventory_file, cluster_roots):
+    return write_cluster_inventory(ssh_hosts, inventory_file)
+
+
+def write_cluster_inventory(ssh_hosts, inventory_file, head_vars: dict | None = None):
     head, node = ssh_hosts[0], ssh_hosts[1]
     group_vars = {
         "served_model_name": "tiny-target",
@@ -77,7 +81,8 @@ def cluster_inventory(ssh_hosts, inventory_file, cluster_roots):
         "speed_load_generator": "builtin",
     }
     inv = inventory_file(hosts=[head, node], vars=group_vars,
-                         host_vars={head.name: node_vars("cluster-head"), node.name: node_vars("cluster-node")},
+                         host_vars={head.name: dict(node_vars("cluster-head"), **(head_vars or {})),
+                                    node.name: node_vars("cluster-node")},
                          groups={"cluster": [head.name, node.name]})
     return inv, head.name, node.name
 
@@ -140,6 +145,24 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
 
         down = play("teardown", inv)
         assert down.exit_code == 0, msgs(down)
+        assert not server_sessions(cluster_roots[0]) and not server_sessions(cluster_roots[1])
+    finally:
+        leaked = kill_leftovers(logs)
+        assert not leaked, f"vLLM processes survived: {leaked}"
+
+
+def test_a_head_that_does_not_start_stops_every_node(ssh_hosts, inventory_file, cluster_roots):
+    """The nodes start first and wait for the head; a head vLLM refuses (a context longer than the model's)
+    must not leave them holding their GPUs: every node is stopped and the play fails quoting vLLM."""
+    inv, head, node = write_cluster_inventory(ssh_hosts, inventory_file, head_vars={"max_model_len": 100000})
+    logs = [r / "logs" for r in cluster_roots]
+    try:
+        res = play("serving-cluster", inv)
+        assert res.exit_code == 2, msgs(res)
+        assert res.find(NODE_START, node)[-1].status == "changed"  # the node had started
+        assert res.find(HEAD_START, head)[-1].status == "failed"
+        failed = res.find("Fail when the head did not start (every node was stopped)", node)[-1]
+        assert failed.status == "failed" and "max_model_len" in failed.msg, failed.msg
         assert not server_sessions(cluster_roots[0]) and not server_sessions(cluster_roots[1])
     finally:
         leaked = kill_leftovers(logs)

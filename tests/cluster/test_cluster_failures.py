@@ -75,3 +75,13 @@ def test_a_layout_the_hosts_cannot_hold_is_refused(inventory_file, ssh_hosts, sh
     assert res.exit_code == 2
     assert "3 x 1" in res.find(LAYOUT, head.name)[-1].msg
     assert no_vllm_task_ran(res)
+
+
+def test_a_cluster_group_the_inventory_lacks_is_refused_naming_it(inventory_file, ssh_hosts, shared_tmp):
+    head, node = ssh_hosts[0], ssh_hosts[1]
+    inv = cluster(inventory_file, [head, node], shared_tmp, cluster_group="gpu-cluster")
+    res = run_playbook(str(PLAYBOOK), inventory=str(inv), limit="cluster")
+    assert res.exit_code == 2
+    refused = res.find(LAYOUT, head.name)[-1]
+    assert refused.status == "failed" and "the group 'gpu-cluster' ()" in refused.msg, refused.msg
+    assert no_vllm_task_ran(res)
