@@ -167,7 +167,8 @@ class Runner:
             self._run_batch(play, batch, replace(play, name=label))
             if self._fatal is not None:
                 self._record_roll(play, batches, number, [h for b in batches[number:] for h in b], stopped=True)
-                return self._stop_if_fatal(play, names, later_plays)
+                # the batches that finished are not 'stopped': only this batch and the later ones
+                return self._stop_if_fatal(play, [h for b in batches[number - 1:] for h in b], later_plays)
             failed_now = [h for h in batch if not self._state(h).active]
             if roll_stops(len(batch), len(failed_now), play.max_fail_percentage):
                 self._stop_roll(play, batches, number, len(failed_now), [p.name for p in later_plays])

@@ -146,3 +146,18 @@ def test_the_keyword_is_checked_when_the_playbook_loads(tmp_path, where):
     res = local_play(tmp_path, tasks, **({"any_errors_fatal": "sometimes"} if where == "play" else {}))
     assert res.exit_code == 4 and not res.results
     assert "'any_errors_fatal' must be true or false" in res.error and "any_errors_fatal: true" in res.error
+
+
+def test_with_serial_the_batches_that_finished_are_not_named_as_stopped(tmp_path):
+    hosts = {h: {"ansible_connection": "local"} for h in ("a", "b", "c")}
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    pb = tmp_path / "pb.yaml"
+    pb.write_text(yaml.safe_dump([{"name": "roll", "hosts": "all", "gather_facts": False, "serial": 1,
+                                   "any_errors_fatal": True, "tasks": [
+                                       {"name": "b breaks", "command": {"argv": ["test", "{{ inventory_hostname }}", "!=", "b"]}}]}]))
+    res = run_playbook(pb, inv)
+    assert res.exit_code == 2
+    stopped = res.find("Play stopped")
+    assert [r.host for r in stopped] == ["c"]
+    assert "stopped on: c." in stopped[0].msg and "host b failed task 'b breaks'" in stopped[0].msg
