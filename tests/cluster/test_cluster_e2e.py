@@ -71,7 +71,6 @@ def write_cluster_inventory(ssh_hosts, inventory_file, head_vars: dict | None = 
         "pipeline_parallel_size": 1,
         "vllm_port": free_port(),
         "cluster_master_port": free_port(),
-        "cluster_port_base": free_port(),
         "vllm_host": head.address,
         # the speed gate, as on one host: the cluster without the drafter is the baseline (measured once)
         "speedup_gate": "warn",
