@@ -90,6 +90,11 @@ def cluster_settings(values: dict) -> dict | None:
     }
 
 
+def wants_cluster(values: dict) -> bool:
+    """Whether these settings make the launch a node of a cluster (cluster_nnodes given), as cluster_settings says."""
+    return _given(values.get("nnodes"))
+
+
 def _is_loopback(address: str) -> bool:
     if address.strip().lower() == "localhost":
         return True
@@ -120,6 +125,26 @@ def is_headless(launch: dict | None) -> bool:
 def node_name(cluster: dict) -> str:
     """'node rank 1' (worker) or 'node rank 0 (head)': how a node is named in messages."""
     return f"node rank {cluster['node_rank']}" + (" (head)" if cluster["role"] == "head" else "")
+
+
+def group_name(cluster: dict) -> str:
+    """The cluster's inventory group as recorded at render (cluster_group), else words a person replaces."""
+    return str(cluster.get("group") or "<the cluster's group>")
+
+
+def leaving_cluster(cluster: dict, launch_file: str, host: str | None) -> str:
+    """Why a one-host launch may not replace a cluster node's (one paragraph): the node would restart alone as a
+    one-host server and its cluster would lose it, and what to run instead."""
+    group, host = group_name(cluster), host or "<this host>"
+    kind = "the head" if cluster.get("role") == "head" else "a headless node"
+    return (
+        f"this host is node rank {cluster.get('node_rank')} of {cluster.get('nnodes')} ({kind}) of a serving cluster "
+        f"(group {group}, head {cluster.get('master_addr')}; its launch is {launch_file}), and this run would replace "
+        "that launch by a one-host launch (cluster_nnodes unset) and restart the host as a one-host server, taking it "
+        f"out of its cluster; nothing was changed. To change the cluster, run `invoke serving-cluster --group {group}`; "
+        f"to make this host a one-host server, run `invoke teardown --host {host}` first (the cluster's other nodes "
+        f"then run without it: `invoke teardown --group {group}` stops them)"
+    )
 
 
 # --------------------------------------------------------------------------- what the log says

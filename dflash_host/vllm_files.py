@@ -84,7 +84,8 @@ def load_launch(p: dict) -> dict:
     launch = load_json(p["launch"])
     if launch is None:
         raise ModuleError(
-            f"no rendered launch at {p['launch']}; run the vllm-service role (state: rendered) first, or `invoke provision`"
+            f"no rendered launch at {p['launch']}; provision the host first: `invoke provision`, or "
+            "`invoke serving-cluster --group GROUP` for a node of a serving cluster"
         )
     return launch
 

@@ -19,6 +19,7 @@ from dflash_host.files import atomic_write, read_bytes
 from dflash_host.model_config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.paths import managed_path
+from dflash_host.vllm_cluster import leaving_cluster, wants_cluster
 from dflash_host.vllm_files import dump, is_tool_file, load_json
 from dflash_host.vllm_launch import masked_env
 
@@ -45,6 +46,17 @@ def refuse_foreign_targets(targets: dict) -> None:
                 f"and nothing was rendered. Move it away, or choose another {what}",
                 path=path,
             )
+
+
+def refuse_leaving_cluster(p: dict, args: dict) -> None:
+    """A node of a serving cluster keeps its cluster launch: a render without cluster settings (vllm-service:
+    provision, restart-server, rebuild) would restart it alone as a one-host server. The other way is allowed."""
+    if wants_cluster(args):
+        return
+    old = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    cluster = (old or {}).get("cluster")
+    if isinstance(cluster, dict):
+        raise ModuleError(leaving_cluster(cluster, p["launch"], args.get("inventory_name")), cluster=cluster)
 
 
 def check_settings(args: dict, ctx: Context) -> None:
@@ -117,7 +129,8 @@ def launch_record(args: dict, spec: dict, p: dict, mode: str, root: str | None) 
         "unit_path": unit_path,
     }
     if spec.get("cluster"):  # a node of a multi-node vLLM (a single host's record stays as it was)
-        launch["cluster"] = spec["cluster"]
+        # its inventory group too, so that advice given later (another play, another run) can name it
+        launch["cluster"] = dict(spec["cluster"], group=args.get("cluster_group"))
     return launch, env_text, unit_text
 
 

@@ -8,7 +8,9 @@ size ((TP x PP) / nnodes), each worker of a worker node holds an ESTABLISHED TCP
 master_addr:master_port, and the head also answers /health 200. A node that falls short fails in one
 paragraph naming its rank and what is missing, quoting its log's first exception when there is one. Verify
 records the workers it found in the pidfile's tree (so a later stop finds them even if their parent died);
-nothing else is changed, and nothing at all in check mode.
+nothing else is changed, and nothing at all in check mode, where a node that does not run the launch the play
+renders yet (new, stopped, or about to restart) is not verified but reported as `would verify`, and a problem
+found on a running one is a warning (the run may restart the whole cluster first, which one node cannot know).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dflash_host import gpu as _gpu
 from dflash_host import vllm_log as VL
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_cluster import local_workers, missing_workers, node_name, node_processes
+from dflash_host.vllm_cluster import group_name, local_workers, missing_workers, node_name, node_processes
 from dflash_host.vllm_files import is_tool_file, launch_state, load_json, load_launch, paths
 
 ARGS = {
@@ -28,7 +30,8 @@ ARGS = {
     "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
                 "help": "the node's pidfile (vllm_server's); the launch files sit beside it"},
     "fingerprint": {"type": "str", "default": None,
-                    "help": "probe: the launch wanted (the render task's; in check mode it may differ from the file)"},
+                    "help": "probe, and verify in check mode: the launch wanted (the render task's; in check mode it "
+                    "may differ from the file)"},
     "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
                    "help": "the nvidia-smi command (verify lists the node's processes holding a GPU); none: from PATH"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "verify: seconds for the head's /health probe"},
@@ -115,14 +118,43 @@ def _log_cause(launch: dict, pid: int | None) -> str:
 
 
 def _fix(cluster: dict, problem: str) -> str:
+    """What to run: a node not running its launch restarts the cluster on the next serving-cluster run; one whose
+    vLLM runs without its workers (or their link) stays current, and vLLM takes no node back into a running group."""
+    group = group_name(cluster)
+    if problem.startswith("vLLM is not running"):
+        return (f"run `invoke serving-cluster --group {group}`: a node that does not run its launch restarts the whole "
+                "cluster once")
+    reach = ""
     if "not connected" in problem:
-        return (f"check that the head ({cluster['master_addr']}) runs and that this node reaches its port; a node "
-                "that lost its head rejoins only when the whole cluster restarts (vllm_server state: restarted)")
-    return "restart the cluster's nodes together (vllm_server state: restarted on every node, the head last)"
+        reach = (f"check that the head ({cluster['master_addr']}) runs and that this node reaches its port "
+                 f"{cluster.get('master_port') or '(cluster_master_port)'}, then ")
+    return (f"{reach}run `invoke teardown --group {group}`, then `invoke serving-cluster --group {group}` (vLLM cannot "
+            "take a node back into a running group, so the whole cluster starts again)")
+
+
+def _not_yet(p: dict, args: dict) -> dict | None:
+    """Check mode: the result when this node does not run the launch the play renders (nothing to verify yet; the
+    real run starts it first), else None."""
+    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    cluster = (launch or {}).get("cluster")
+    out: dict = {"changed": False, "rank": None, "role": None, "pid": None, "local_workers": [], "gpu_pids": None}
+    if launch is None or not cluster:
+        out["msg"] = f"would verify this node once its cluster launch is rendered and started ({p['launch']})"
+        return out
+    out.update(rank=cluster.get("node_rank"), role=cluster.get("role"))
+    state = launch_state(launch, p, args["fingerprint"])
+    if state["fresh"]:
+        return None
+    doing = "runs another launch" if state["now"]["alive"] else "is not running"
+    out["msg"] = f"would verify {node_name(cluster)} once it runs its launch (it {doing} now; nothing verified)"
+    return out
 
 
 def verify(args: dict, ctx: Context) -> dict:
     p = paths(args["pidfile"])
+    pending = _not_yet(p, args) if ctx.check else None
+    if pending is not None:
+        return pending
     launch = load_launch(p)
     cluster = launch.get("cluster")
     if not cluster:
@@ -136,6 +168,13 @@ def verify(args: dict, ctx: Context) -> dict:
         time.sleep(LOOK_EVERY_S)
         out = look(launch, p, args)
     problem = out.pop("problem")
+    if problem and ctx.check:
+        # the run may restart the whole cluster first (another node not current), which this node cannot know
+        ctx.warn(f"{node_name(cluster)}: {problem}; a run fails here unless it restarts the cluster first "
+                 f"(Fix: {_fix(cluster, problem)})")
+        out.update(changed=False, problem=problem,
+                   msg=f"would verify {node_name(cluster)} after the run's restarts (now: {problem})")
+        return out
     if problem:
         pid = out["pid"] or (load_json(p["running"]) or {}).get("pid")
         raise ModuleError(f"{node_name(cluster)}: {problem}.{_log_cause(launch, pid)} Fix: {_fix(cluster, problem)}", **out)

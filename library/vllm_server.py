@@ -14,7 +14,9 @@ running server is not the rendered launch: the role's handler uses that, so a ch
 One node of a multi-node vLLM (vLLM's own launcher; the cluster_* variables, checked as a group) runs the
 same way; a headless node (cluster_headless, rank > 0) has no HTTP API: it is started, recorded, kept and
 stopped alike, and proven by its process and vLLM's headless launch line in its log (no port, health,
-smoke or acceptance: the head's). library/vllm_cluster verifies what runs on each node.
+smoke or acceptance: the head's). library/vllm_cluster verifies what runs on each node. A node's launch is never
+replaced by a one-host launch (a render without cluster settings, as invoke provision's): that would restart it
+alone as a one-host server, so it is refused, naming the node and what to run; the other way is allowed.
 
 Only what is provably the tool's is rotated, overwritten or removed: the log and the launch files lie
 inside `root` (dfp_root), the live log starts with the tool's start marker, rotated logs carry it too,
@@ -110,6 +112,11 @@ ARGS = {
     "port_base": {"type": "raw", "default": None, "var": "cluster_port_base",
                   "help": "VLLM_PORT: vLLM's internal ports (a cluster's message queues) are taken upward from it, so a "
                   "firewall can open one range; none: any free port"},
+    "cluster_group": {"type": "str", "default": None, "var": "cluster_group",
+                      "help": "the inventory group of the serving cluster this node belongs to: recorded in its launch "
+                      "and named in advice (invoke serving-cluster --group NAME)"},
+    "inventory_name": {"type": "str", "default": None, "var": "inventory_hostname",
+                       "help": "this host's inventory name, named in advice (invoke teardown --host NAME)"},
     "extra_args": {"type": "list", "default": [], "var": "vllm_extra_args",
                    "help": 'more vLLM flags in long form, flag then value: ["--kv-cache-dtype", "fp8"]'},
     "env": {"type": "dict", "default": {}, "var": "vllm_env", "help": "more environment variables for the server"},
@@ -164,11 +171,12 @@ ARGS = {
 def render(args: dict, ctx: Context) -> dict:
     """Validate the variables, resolve the launch and write what differs (nothing in check mode)."""
     R.check_settings(args, ctx)
+    p = paths(args["pidfile"])
+    R.refuse_leaving_cluster(p, args)  # before anything is written, in check mode too
     waiting = R.models_to_come(args) if ctx.check else None
     if waiting:
         return {"changed": True, "msg": waiting}
     spec = resolve(args, is_multimodal_target, ARGS)
-    p = paths(args["pidfile"])
     root = R.check_places(p, args["log"], args["root"])
     mode = U.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
     note = U.unsupervised_note(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)

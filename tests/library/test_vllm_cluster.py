@@ -46,7 +46,8 @@ class Node:
         self.port = free_port() if rank == 0 else None
         self.mode = "normal"
         self.cluster = {"nnodes": 2, "node_rank": rank, "master_addr": "127.0.0.1", "master_port": master_port,
-                        "tensor_parallel_size": 2, "headless": rank > 0, "node_address": f"127.0.0.{rank + 1}"}
+                        "tensor_parallel_size": 2, "headless": rank > 0, "node_address": f"127.0.0.{rank + 1}",
+                        "cluster_group": "gpus"}
         self.cluster.update(cluster)
 
     def render_args(self, **over) -> dict:
@@ -62,19 +63,25 @@ class Node:
         args.update(over)
         return args
 
-    def server(self, state: str, **over) -> dict:
+    def server(self, state: str, check: bool = False, **over) -> dict:
         args = self.render_args(**over) if state == "rendered" else {"pidfile": str(self.pidfile), **over}
         args["state"] = state
-        return call(vllm_server, args)
+        return call(vllm_server, args, check)
+
+    def one_host_args(self) -> dict:
+        """The render arguments of a one-host server at this node's pidfile (vllm-service: invoke provision)."""
+        gone = dict.fromkeys(("nnodes", "node_rank", "master_addr", "master_port", "headless", "node_address",
+                              "cluster_group"))
+        return self.render_args(**gone, port=self.port or free_port(), inventory_name=f"gpu{self.rank + 1}")
 
     def up(self, **over) -> dict:
         rendered = self.server("rendered", **over)
         assert not rendered["failed"], rendered["msg"]
         return self.server("started")
 
-    def cluster_call(self, action: str, **over) -> dict:
+    def cluster_call(self, action: str, check: bool = False, **over) -> dict:
         return call(vllm_cluster, {"action": action, "pidfile": str(self.pidfile),
-                                   "nvidia_smi": "/nonexistent/nvidia-smi", **over})
+                                   "nvidia_smi": "/nonexistent/nvidia-smi", **over}, check)
 
     def status(self) -> dict:
         return call(vllm_status, {"pidfile": str(self.pidfile), "nvidia_smi": "/nonexistent/nvidia-smi"})
@@ -141,6 +148,10 @@ def test_a_worker_node_starts_headless_joins_the_head_and_is_verified(nodes):
     assert lonely["failed"] and lonely["msg"].startswith("node rank 1: 1 of 1 local workers not connected to the head at "
                                                          f"127.0.0.1:{worker.cluster['master_port']}"), lonely["msg"]
     assert "\n" not in lonely["msg"]
+    # what to run, with the cluster's group recorded in the node's launch at render
+    assert "then run `invoke teardown --group gpus`, then `invoke serving-cluster --group gpus`" in lonely["msg"]
+    assert "vllm_server state" not in lonely["msg"]
+    assert json.loads((worker.dir / "run" / "vllm.launch.json").read_text())["cluster"]["group"] == "gpus"
 
     head = nodes(0)
     started = head.up()
@@ -184,6 +195,7 @@ def test_stopping_a_worker_node_stops_its_whole_tree_even_after_its_main_process
     assert alive(worker_pids) == worker_pids
     gone = worker.cluster_call("verify")
     assert gone["failed"] and gone["msg"].startswith("node rank 1: vLLM is not running (1 leftover process(es)"), gone["msg"]
+    assert "Fix: run `invoke serving-cluster --group gpus`: a node that does not run its launch restarts" in gone["msg"]
     assert not worker.cluster_call("probe")["current"]
 
     stopped = worker.server("stopped")
@@ -263,6 +275,9 @@ def test_a_node_whose_workers_died_fails_verify_and_status_names_what_is_missing
     res = worker.cluster_call("verify")
     assert res["failed"] and res["msg"].startswith("node rank 1: 0 of 1 local workers running."), res["msg"]
     assert res["local_workers"] == [] and res["rank"] == 1
+    # its vLLM still runs (current: serving-cluster would not restart it): the whole cluster must start again
+    assert worker.cluster_call("probe")["current"]
+    assert "Fix: run `invoke teardown --group gpus`, then `invoke serving-cluster --group gpus`" in res["msg"]
     st = worker.status()
     assert st["running"] and st["health"] == "0 of 1 local workers running" and not st["workers_connected"]
 
@@ -281,6 +296,76 @@ def test_verify_quotes_the_logs_first_exception_when_workers_are_missing(nodes):
     assert res["failed"] and res["msg"].startswith("node rank 1: 0 of 1 local workers running."), res["msg"]
     assert "AttributeError: 'CPUModelRunner' object has no attribute 'drafter'" in res["msg"]
     assert head.cluster["nnodes"] == 3
+
+
+# --------------------------------------------------------------------------- a node's launch is the cluster's
+
+
+def test_a_one_host_launch_never_replaces_a_running_nodes_launch_not_even_in_check_mode(nodes):
+    """invoke provision (vllm-service: state rendered without cluster settings) on a node of a serving cluster
+    would restart it alone as a one-host server: refused before anything is written, naming the node and the fix."""
+    worker = nodes(1)
+    up = worker.up()
+    assert not up["failed"], up["msg"]
+    files = {f: f.read_bytes() for f in (worker.dir / "run").iterdir()}
+    for check in (True, False):
+        res = call(vllm_server, worker.one_host_args(), check)
+        assert res["failed"] and not res["changed"], res["msg"]
+        msg = res["msg"]
+        assert msg.startswith("this host is node rank 1 of 2 (a headless node) of a serving cluster (group gpus, "), msg
+        assert "`invoke serving-cluster --group gpus`" in msg and "`invoke teardown --host gpu2` first" in msg
+        assert "nothing was changed" in msg and "\n" not in msg
+    assert {f: f.read_bytes() for f in (worker.dir / "run").iterdir()} == files
+    assert worker.cluster_call("probe")["current"] and psutil.Process(up["pid"]).is_running()
+
+    # after teardown (absent) the host may become a one-host server
+    assert not worker.server("absent")["failed"]
+    single = call(vllm_server, worker.one_host_args())
+    assert single["changed"] and not single["failed"] and "cluster" not in single, single["msg"]
+
+
+def test_a_one_host_server_may_become_a_cluster_node(nodes):
+    head = nodes(0)
+    single = call(vllm_server, head.one_host_args())
+    assert single["changed"] and not single["failed"], single["msg"]
+    node = head.server("rendered")
+    assert node["changed"] and not node["failed"] and node["cluster"]["node_rank"] == 0, node["msg"]
+    assert node["cluster"]["group"] == "gpus"
+
+
+# --------------------------------------------------------------------------- check mode on a new node
+
+
+def test_check_mode_on_a_new_node_verifies_nothing_and_fails_nothing(nodes):
+    worker = nodes(1)
+    probe = worker.cluster_call("probe", check=True)
+    assert not probe["failed"] and not probe["current"] and not probe["changed"], probe["msg"]
+    new = worker.cluster_call("verify", check=True)
+    assert not new["failed"] and not new["changed"] and new["msg"].startswith("would verify this node"), new["msg"]
+    assert new["local_workers"] == [] and new["rank"] is None  # what the play's summary reads
+    # a real verify without a launch says how to provision, without sending a cluster node to `invoke provision` alone
+    real = worker.cluster_call("verify")
+    assert real["failed"] and "invoke serving-cluster --group" in real["msg"] and "vllm-service role" not in real["msg"]
+
+    assert not worker.server("rendered")["failed"]
+    stopped = worker.cluster_call("verify", check=True)
+    assert not stopped["failed"] and not stopped["changed"] and stopped["rank"] == 1, stopped["msg"]
+    assert stopped["msg"] == "would verify node rank 1 once it runs its launch (it is not running now; nothing verified)"
+    assert worker.cluster_call("verify")["failed"]  # outside check mode a node not running fails
+
+    # running, but not the launch the play renders (the render task's fingerprint): the real run restarts it first
+    up = worker.server("started")
+    assert not up["failed"], up["msg"]
+    other = worker.cluster_call("verify", check=True, fingerprint="0" * 64)
+    assert not other["failed"] and "it runs another launch now" in other["msg"], other["msg"]
+    # running its launch without a head: the run fails here unless it restarts the cluster first (a dead head is
+    # not current), which one node cannot know: a warning in check mode, and nothing recorded
+    tree = worker.record().get("tree")
+    lonely = worker.cluster_call("verify", check=True)
+    assert not lonely["failed"] and not lonely["changed"] and "not connected to the head" in lonely["problem"]
+    assert lonely["msg"].startswith("would verify node rank 1 after the run's restarts (now: 1 of 1 local workers")
+    assert any("a run fails here unless it restarts the cluster first" in w for w in lonely["warnings"])
+    assert worker.record().get("tree") == tree
 
 
 # --------------------------------------------------------------------------- probe
