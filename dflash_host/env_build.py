@@ -118,8 +118,10 @@ def resolve_specs(flavor: str, vllm_version: str | None, requirements: list) -> 
 
 def env_hash(specs: list, python: dict, flavor: str, cpu_fixups: bool, cpu_remove_triton: bool,
              system_site_packages: bool = False) -> str:
-    """16 hex digits naming an environment by what is in it, not by how or where it was fetched."""
-    key = {
+    """16 hex digits naming an environment by what is in it, not by how or where it was fetched. Over a base that
+    is itself a venv, with system site-packages, the env sees that venv's packages (see_base_venv's .pth): which
+    venv (its python and site list) is then part of what is in it."""
+    key: dict = {
         "format": HASH_FORMAT,
         "specs": sorted(specs),
         "python": f"{python['implementation']}-{python['version']}-{python['machine']}",
@@ -129,6 +131,8 @@ def env_hash(specs: list, python: dict, flavor: str, cpu_fixups: bool, cpu_remov
     }
     if system_site_packages:  # only then: the hashes of environments built before the option stay the same
         key["system_site_packages"] = True
+        if python.get("venv"):  # only then the base venv is seen (else the env is over the interpreter behind it)
+            key["base_venv"] = {"executable": python.get("executable"), "site": list(python.get("site") or [])}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 

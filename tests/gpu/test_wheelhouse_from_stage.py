@@ -117,6 +117,9 @@ def test_the_repacked_wheel_installs_offline_over_the_base_with_what_cannot_be_m
     assert "dfp-web[extra1]>=1.0\textras left out (dfp-absent: " in dropped and "written instead: dfp-web>=1.0, dfp-part" in dropped
     assert "1 file(s) of its RECORD are not in the stage" in dropped
     assert not (out / "UNMET-IN-DEPENDENCIES.txt").exists()
+    # the base is a venv: the serving env over it sees its packages (the venv role's .pth), and the note says so
+    assert "is itself a virtual environment" in res.stdout and "site-packages through a .pth file" in res.stdout
+    assert "warning: " + str(base) not in res.stdout
 
     install = subprocess.run([str(base), "-m", "pip", "install", "--no-index", "--find-links", str(out), "demo==1.0"],
                              capture_output=True, text=True, timeout=300)

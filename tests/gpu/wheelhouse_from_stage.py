@@ -378,9 +378,10 @@ def write_reports(out_dir: str, base: dict, dist: str, dropped: list, unmet: lis
 def base_warning(base: dict) -> str | None:
     if os.path.realpath(base["prefix"]) == os.path.realpath(base["base_prefix"]):
         return None
-    return (f"warning: {base['executable']} is itself a virtual environment ({base['prefix']}, over "
-            f"{base['base_prefix']}); `python -m venv --system-site-packages` from it makes an env that sees "
-            f"{base['base_prefix']}'s site-packages, not {base['prefix']}'s")
+    return (f"note: {base['executable']} is itself a virtual environment ({base['prefix']}, over "
+            f"{base['base_prefix']}); the venv role's env built over it (venv_build_python {base['executable']}, "
+            f"venv_system_site_packages: true) sees {base['prefix']}'s site-packages through a .pth file the tool "
+            "writes, so the requirements they meet here are met there too")
 
 
 def main(argv: list | None = None) -> int:

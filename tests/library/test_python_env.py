@@ -146,6 +146,21 @@ def test_env_hash_depends_on_content_not_on_order():
     assert len(base) == 16 and int(base, 16) >= 0
 
 
+def test_env_hash_names_the_base_venv_an_env_sees_through_system_site_packages():
+    plain = {"implementation": "cpython", "version": "3.12.3", "machine": "x86_64", "executable": "/usr/bin/python3",
+             "venv": False, "site": ["/usr/lib/python3/dist-packages"]}
+    venv = dict(plain, executable="/opt/torch/.venv/bin/python3", venv=True, site=["/opt/torch/.venv/lib/python3.12/site-packages"])
+    shared = env_build.env_hash(["a==1"], plain, "none", False, False, True)
+    assert env_build.env_hash(["a==1"], venv, "none", False, False, True) != shared  # the .pth makes them differ
+    other = dict(venv, executable="/opt/other/.venv/bin/python3", site=["/opt/other/.venv/lib/python3.12/site-packages"])
+    assert env_build.env_hash(["a==1"], other, "none", False, False, True) != env_build.env_hash(
+        ["a==1"], venv, "none", False, False, True)
+    # without system site-packages the env is over the interpreter behind the venv: the same env, the same hash
+    assert env_build.env_hash(["a==1"], venv, "none", False, False) == env_build.env_hash(["a==1"], plain, "none", False, False)
+    # a plain base's hash does not depend on where it is (hashes of existing environments stay)
+    assert env_build.env_hash(["a==1"], dict(plain, executable="/usr/local/bin/python3"), "none", False, False, True) == shared
+
+
 @pytest.mark.parametrize(
     "history, present, current, keep, doomed",
     [
@@ -580,3 +595,22 @@ def test_an_env_over_a_base_that_is_itself_a_venv_sees_the_base_venvs_packages(t
     assert built["from_base"] == ["dfp_c"]
     env_site = next((Path(built["path"]) / "lib").glob("python*/site-packages"))
     assert not (env_site / "dfp_c").exists() and (env_site / "dfp_b").is_dir()
+
+
+def test_switching_the_base_between_an_interpreter_and_a_venv_over_it_builds_another_env(tmp_path, wheelhouse):
+    """venv_build_python changed from a python to a venv over it (the same version): the env built over the python
+    has no .pth for the venv's packages, so it is not reused; the new one sees them, and going back reuses the first."""
+    base = tmp_path / "base"
+    subprocess.run([PY, "-m", "venv", str(base)], check=True)
+    subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links",
+                    wheelhouse, "dfp-c==1.0"], check=True)
+    root = tmp_path / "envs"
+    args = {"root": str(root), "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse, "system_site_packages": True}
+    over_python = call(dict(args, verify_imports=["dfp_b"]))
+    assert not over_python["failed"], over_python["msg"]
+    over_venv = call(dict(args, python=str(base / "bin" / "python"), verify_imports=["dfp_b", "dfp_c"]))
+    assert not over_venv["failed"] and over_venv["built"], over_venv["msg"]
+    assert over_venv["hash"] != over_python["hash"] and over_venv["from_base"] == ["dfp_c"]
+    assert current(root) == f"envs/{over_venv['hash']}"
+    back = call(dict(args, verify_imports=["dfp_b"]))
+    assert not back["failed"] and not back["built"] and back["hash"] == over_python["hash"], back["msg"]
