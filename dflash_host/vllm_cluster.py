@@ -141,7 +141,8 @@ def leaving_cluster(cluster: dict, launch_file: str, host: str | None) -> str:
         f"this host is node rank {cluster.get('node_rank')} of {cluster.get('nnodes')} ({kind}) of a serving cluster "
         f"(group {group}, head {cluster.get('master_addr')}; its launch is {launch_file}), and this run would replace "
         "that launch by a one-host launch (cluster_nnodes unset) and restart the host as a one-host server, taking it "
-        f"out of its cluster; nothing was changed. To change the cluster, run `invoke serving-cluster --group {group}`; "
+        "out of its cluster; nothing was changed. To change or restart the cluster, run `invoke serving-cluster "
+        f"--group {group}` (with -e cluster_restart=true it restarts every node); "
         f"to make this host a one-host server, run `invoke teardown --host {host}` first (the cluster's other nodes "
         f"then run without it: `invoke teardown --group {group}` stops them)"
     )

@@ -313,7 +313,8 @@ def test_a_one_host_launch_never_replaces_a_running_nodes_launch_not_even_in_che
         assert res["failed"] and not res["changed"], res["msg"]
         msg = res["msg"]
         assert msg.startswith("this host is node rank 1 of 2 (a headless node) of a serving cluster (group gpus, "), msg
-        assert "`invoke serving-cluster --group gpus`" in msg and "`invoke teardown --host gpu2` first" in msg
+        assert "`invoke serving-cluster --group gpus` (with -e cluster_restart=true" in msg
+        assert "`invoke teardown --host gpu2` first" in msg
         assert "nothing was changed" in msg and "\n" not in msg
     assert {f: f.read_bytes() for f in (worker.dir / "run").iterdir()} == files
     assert worker.cluster_call("probe")["current"] and psutil.Process(up["pid"]).is_running()
