@@ -292,12 +292,6 @@ def _environment(args: dict, flavor_env: dict, all_local: bool) -> dict:
                 "(cluster_node_address is the node's own address on the cluster network)"
             )
         env["VLLM_HOST_IP"] = node_address  # over the cpu flavor's 127.0.0.1
-    port_base = args.get("port_base")
-    if port_base is not None:
-        if isinstance(port_base, bool) or not str(port_base).isdigit() or not 1024 <= int(port_base) <= 65000:
-            raise ModuleError(f"cluster_port_base must be a port number from 1024 to 65000 (vLLM takes the ports "
-                              f"above it); it is {port_base!r}")
-        env["VLLM_PORT"] = str(int(port_base))
     if all_local:
         env.update(OFFLINE_ENV)  # every model is local: never try the network
     cache_root = args.get("cache_root")

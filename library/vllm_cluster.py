@@ -21,12 +21,14 @@ from dflash_host import gpu as _gpu
 from dflash_host import vllm_log as VL
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_cluster import group_name, local_workers, missing_workers, node_name, node_processes
+from dflash_host.vllm_cluster import group_name, leaving_cluster, local_workers, missing_workers, node_name, node_processes
 from dflash_host.vllm_files import is_tool_file, launch_state, load_json, load_launch, paths
 
 ARGS = {
-    "action": {"type": "str", "required": True, "choices": ["probe", "verify"],
-               "help": "probe: does this node run the rendered launch (current); verify: its workers and their link to the head"},
+    "action": {"type": "str", "required": True, "choices": ["probe", "verify", "one_host"],
+               "help": "probe: does this node run the rendered launch (current); verify: its workers and their link to "
+               "the head; one_host: refuse a one-host playbook (provision, restart-server, rebuild) on a cluster node, "
+               "before it stops or builds anything"},
     "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
                 "help": "the node's pidfile (vllm_server's); the launch files sit beside it"},
     "fingerprint": {"type": "str", "default": None,
@@ -35,6 +37,8 @@ ARGS = {
     "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
                    "help": "the nvidia-smi command (verify lists the node's processes holding a GPU); none: from PATH"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "verify: seconds for the head's /health probe"},
+    "inventory_name": {"type": "str", "default": None, "var": "inventory_hostname",
+                       "help": "one_host: this host's inventory name (named in the refusal)"},
     "wait_s": {"type": "float", "default": 0,
                "help": "verify: keep looking this long for the node's workers to be up and connected (0: one look)"},
 }
@@ -186,9 +190,22 @@ def verify(args: dict, ctx: Context) -> dict:
     return out
 
 
+def one_host(args: dict) -> dict:
+    """A one-host playbook's first check: a node of a serving cluster is refused before anything is stopped,
+    built or switched (vllm_server's render refuses too, but later: after restart-server's stop, rebuild's build)."""
+    p = paths(args["pidfile"])
+    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    cluster = (launch or {}).get("cluster")
+    if isinstance(cluster, dict):
+        raise ModuleError(leaving_cluster(cluster, p["launch"], args["inventory_name"]), cluster=cluster)
+    return {"changed": False, "msg": "not a node of a serving cluster"}
+
+
 def run(args: dict, ctx: Context) -> dict:
     if args["action"] == "probe":
         return probe(args)
+    if args["action"] == "one_host":
+        return one_host(args)
     return verify(args, ctx)
 
 

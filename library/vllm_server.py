@@ -109,9 +109,6 @@ ARGS = {
     "node_address": {"type": "str", "default": None, "var": "cluster_node_address",
                      "help": "VLLM_HOST_IP: this node's own address on the cluster network (overrides the cpu flavor's "
                      "127.0.0.1); none: the flavor's or vLLM's choice"},
-    "port_base": {"type": "raw", "default": None, "var": "cluster_port_base",
-                  "help": "VLLM_PORT: vLLM's internal ports (a cluster's message queues) are taken upward from it, so a "
-                  "firewall can open one range; none: any free port"},
     "cluster_group": {"type": "str", "default": None, "var": "cluster_group",
                       "help": "the inventory group of the serving cluster this node belongs to: recorded in its launch "
                       "and named in advice (invoke serving-cluster --group NAME)"},

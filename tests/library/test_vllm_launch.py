@@ -349,10 +349,3 @@ def test_the_cluster_settings_reach_the_fingerprint(models):
     c = cluster(models, 1, node_address="10.0.0.3")
     assert a["argv"] == c["argv"] and render_env_file(a["env"]) != render_env_file(c["env"])
 
-
-def test_the_cluster_port_base_sets_vllm_port_and_a_bad_one_is_refused(models):
-    spec = cluster(models, 1, port_base=29600)
-    assert spec["env"]["VLLM_PORT"] == "29600" and "VLLM_PORT" not in cluster(models, 1)["env"]
-    for bad in (80, "29600; x", True, 70000):
-        with pytest.raises(ModuleError, match="cluster_port_base must be a port number"):
-            cluster(models, 1, port_base=bad)

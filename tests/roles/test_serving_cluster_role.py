@@ -120,3 +120,22 @@ def test_check_mode_on_a_new_cluster_starts_nothing_and_succeeds(cluster, tmp_pa
     assert res.exit_code == 0, msgs(res)
     for name in ("head", "node"):
         assert not (cluster.roots[name] / "dflash" / "run" / "vllm.pid").exists()
+
+
+@pytest.mark.parametrize("book", ["provision", "restart-server", "rebuild"])
+def test_a_one_host_playbook_on_a_cluster_node_is_refused_before_it_stops_anything(cluster, tmp_path, book):
+    inv = cluster()
+    up = run(inv, tmp_path)
+    assert up.exit_code == 0, msgs(up)
+    head_pid, node_pid = pids(up)
+    res = play(PLAYBOOKS / f"{book}.yaml", inv, tmp_path, limit="node")
+    assert res.exit_code == 2
+    refused = res.find("Refuse a node of a serving cluster (one-host playbook)", "node")[-1]
+    assert refused.status == "failed" and "node rank 1 of 2 (a headless node)" in refused.msg, refused.msg
+    assert "invoke serving-cluster --group cluster" in refused.msg and "invoke teardown --host node" in refused.msg
+    assert [t["task"] for t in res.tasks if t["host"] == "node" and t["status"] != "skipped"][-1] == refused.task
+    assert session_alive(node_pid) and session_alive(head_pid)  # nothing was stopped
+    again = run(inv, tmp_path)
+    assert again.exit_code == 0 and pids(again) == (head_pid, node_pid), msgs(again)
+    down = play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
+    assert down.exit_code == 0, msgs(down)
