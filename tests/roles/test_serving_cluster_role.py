@@ -139,3 +139,28 @@ def test_a_one_host_playbook_on_a_cluster_node_is_refused_before_it_stops_anythi
     assert again.exit_code == 0 and pids(again) == (head_pid, node_pid), msgs(again)
     down = play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
     assert down.exit_code == 0, msgs(down)
+
+
+def test_the_commands_a_person_types(cluster, tmp_path):
+    """invoke play (the role's playbook: serving-cluster's own adds the environment build, which the stand-in
+    does not need) --group cluster, invoke status --group cluster (each node as what it is; a dead node makes
+    status exit 3, naming its rank), invoke teardown --group cluster: real processes."""
+    from tests.fakes.served import invoke
+
+    inv = str(cluster())
+    book = tmp_path / "cluster.yaml"
+    book.write_text(BOOK)
+    up = invoke("play", str(book), "--group", "cluster", "-i", inv)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-2000:]
+    assert "PLAY RECAP" in up.stdout and "2 hosts serve tiny" in up.stdout
+    st = invoke("status", "--group", "cluster", "-i", inv)
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert "head: RUNNING  (head, rank 0 of 2)" in st.stdout
+    assert "node: RUNNING  (headless node, rank 1 of 2)" in st.stdout and "1 running, 1 joined to the head" in st.stdout
+    node_pid = __import__("json").loads((cluster.roots["node"] / "dflash" / "run" / "vllm.pid").read_text())["pid"]
+    os.killpg(node_pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(node_pid)], timeout=5)
+    dead = invoke("status", "--group", "cluster", "-i", inv)
+    assert dead.returncode == 3 and "node: NOT RUNNING  (headless node, rank 1 of 2)" in dead.stdout, dead.stdout
+    down = invoke("teardown", "--group", "cluster", "-i", inv)
+    assert down.returncode == 0, down.stdout[-3000:]
