@@ -22,7 +22,7 @@ import pytest
 from dflash_host.module import Context, execute
 from library import vllm_cluster, vllm_server, vllm_status
 from tests.fakes.gpu_holder import FakeGpu, start_ticks, write_json
-from tests.fakes.vllm_processes import free_port, kill_leftovers
+from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PKG = ROOT / "tests" / "fakes" / "vllm_pkg"
@@ -119,15 +119,7 @@ def alive(pids) -> list:
     return out
 
 
-def session(pid: int) -> list:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getsid(p.pid) == pid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            pass
-    return out
+session = session_alive  # live members of a server's session (tests/fakes/vllm_processes.py)
 
 
 # --------------------------------------------------------------------------- a cluster forms, is verified, stops
