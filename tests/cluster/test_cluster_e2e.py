@@ -160,7 +160,7 @@ def test_a_head_that_does_not_start_stops_every_node(ssh_hosts, inventory_file, 
         assert res.exit_code == 2, msgs(res)
         assert res.find(NODE_START, node)[-1].status == "changed"  # the node had started
         assert res.find(HEAD_START, head)[-1].status == "failed"
-        failed = res.find("Fail when the head did not start (every node was stopped)", node)[-1]
+        failed = res.find("Fail when the cluster did not start (every node was stopped)", node)[-1]
         assert failed.status == "failed" and "max_model_len" in failed.msg, failed.msg
         assert not server_sessions(cluster_roots[0]) and not server_sessions(cluster_roots[1])
     finally:

