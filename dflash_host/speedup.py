@@ -65,8 +65,9 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
             "min_speedup": min_speedup, "table": table, "recommendation": advice}
 
 
-def gate(speedup: float | None, min_speedup: float, mode: str) -> tuple[str, str]:
-    """The speed gate's verdict: ("ok" | "warn" | "fail", message)."""
+def gate(speedup: float | None, min_speedup: float, mode: str, cluster: bool = False) -> tuple[str, str]:
+    """The speed gate's verdict: ("ok" | "warn" | "fail", message). A serving cluster has no tune: its advice is
+    another k through serving-cluster (the gate measures each new launch)."""
     if mode == "off":
         return "ok", "speed gate off"
     if speedup is None:
@@ -75,4 +76,11 @@ def gate(speedup: float | None, min_speedup: float, mode: str) -> tuple[str, str
         return "ok", f"the drafter pays: {speedup:.2f}x the tokens/s without it (min_speedup {min_speedup:g})"
     verdict = "fail" if mode == "fail" else "warn"
     return verdict, (f"the drafter makes serving SLOWER: {speedup:.2f}x the tokens/s without it (min_speedup "
-                     f"{min_speedup:g}); tune k with `invoke tune`, or serve without it (drafter_model: null)")
+                     f"{min_speedup:g}); {_slower_advice(cluster)}")
+
+
+def _slower_advice(cluster: bool) -> str:
+    if cluster:
+        return ("try another num_speculative_tokens with `invoke serving-cluster --group <its group>` (the gate measures "
+                "the new launch), or serve without it (drafter_model: null)")
+    return "tune k with `invoke tune`, or serve without it (drafter_model: null)"

@@ -53,7 +53,8 @@ def render_summary(kind: str, host: str, data: Any) -> str:
         lines += _worker_lines(data)
     if data.get("gpu_used_mib") is not None:
         lines.append(f"  GPU memory used: {data.get('gpu_used_mib')} MiB")
-    lines += _speed_lines(data.get("speed") or {})
+    if data.get("role") != "worker":  # a headless node serves no API: its cluster is measured at the head
+        lines += _speed_lines(data.get("speed") or {}, cluster=data.get("role") == "head")
     if data.get("msg"):
         lines.append(f"  {data['msg']}")
     return "\n".join(lines)
@@ -75,10 +76,12 @@ def _worker_lines(data: dict) -> list[str]:
     return [f"  local workers: {len(workers)} running, {joined} joined to the head"]
 
 
-def _speed_lines(speed: dict) -> list[str]:
+def _speed_lines(speed: dict, cluster: bool = False) -> list[str]:
     """The last measured speed-up (serving-bench, tune or the speed gate), its k and when."""
     if not speed.get("speedup"):
-        return ["  speed-up: not measured (invoke serving-bench --compare-baseline, or invoke tune)"]
+        how = ("speedup_gate: warn, then invoke serving-cluster" if cluster
+               else "invoke serving-bench --compare-baseline, or invoke tune")
+        return [f"  speed-up: not measured ({how})"]
     ratios = ", ".join(f"{x:.2f}x at concurrency {c}" for c, x in sorted(speed["speedup"].items(), key=lambda i: int(i[0]))
                        if x is not None)
     k = speed.get("num_speculative_tokens")

@@ -100,7 +100,8 @@ def _throughputs(args: dict) -> tuple:
 
 def _judge(entry: dict, args: dict, ctx: Context) -> tuple:
     """(verdict, message) of a measurement under the current mode and min_speedup; fail raises."""
-    verdict, sentence = gate(entry.get("speedup"), args["min_speedup"], args["mode"])
+    cluster = bool((load_json(paths(args["pidfile"])["launch"]) or {}).get("cluster"))
+    verdict, sentence = gate(entry.get("speedup"), args["min_speedup"], args["mode"], cluster)
     both = (f"{_tps(entry.get('tokens_per_s'))} tokens/s with the drafter (k={entry.get('num_speculative_tokens')}), "
             f"{_tps(entry.get('baseline_tokens_per_s'))} without it, at concurrency {entry.get('concurrency')}")
     message = f"speed gate: {sentence}: {both}"

@@ -36,3 +36,21 @@ def test_a_single_host_server_is_printed_as_before():
     data = {"running": True, "pid": 5, "port": 8000, "uptime_s": 1.0, "health": "ok", "served_model": "t"}
     text = render_summary("status", "gpu1", data)
     assert text.splitlines()[0] == "gpu1: RUNNING" and "local workers" not in text
+
+
+def test_speed_advice_for_a_cluster_names_what_a_cluster_can_run():
+    head = {"running": True, "role": "head", "rank": 0, "nnodes": 2, "pid": 1, "port": 8000, "health": "ok",
+            "local_workers": [WORKER], "speed": {}}
+    text = render_summary("status", "h1", head)
+    assert "speed-up: not measured (speedup_gate: warn, then invoke serving-cluster)" in text and "tune" not in text
+    worker = {"running": True, "role": "worker", "rank": 1, "nnodes": 2, "pid": 2, "health": "ok",
+              "local_workers": [WORKER], "speed": {}}
+    assert "speed-up" not in render_summary("status", "h2", worker)
+
+
+def test_the_gate_advises_tune_on_one_host_and_serving_cluster_on_a_cluster():
+    from dflash_host.speedup import gate
+
+    one = gate(0.7, 1.0, "warn")[1]
+    many = gate(0.7, 1.0, "warn", cluster=True)[1]
+    assert "invoke tune" in one and "invoke tune" not in many and "invoke serving-cluster --group" in many
