@@ -144,7 +144,8 @@ def leaving_cluster(cluster: dict, launch_file: str, host: str | None) -> str:
         "out of its cluster; nothing was changed. To change or restart the cluster, run `invoke serving-cluster "
         f"--group {group}` (with -e cluster_restart=true it restarts every node); "
         f"to make this host a one-host server, run `invoke teardown --host {host}` first (the cluster's other nodes "
-        f"then run without it: `invoke teardown --group {group}` stops them)"
+        f"then run without it: `invoke teardown --group {group}` stops them); a run over a whole fleet leaves the "
+        f"cluster out with --limit 'all:!{group}'"
     )
 
 
