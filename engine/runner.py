@@ -191,10 +191,14 @@ class Runner:
         done, failed = self._record_roll(play, batches, number, untouched, stopped=True)
         msg = roll_summary(play.name, number, len(batches), failed_now, len(batches[number - 1]),
                            play.max_fail_percentage, done, failed, untouched, later)
+        self._record_skipped("Rolling update", msg, untouched)
+
+    def _record_skipped(self, task: str, msg: str, hosts: list[str]) -> None:
+        """Why a play ended early, shown once and recorded as a skipped `task` result on each host it left."""
         if self.console:
-            self.console.task_start(msg, None, untouched)
-        for host in untouched:
-            self.executor.record(self._state(host), TaskResult(host, "Rolling update", None, "-", "skipped", False, msg, 0.0))
+            self.console.task_start(msg, None, hosts)
+        for host in hosts:
+            self.executor.record(self._state(host), TaskResult(host, task, None, "-", "skipped", False, msg, 0.0))
         if self.console:
             self.console.task_done()
 
@@ -288,13 +292,7 @@ class Runner:
                f"{host_list(left)}.")
         if later_plays:
             msg += f" Plays not run: {', '.join(p.name for p in later_plays)}."
-        msg = self.variables.secrets.redact(msg)
-        if self.console:
-            self.console.task_start(msg, None, left)
-        for host in left:
-            self.executor.record(self._state(host), TaskResult(host, "Play stopped", None, "-", "skipped", False, msg, 0.0))
-        if self.console:
-            self.console.task_done()
+        self._record_skipped("Play stopped", self.variables.secrets.redact(msg), left)
         return False
 
     # -- one host's start: connection, lock, facts ------------------------------------------------------
