@@ -22,6 +22,7 @@ import psutil
 
 from dflash_host import proc as _proc
 from dflash_host.module import ModuleError
+from dflash_host.vllm_files import rendered_launch
 from dflash_host.vllm_log import split_prefix
 
 # The settings that make the launch a node of a cluster (ARGS names; the variables are cluster_*).
@@ -147,6 +148,14 @@ def leaving_cluster(cluster: dict, launch_file: str, host: str | None) -> str:
         f"then run without it: `invoke teardown --group {group}` stops them); a run over a whole fleet leaves the "
         f"cluster out with --limit 'all:!{group}'"
     )
+
+
+def refuse_node(p: dict, host: str | None) -> None:
+    """A one-host launch never replaces a serving cluster node's (the launch record beside the pidfile says it
+    is one): refused before anything is stopped, built or written, naming the node and what to run."""
+    cluster = (rendered_launch(p) or {}).get("cluster")
+    if isinstance(cluster, dict):
+        raise ModuleError(leaving_cluster(cluster, p["launch"], host), cluster=cluster)
 
 
 # --------------------------------------------------------------------------- what the log says

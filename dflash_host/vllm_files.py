@@ -90,6 +90,15 @@ def load_launch(p: dict) -> dict:
     return launch
 
 
+def rendered_launch(p: dict) -> dict | None:
+    """The launch record beside the pidfile when it is the tool's (a regular file of its shape), else None; read once."""
+    path = p["launch"]
+    if os.path.islink(path) or not os.path.isfile(path):
+        return None
+    launch = load_json(path)
+    return launch if isinstance(launch, dict) and RECORD_KEYS["launch"] <= set(launch) else None
+
+
 def launch_state(launch: dict, p: dict, want: str | None = None) -> dict:
     """Whether the running server is the rendered launch: {server, now (its inspect), running (running.json),
     want, fresh}. Fresh: alive, started from `want` (default: the launch's fingerprint) as the recorded PID.

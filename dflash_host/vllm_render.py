@@ -19,7 +19,7 @@ from dflash_host.files import atomic_write, read_bytes
 from dflash_host.model_config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.paths import managed_path
-from dflash_host.vllm_cluster import leaving_cluster, wants_cluster
+from dflash_host.vllm_cluster import refuse_node, wants_cluster
 from dflash_host.vllm_files import dump, is_tool_file, load_json
 from dflash_host.vllm_launch import masked_env
 
@@ -51,12 +51,8 @@ def refuse_foreign_targets(targets: dict) -> None:
 def refuse_leaving_cluster(p: dict, args: dict) -> None:
     """A node of a serving cluster keeps its cluster launch: a render without cluster settings (vllm-service:
     provision, restart-server, rebuild) would restart it alone as a one-host server. The other way is allowed."""
-    if wants_cluster(args):
-        return
-    old = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
-    cluster = (old or {}).get("cluster")
-    if isinstance(cluster, dict):
-        raise ModuleError(leaving_cluster(cluster, p["launch"], args.get("inventory_name")), cluster=cluster)
+    if not wants_cluster(args):
+        refuse_node(p, args.get("inventory_name"))
 
 
 def check_settings(args: dict, ctx: Context) -> None:

@@ -62,9 +62,10 @@ def _places(args: dict) -> tuple:
     return state_file, folder
 
 
-def _launch_facts(args: dict) -> tuple:
-    """(k, fingerprint) of the configured launch; k from the task when it names one."""
-    launch = load_json(paths(args["pidfile"])["launch"]) or {}
+def _launch_facts(args: dict, launch: dict | None = None) -> tuple:
+    """(k, fingerprint) of the configured launch (read here unless given); k from the task when it names one."""
+    if launch is None:
+        launch = load_json(paths(args["pidfile"])["launch"]) or {}
     k = args["num_speculative_tokens"]
     if k is None:
         k = (launch.get("speculative") or {}).get("num_speculative_tokens")
@@ -98,9 +99,9 @@ def _throughputs(args: dict) -> tuple:
     return with_, without
 
 
-def _judge(entry: dict, args: dict, ctx: Context) -> tuple:
-    """(verdict, message) of a measurement under the current mode and min_speedup; fail raises."""
-    cluster = bool((load_json(paths(args["pidfile"])["launch"]) or {}).get("cluster"))
+def _judge(entry: dict, args: dict, ctx: Context, cluster: bool) -> tuple:
+    """(verdict, message) of a measurement under the current mode and min_speedup (a cluster's advice differs);
+    fail raises."""
     verdict, sentence = gate(entry.get("speedup"), args["min_speedup"], args["mode"], cluster)
     both = (f"{_tps(entry.get('tokens_per_s'))} tokens/s with the drafter (k={entry.get('num_speculative_tokens')}), "
             f"{_tps(entry.get('baseline_tokens_per_s'))} without it, at concurrency {entry.get('concurrency')}")
@@ -133,7 +134,8 @@ def lookup(args: dict, ctx: Context) -> dict:
 
 def judge(args: dict, ctx: Context) -> dict:
     """The gate: the runs given (recorded and cached for the launch), else the cached ones; fail raises."""
-    k, fingerprint = _launch_facts(args)
+    launch = load_json(paths(args["pidfile"])["launch"]) or {}
+    k, fingerprint = _launch_facts(args, launch)
     state_file, _ = _places(args)
     out: dict = {"changed": False}
     entry = None if args["runs"] else S.cached_gate(S.read_state(state_file), fingerprint, args["concurrency"])
@@ -143,7 +145,7 @@ def judge(args: dict, ctx: Context) -> dict:
                  "tokens_per_s": with_, "baseline_tokens_per_s": without,
                  "speedup": round(with_ / without, 3) if with_ and without else None, "measured_at_utc": S.utc(time.time())}
         out = _record({**args, "source": "speed-gate"}, ctx, {"gate": entry})
-    verdict, message = _judge(entry, args, ctx)
+    verdict, message = _judge(entry, args, ctx, bool(launch.get("cluster")))
     return {**out, **entry, "verdict": verdict, "msg": message}
 
 

@@ -21,8 +21,8 @@ from dflash_host import gpu as _gpu
 from dflash_host import vllm_log as VL
 from dflash_host import vllm_probe as P
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_cluster import group_name, leaving_cluster, local_workers, missing_workers, node_name, node_processes
-from dflash_host.vllm_files import is_tool_file, launch_state, load_json, load_launch, paths
+from dflash_host.vllm_cluster import group_name, local_workers, missing_workers, node_name, node_processes, refuse_node
+from dflash_host.vllm_files import launch_state, load_json, load_launch, paths, rendered_launch
 
 ARGS = {
     "action": {"type": "str", "required": True, "choices": ["probe", "verify", "one_host"],
@@ -52,7 +52,7 @@ LOOK_EVERY_S = 0.5
 def probe(args: dict) -> dict:
     """Whether this node runs the rendered launch; rank, role and PID as rendered and running."""
     p = paths(args["pidfile"])
-    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    launch = rendered_launch(p)
     out: dict = {"changed": False, "current": False, "rendered": launch is not None, "running": False, "pid": None,
                  "rank": None, "role": None, "headless": False}
     if launch is None:
@@ -139,7 +139,7 @@ def _fix(cluster: dict, problem: str) -> str:
 def _not_yet(p: dict, args: dict) -> dict | None:
     """Check mode: the result when this node does not run the launch the play renders (nothing to verify yet; the
     real run starts it first), else None."""
-    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    launch = rendered_launch(p)
     cluster = (launch or {}).get("cluster")
     out: dict = {"changed": False, "rank": None, "role": None, "pid": None, "local_workers": [], "gpu_pids": None}
     if launch is None or not cluster:
@@ -193,11 +193,7 @@ def verify(args: dict, ctx: Context) -> dict:
 def one_host(args: dict) -> dict:
     """A one-host playbook's first check: a node of a serving cluster is refused before anything is stopped,
     built or switched (vllm_server's render refuses too, but later: after restart-server's stop, rebuild's build)."""
-    p = paths(args["pidfile"])
-    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
-    cluster = (launch or {}).get("cluster")
-    if isinstance(cluster, dict):
-        raise ModuleError(leaving_cluster(cluster, p["launch"], args["inventory_name"]), cluster=cluster)
+    refuse_node(paths(args["pidfile"]), args["inventory_name"])
     return {"changed": False, "msg": "not a node of a serving cluster"}
 
 

@@ -39,7 +39,7 @@ from dflash_host import vllm_unit as U
 from dflash_host.model_config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.vllm_cluster import is_headless
-from dflash_host.vllm_files import files_to_remove, is_tool_file, launch_state, load_json, load_launch, paths, remove_tool_file
+from dflash_host.vllm_files import files_to_remove, launch_state, load_json, load_launch, paths, remove_tool_file, rendered_launch
 from dflash_host.vllm_launch import resolve
 from dflash_host.vllm_process import server_for
 from dflash_host.vllm_ready import verify_headless, verify_running
@@ -318,7 +318,7 @@ def _stop_msg(ctx: Context, would_stop: bool, stopped: dict | None, removed: lis
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
     """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
-    launch = load_json(p["launch"]) if is_tool_file(p["launch"], "launch") else None
+    launch = rendered_launch(p)
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
     R.check_places(p, None, args["root"] or launch.get("root"))
