@@ -40,5 +40,6 @@ ns = Collection(
     invoke_task(cmd.inventory, INVENTORY_OPTIONS, "inventory", "Print the inventory as JSON, like ansible-inventory."),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),
     Task(cmd.module_docs, name="module-docs"),
+    Task(cmd.lock, name="lock"),
     Task(cmd.test, name="test", help={"k": "only tests matching this expression", "fast": "skip slow and end-to-end tests"}),
 )

@@ -16,7 +16,7 @@ import time
 
 from dflash_host.envs import ENV_LOCK, RootLock, clear_incomplete, env_dir, mark_building
 from dflash_host.files import atomic_write
-from dflash_host.installers import choose_installer, install_argv, run_installer, source_args, uninstall_argv
+from dflash_host.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
 from dflash_host.module import Context, ModuleError
 from dflash_host.pyenv import (
     ENV_MARKER,
@@ -344,7 +344,7 @@ def install_into(path: str, plan: dict, py: dict, installer: tuple, args: dict, 
     kind, uv = installer
     env_python = os.path.join(path, "bin", "python")
     create_env(path, py, kind, uv, args, ctx, lock)
-    src = source_args(args["index_url"], args["extra_index_urls"], args["find_links"], args["wheelhouse"])
+    src = package_sources(args)
     ctx.say(f"installing {', '.join(plan['specs'])} ({plan['from']}) with {kind}")
     argv = install_argv(kind, uv, env_python, plan["install"], src, args["compile_bytecode"])
     run_step(argv, args, ctx, lock, "building the serving environment")

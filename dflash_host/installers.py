@@ -112,7 +112,7 @@ def _installer_for_build(args: dict, tool_dir: str, ctx: Context, build_python: 
             )
         return "pip", None
     ctx.say(f"installing uv into {tool_dir}")
-    src = source_args(args["index_url"], args["extra_index_urls"], args["find_links"], wheelhouse)
+    src = package_sources(args, wheelhouse)
     uv, why = bootstrap_uv(tool_dir, build_python, src, timeout=600)
     if uv:
         return "uv", uv
@@ -147,11 +147,40 @@ def run_installer(
     return out.text
 
 
+def is_local_link(link: object) -> bool:
+    """A find_links entry that names a folder on the host (not a URL)."""
+    return "://" not in str(link)
+
+
+def present_links(find_links: Iterable[str] | None) -> list:
+    """The find_links entries the installer can read: URLs, and folders that exist on this host.
+
+    uv fails at once on a missing --find-links folder (pip only warns), so a folder that is absent on
+    this host (e.g. /opt/wheels, found on some machines only) is left out rather than handed on.
+    """
+    return [link for link in find_links or () if not is_local_link(link) or os.path.isdir(os.path.expanduser(str(link)))]
+
+
+def package_sources(args: dict, wheelhouse: str | None = None) -> list:
+    """Index options for a module's package-source arguments (index_url, extra_index_urls, find_links,
+    fallback_index_urls, wheelhouse); wheelhouse overrides args' own when given."""
+    return source_args(
+        args.get("index_url"), args.get("extra_index_urls"), args.get("find_links"),
+        wheelhouse if wheelhouse is not None else args.get("wheelhouse"), args.get("fallback_index_urls"),
+    )
+
+
 def source_args(
-    index_url: str | None, extra_index_urls: Iterable[str], find_links: Iterable[str], wheelhouse: str | None
+    index_url: str | None, extra_index_urls: Iterable[str] | None, find_links: Iterable[str] | None,
+    wheelhouse: str | None, fallback_index_urls: Iterable[str] | None = None,
 ) -> list:
-    """Index options understood alike by pip and uv. A wheelhouse means offline: --no-index."""
+    """Index options understood alike by pip and uv. A wheelhouse means offline: --no-index.
+
+    fallback_index_urls are added only when none of the find_links folders exists on the host: the
+    local torch wheel folder where there is one, PyTorch's index elsewhere.
+    """
     args: list = []
+    links = present_links(find_links)
     if wheelhouse:
         args += ["--no-index", "--find-links", wheelhouse]
     else:
@@ -159,7 +188,10 @@ def source_args(
             args += ["--index-url", index_url]
         for url in extra_index_urls or ():
             args += ["--extra-index-url", url]
-    for link in find_links or ():
+        if not any(is_local_link(link) for link in links):
+            for url in fallback_index_urls or ():
+                args += ["--extra-index-url", url]
+    for link in links:
         args += ["--find-links", link]
     return args
 

@@ -176,6 +176,23 @@ def test(c, k=None, fast=False):
     os.execv(sys.executable, argv)  # noqa: S606 - this python with a fixed pytest argv, no shell
 
 
+LOCK_ARGV = ["pip", "compile", "--universal", "--python-version", "3.10", "--upgrade", "--quiet",
+             "requirements.txt", "requirements-test.txt", "-o", "constraints.txt"]
+
+
+def lock(c):
+    """Refresh constraints.txt (the pinned control-node packages) from requirements*.txt with uv."""
+    import shutil
+
+    uv = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
+    if not uv:
+        raise Exit("uv is not installed: `pip install uv`, then `invoke lock` again", code=4)
+    rc = subprocess.run([uv, *LOCK_ARGV], cwd=ROOT).returncode
+    if rc:
+        raise Exit(code=rc)
+    print("constraints.txt: refreshed; run `invoke test` in a fresh venv before committing it")
+
+
 def module_docs(c):
     """Write docs/MODULES.md from the modules' ARGS (the one place an argument is written)."""
     from dfp_cli.module_docs import DOC, write

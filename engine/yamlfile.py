@@ -163,15 +163,19 @@ def parse_text(text: str, path: Path, what: str) -> Any:
         _check_node_graph(node, path, what)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, path) from None
+        raise _syntax_error(exc, path, what) from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: malformed YAML: {exc}") from None
     finally:
         loader.dispose()
 
 
-def _syntax_error(exc: yaml.MarkedYAMLError, path: Path) -> UserError:
+def _syntax_error(exc: yaml.MarkedYAMLError, path: Path, what: str) -> UserError:
     mark = exc.problem_mark or exc.context_mark
+    if exc.problem and "maximum nesting depth" in exc.problem:
+        # PyYAML >= 6.0.4 stops deep nesting in its own parser, sometimes before our check sees it: the
+        # same limit, so the same message whichever layer meets it first.
+        return _too_deep(path, what, mark)
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
     problem = exc.problem or "invalid YAML"
     context = f" ({exc.context})" if exc.context else ""
@@ -203,7 +207,7 @@ def _check_event_depth(text: str, path: Path, what: str) -> None:
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, path) from None
+        raise _syntax_error(exc, path, what) from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: malformed YAML: {exc}") from None
 

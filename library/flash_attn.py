@@ -24,7 +24,7 @@ import shutil
 
 from dflash_host.files import atomic_write, read_json
 from dflash_host.flash_attn_rules import FA2, FA4, choose_flash_attn, critical_imports, install_target, plan_actions
-from dflash_host.installers import choose_installer, install_argv, run_installer, source_args, uninstall_argv
+from dflash_host.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.pyenv import check_imports, probe_env, run_python
 
@@ -66,6 +66,12 @@ ARGS = {
         "help": "package index; none: pip's configuration (or PyPI)",
     },
     "extra_index_urls": {"type": "list", "default": None, "var": "extra_index_urls", "help": "more package indexes"},
+    "fallback_index_urls": {
+        "type": "list",
+        "default": None,
+        "var": "fallback_index_urls",
+        "help": "more package indexes used only when no find_links folder exists on the host (e.g. PyTorch's CPU index)",
+    },
     "find_links": {
         "type": "list",
         "default": None,
@@ -198,7 +204,7 @@ class Pinning:
             except ModuleError as exc:
                 self.ctx.warn(f"cannot read torch's C++ ABI ({exc.msg}); wheels are not checked for it")
         target, extra_src, desc = install_target(args["wheel"], line, env)
-        src = source_args(args["index_url"], args["extra_index_urls"], args["find_links"], args["wheelhouse"]) + extra_src
+        src = package_sources(args) + extra_src
         # flash-attn's setup.py imports the env's torch; without allow_build, wheels only
         extra = ["--no-build-isolation"] if args["allow_build"] else ["--only-binary", FA2, "--only-binary", FA4]
         if reinstall:

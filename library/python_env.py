@@ -40,6 +40,7 @@ from dflash_host.envs import (
     read_history,
     roll_back_history,
 )
+from dflash_host.installers import is_local_link, present_links
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.paths import managed_path
 from dflash_host.pyenv import ENV_MARKER
@@ -88,6 +89,12 @@ ARGS = {
         "help": "package index; none: pip's configuration (or PyPI)",
     },
     "extra_index_urls": {"type": "list", "default": None, "var": "extra_index_urls", "help": "more package indexes"},
+    "fallback_index_urls": {
+        "type": "list",
+        "default": None,
+        "var": "fallback_index_urls",
+        "help": "more package indexes used only when no find_links folder exists on the host (e.g. PyTorch's CPU index)",
+    },
     "find_links": {
         "type": "list",
         "default": None,
@@ -201,11 +208,21 @@ def check_inputs(args: dict, ctx: Context) -> None:
             f"wheelhouse {wh} is not a folder on this host; the venv role pushes the control node's `wheelhouse` "
             f"there first; check the variable, or leave it empty to install from the index"
         )
-    for link in args["find_links"] or []:
-        if "://" not in str(link) and not os.path.isdir(os.path.expanduser(str(link))):
-            ctx.warn(f"find_links entry {link} is not a folder on this host; the installer will skip it")
+    warn_missing_links(args, ctx)
     if args["cpu_fixups"] is None:
         args["cpu_fixups"] = args["flavor"] == "cpu"
+
+
+def warn_missing_links(args: dict, ctx: Context) -> None:
+    """Say which find_links folders are absent here (left out of the install) and which index stands in."""
+    links = args["find_links"] or []
+    missing = [link for link in links if link not in present_links(links)]
+    if not missing or args["wheelhouse"]:
+        return
+    fallback = args["fallback_index_urls"] or []
+    instead = f"; packages come from fallback_index_urls ({', '.join(fallback)}) instead" if fallback and not any(
+        is_local_link(link) for link in present_links(links)) else ""
+    ctx.warn(f"find_links {', '.join(map(str, missing))}: not a folder on this host, left out of the install{instead}")
 
 
 def result_of(root: str, marker: dict, changed: bool, msg: str, **extra: object) -> dict:

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from dflash_host import env_build, envs  # noqa: E402
-from dflash_host.installers import bootstrap_uv, explain_failure  # noqa: E402
+from dflash_host.installers import bootstrap_uv, explain_failure, source_args  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from dflash_host.pyenv import ENV_MARKER  # noqa: E402
 from library import python_env  # noqa: E402
@@ -525,7 +525,10 @@ def test_runs_by_hand_and_installs_uv_into_the_tool_folder(tmp_path, wheelhouse)
         "tool_dir": str(tool),
     }
     (tmp_path / "args.json").write_text(json.dumps(args))
-    env = dict(os.environ, PATH=os.path.dirname(PY) + os.pathsep + "/usr/bin:/bin")
+    bin_dir = tmp_path / "bin"  # this python alone: the venv running the tests may hold a uv of its own
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(PY)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}/usr/bin:/bin")
     started = time.monotonic()
     out = subprocess.run(
         [PY, "-m", "library.python_env", str(tmp_path / "args.json")], cwd=ROOT, capture_output=True, text=True, env=env,
@@ -554,10 +557,11 @@ def test_an_env_over_a_base_with_torch_sees_its_packages_and_installs_only_the_r
     torch; here PyYAML, which the control node's python has), the env is built with venv_system_site_packages
     from a wheelhouse with --no-index: the base's package imports without being installed again and the result
     says it comes from the base; without the option the same import fails verification."""
-    if sys.prefix != sys.base_prefix:
-        pytest.skip("the test's python is itself a venv: its site-packages are not a base's system site-packages")
+    base = os.path.join(sys.base_prefix, "bin", "python3")  # the interpreter behind the tests' venv, if any
+    if subprocess.run([base, "-c", "import yaml"], capture_output=True).returncode != 0:
+        pytest.skip(f"{base} has no PyYAML to stand in for an image's torch")
     root = tmp_path / "envs"
-    args = {"root": str(root), "python": PY, "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse,
+    args = {"root": str(root), "python": base, "requirements": ["dfp-b==1.0"], "wheelhouse": wheelhouse,
             "installer": "auto", "verify_imports": ["dfp_b", "yaml"], "system_site_packages": True}
     built = call(args)
     assert not built["failed"], built["msg"]
@@ -614,3 +618,48 @@ def test_switching_the_base_between_an_interpreter_and_a_venv_over_it_builds_ano
     assert current(root) == f"envs/{over_venv['hash']}"
     back = call(dict(args, verify_imports=["dfp_b"]))
     assert not back["failed"] and not back["built"] and back["hash"] == over_python["hash"], back["msg"]
+
+
+def simple_index(wheelhouse: str, root: Path) -> str:
+    """A PEP 503 index on disk (file://) serving the wheelhouse: stands in for PyTorch's CPU index."""
+    for wheel in Path(wheelhouse).glob("*.whl"):
+        project = root / wheel.name.split("-")[0].replace("_", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        (project / wheel.name).symlink_to(wheel)
+        links = "".join(f'<a href="{w.name}">{w.name}</a>' for w in sorted(project.glob("*.whl")))
+        (project / "index.html").write_text(f"<html><body>{links}</body></html>")
+    return root.as_uri()
+
+
+def test_a_missing_find_links_folder_is_left_out_with_uv(tmp_path, wheelhouse, uv_tool):
+    """uv fails at once on a --find-links folder that does not exist (pip only warns): the module leaves it
+    out and says so, and the install takes what the other sources give."""
+    missing = str(tmp_path / "no-such-wheels")
+    res = call({"root": str(tmp_path / "envs"), "requirements": ["dfp-a==1.0"], "tool_dir": uv_tool,
+                "installer": "uv", "find_links": [missing, wheelhouse], "index_url": (tmp_path / "empty").as_uri()})
+    assert not res["failed"], res["msg"]
+    assert res["installer"] == "uv"
+    assert any(missing in w and "left out" in w for w in res.get("warnings", [])), res["warnings"]
+
+
+@pytest.mark.parametrize("folder_exists", [True, False])
+def test_the_fallback_index_is_used_only_where_no_find_links_folder_exists(tmp_path, wheelhouse, uv_tool, folder_exists):
+    """The local host's torch: from the wheel folder where it lies, from PyTorch's index elsewhere (here a
+    file:// index of the same wheels). Where the folder exists, the fallback is not even asked."""
+    folder = wheelhouse if folder_exists else str(tmp_path / "no-such-wheels")
+    fallback = simple_index(wheelhouse, tmp_path / "simple") if not folder_exists else (tmp_path / "unreachable").as_uri()
+    res = call({"root": str(tmp_path / "envs"), "requirements": ["dfp-b==1.0"], "tool_dir": uv_tool, "installer": "uv",
+                "find_links": [folder], "fallback_index_urls": [fallback], "index_url": (tmp_path / "empty").as_uri()})
+    assert not res["failed"], res["msg"]
+    fallback_named = any("fallback_index_urls" in w for w in res.get("warnings", []))
+    assert fallback_named is (not folder_exists), res["warnings"]
+
+
+def test_source_args_leave_out_missing_folders_and_add_the_fallback_only_without_one(tmp_path):
+    present, missing = str(tmp_path), str(tmp_path / "missing")
+    fallback = ["https://download.pytorch.org/whl/cpu"]
+    assert source_args(None, [], [missing, present], None, fallback) == ["--find-links", present]
+    assert source_args(None, [], [missing], None, fallback) == ["--extra-index-url", fallback[0]]
+    assert source_args(None, [], ["https://example.org/wheels/"], None, fallback) == [
+        "--extra-index-url", fallback[0], "--find-links", "https://example.org/wheels/"]
+    assert source_args(None, [], [missing], present, fallback) == ["--no-index", "--find-links", present]
