@@ -17,6 +17,7 @@ from dflash_host.module import ModuleError
 from dflash_host.untrusted_json import load_json_file
 
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 MAX_CONFIG_BYTES = 16 * 2**20  # a config.json is a few KB; one with a label map a few MB
 MAX_CONFIG_DEPTH = 64  # quantization_config nests ~6 deep
 PATH_PREFIXES = ("/", "~", "./", "../")
@@ -35,25 +36,40 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(PATH_PREFIXES) or os.path.exists(model)
 
 
-def hub_cache_snapshot(repo_id: str, environ: dict | None = None) -> str | None:
-    """The local snapshot folder of a Hugging Face Hub id in the host's cache, or None.
+def hub_cache_snapshot(repo_id: str, environ: dict | None = None, hf_home: str | None = None,
+                       revision: str | None = None) -> str | None:
+    """The local snapshot folder of a Hugging Face Hub id, or None: first in the tool's cache (hf_home, which
+    the models role fills), then in the host's own Hugging Face cache. Nothing is downloaded.
 
-    Follows refs/main when present, else the most recently modified snapshot. Nothing is downloaded.
+    A revision (commit, branch or tag) names its snapshot exactly; without one, refs/main, else the most
+    recently modified snapshot.
     """
     env = os.environ if environ is None else environ
     if not HUB_ID_RE.match(repo_id):
         return None
-    hf_home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(hf_home, "hub")
-    repo = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
+    caches = [os.path.join(os.path.expanduser(hf_home), "hub")] if hf_home else []
+    own_home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    caches.append(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(own_home, "hub"))
+    for cache in caches:
+        found = _snapshot_in(os.path.join(cache, "models--" + repo_id.replace("/", "--")), revision)
+        if found:
+            return found
+    return None
+
+
+def _snapshot_in(repo: str, revision: str | None) -> str | None:
     snapshots = os.path.join(repo, "snapshots")
-    try:
-        with open(os.path.join(repo, "refs", "main"), encoding="ascii") as fh:
-            candidate = os.path.join(snapshots, fh.read().strip())
-        if os.path.isdir(candidate):
-            return candidate
-    except OSError:
-        pass
+    commit = revision if revision and COMMIT_RE.match(revision) else None
+    if commit is None:
+        try:
+            with open(os.path.join(repo, "refs", revision or "main"), encoding="ascii") as fh:
+                commit = fh.read().strip()
+        except (OSError, UnicodeDecodeError, ValueError):
+            commit = None
+    if commit and os.path.isdir(os.path.join(snapshots, commit)):
+        return os.path.join(snapshots, commit)
+    if revision:
+        return None
     try:
         found = [os.path.join(snapshots, d) for d in os.listdir(snapshots)]
     except OSError:
@@ -77,13 +93,15 @@ class ModelLocation:
         return f"ModelLocation(given={self.given!r}, path={self.path!r}, hub_id={self.hub_id!r})"
 
 
-def locate_model(value: str, environ: dict | None = None) -> ModelLocation:
-    """Resolve a model folder, file or Hub id to its local files; looks, never raises or downloads."""
+def locate_model(value: str, environ: dict | None = None, hf_home: str | None = None,
+                 revision: str | None = None) -> ModelLocation:
+    """Resolve a model folder, file or Hub id (at revision, in the tool's hf_home first) to its local files;
+    looks, never raises or downloads."""
     path = os.path.expanduser(value)
     if os.path.exists(path):
         return ModelLocation(given=value, path=path, hub_id=None)
     hub_id = None if value.startswith(PATH_PREFIXES) else value
-    return ModelLocation(given=value, path=hub_cache_snapshot(value, environ), hub_id=hub_id)
+    return ModelLocation(given=value, path=hub_cache_snapshot(value, environ, hf_home, revision), hub_id=hub_id)
 
 
 def config_json_path(path: str) -> str:
@@ -97,7 +115,8 @@ def require_local(location: ModelLocation, var: str, what: str) -> str:
         return location.path
     hint = ""
     if HUB_ID_RE.match(location.given):
-        hint = " (it looks like a Hub id, but it is not in this host's Hugging Face cache; download it first)"
+        hint = (" (it looks like a Hub id, but it is not in this host's Hugging Face cache at that revision; the "
+                "models role fetches it: run `invoke provision`, or check hf_endpoint and the revision)")
     raise ModuleError(f"{location.given}: no such file or folder{hint}; set {var} to the {what}")
 
 

@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any
 
-from dflash_host.model_config import looks_like_path
+from dflash_host.model_config import locate_model, looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.untrusted_json import load_json_file
 from dflash_host.vllm_cluster import check_node_address, cluster_settings
@@ -52,6 +52,17 @@ def masked_env(env: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- the models and secrets it reads
+
+
+def located(args: dict, var: str) -> str | None:
+    """A model variable as the launch uses it: a Hub id found in the tool's cache (hf_home, at the variable's
+    revision) or the host's becomes its snapshot folder (local, offline, the commit in the path); anything
+    else stays as written (a path, or an uncached Hub id vLLM downloads)."""
+    value = args.get(var)
+    if not value or looks_like_path(str(value)):
+        return value
+    found = locate_model(str(value), hf_home=args.get("hf_home"), revision=args.get(var.replace("_model", "_revision")))
+    return found.path or value
 
 
 def read_model_config(model: str, var: str) -> dict | None:
@@ -247,7 +258,7 @@ def _identity(args: dict, headless: bool) -> tuple:
 
 def _speculative(args: dict) -> tuple:
     """(speculative-config, drafter's config.json) for a drafter; (None, None) without one."""
-    drafter = args.get("drafter_model")
+    drafter = located(args, "drafter_model")
     if not drafter:
         return None, None
     if not os.path.isdir(os.path.expanduser(drafter)):
@@ -307,7 +318,7 @@ def _environment(args: dict, flavor_env: dict, all_local: bool) -> dict:
     hf_token = read_secret(args.get("hf_token"), args.get("hf_token_file"), "hf_token")
     if api_key:
         env["VLLM_API_KEY"] = api_key
-    if hf_token:
+    if hf_token and not all_local:  # a server whose models are all on the host never needs the token
         env["HF_TOKEN"] = hf_token
     return env
 
@@ -335,7 +346,7 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
     """
     check_launch_values(args)
     flavor, fdef = _flavor(args)
-    model = args.get("target_model")
+    model = located(args, "target_model")
     if not model:
         raise ModuleError("target_model is empty; set it to the model folder on the host or a Hugging Face id")
     target_cfg = read_model_config(model, "target_model")
@@ -360,7 +371,7 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
         argv += flag_words(entry, values[name])
     argv += extra
 
-    drafter = args.get("drafter_model")
+    drafter = located(args, "drafter_model")
     env = _environment(args, fdef["env"], target_cfg is not None and (not drafter or drafter_cfg is not None))
     check_node_address(cluster, env)
     check_assembled(argv, env)

@@ -21,7 +21,7 @@ from dflash_host.module import ModuleError
 from dflash_host.paths import managed_path
 from dflash_host.vllm_cluster import refuse_node, wants_cluster
 from dflash_host.vllm_files import dump, is_tool_file, load_json
-from dflash_host.vllm_launch import masked_env
+from dflash_host.vllm_launch import located, masked_env
 
 if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context
@@ -82,6 +82,8 @@ def models_to_come(args: dict) -> str | None:
         value = args.get(var)
         if value and looks_like_path(value) and not os.path.exists(os.path.expanduser(value)):
             return f"would render the vLLM launch once {var} {value} exists (an earlier role creates it)"
+        if value and not looks_like_path(value) and located(args, var) == value:
+            return f"would render the vLLM launch once the models role has fetched {var} {value}"
     return None
 
 

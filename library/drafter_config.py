@@ -31,7 +31,8 @@ from dflash_host.drafter_choices import (
 from dflash_host.drafter_shape import infer_drafter_shape, resolve_heads
 from dflash_host.drafter_target import fused_layer_count, resolve_vocab, rope_theta_of, target_facts, validate_vocab
 from dflash_host.files import atomic_write
-from dflash_host.model_config import config_json_path, locate_model, read_config_json, require_local
+from dflash_host.hub_cache import is_verified_file
+from dflash_host.model_config import ModelLocation, config_json_path, locate_model, read_config_json, require_local
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.st_header import read_checkpoint
 
@@ -50,6 +51,12 @@ ARGS = {
         "help": "the target model: its folder holding config.json, the config.json itself, or a Hub id found in "
         "the host's Hugging Face cache",
     },
+    "hf_home": {"type": "path", "default": None, "var": "hf_home",
+                "help": "the Hugging Face cache the models role fills; a Hub id is looked up there first"},
+    "target_revision": {"type": "str", "default": None, "var": "target_revision",
+                        "help": "the target's commit, branch or tag (none: main)"},
+    "drafter_revision": {"type": "str", "default": None, "var": "drafter_revision",
+                         "help": "the drafter's commit, branch or tag (none: main)"},
     "dest": {
         "type": "path",
         "default": None,
@@ -190,21 +197,23 @@ class Found:
     """The drafter's header, the config it has (if any), where the new one goes, and the target's facts."""
 
     def __init__(self, args: dict) -> None:
-        self.checkpoint, self.where, self.header_ms = read_drafter(args["drafter"])
+        self.checkpoint, self.where, self.header_ms = read_drafter(
+            locate_model(args["drafter"], hf_home=args["hf_home"], revision=args["drafter_revision"]))
         self.dest = dest_path(args["dest"], self.checkpoint["folder"])
         self.existing_path, self.existing = read_existing(self.dest, self.checkpoint["folder"])
-        self.target_path, self.target = read_target(args["target"])
+        self.target_path, self.target = read_target(
+            locate_model(args["target"], hf_home=args["hf_home"], revision=args["target_revision"]))
 
     @property
     def existing_where(self) -> str:
         return self.existing_path or "the existing config"
 
 
-def read_drafter(value: str) -> tuple:
+def read_drafter(location: ModelLocation) -> tuple:
     """(checkpoint, where, header read ms) of the drafter checkpoint a path or cached Hub id names;
     `where` names the checkpoint in messages: its one file, else its folder."""
     started = time.perf_counter()
-    drafter = require_local(locate_model(value), "drafter_model", "drafter checkpoint's folder")
+    drafter = require_local(location, "drafter_model", "drafter checkpoint's folder")
     checkpoint = read_checkpoint(drafter)
     header_ms = round((time.perf_counter() - started) * 1000, 3)
     where = checkpoint["files"][0] if len(checkpoint["files"]) == 1 else checkpoint["folder"]
@@ -233,9 +242,9 @@ def read_existing(dest: str, folder: str) -> tuple:
     return None, {}
 
 
-def read_target(value: str) -> tuple:
+def read_target(location: ModelLocation) -> tuple:
     """(config.json path, checked facts) of the target a folder, a config.json or a cached Hub id names."""
-    path = config_json_path(require_local(locate_model(value), "target_model", "target model's local folder (or its config.json)"))
+    path = config_json_path(require_local(location, "target_model", "target model's local folder (or its config.json)"))
     raw = read_config_json(path, "the target config", "set target_model to the target model's local folder (with a complete config.json)")
     return path, target_facts(raw, path)
 
@@ -333,6 +342,24 @@ def describe(found: Found, shape: dict, choices: dict, k: int, cfg: dict) -> dic
     }
 
 
+PUBLISHED_KEYS = ("architectures", "block_size", "dflash_config", "num_hidden_layers", "hidden_size")
+
+
+def keep_published(dest: str, published: dict, wanted: dict, described: dict, said: str) -> dict:
+    """A drafter config.json fetched and verified from the Hub is kept as published (a verified snapshot
+    stays verifiable): the values the drafter needs are checked against it, and nothing is written."""
+    differs = [key for key in PUBLISHED_KEYS if published.get(key) != wanted.get(key)]
+    if differs:
+        shown = "; ".join(f"{key}: published {published.get(key)!r}, wanted {wanted.get(key)!r}" for key in differs)
+        raise ModuleError(
+            f"{dest}: the drafter's published config.json (fetched and verified from the Hub) differs from what "
+            f"this run asks for ({shown}); the tool does not alter a verified snapshot. Remove the drafter_* "
+            "variables that ask for other values, or fetch a revision of the drafter whose config fits"
+        )
+    return {"changed": False, **described, "published": True,
+            "msg": f"{dest}: the published config.json is kept as fetched and fits: {said}"}
+
+
 def run(args: dict, ctx: Context) -> dict:
     found = Found(args)
     shape, k = decide_shape(found)
@@ -345,6 +372,8 @@ def run(args: dict, ctx: Context) -> dict:
 
     dest = found.dest
     before = found.existing if found.existing_path == dest else None
+    if before is not None and is_verified_file(dest):
+        return keep_published(dest, before, cfg, describe(found, shape, choices, k, cfg), summary(shape, choices, k))
     result = {"changed": before != cfg, **describe(found, shape, choices, k, cfg)}
     said = summary(shape, choices, k)
     if not result["changed"]:

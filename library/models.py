@@ -1,0 +1,170 @@
+"""Put the target and the drafter on the host: a Hugging Face Hub id is fetched into the tool's cache.
+
+A model variable (target_model, drafter_model) that is a Hub id (`Qwen/Qwen3.6-27B`) is fetched at its
+revision (target_revision / drafter_revision: a commit, branch or tag) from hf_endpoint (the Hub or an
+HF-compatible mirror) into `hf_home` (the Hugging Face cache layout: vLLM serves the snapshot with
+HF_HUB_OFFLINE=1). Every file is verified against the Hub's metadata (sha256 for LFS files, the git blob
+id for the others); a no-change run only stats the files (models_verify: full re-hashes). A fetch cut
+short resumes; a partial file is never in the snapshot. A local path is left as it is (not fetched).
+
+The token (hf_token, or hf_token_file on the host) stays in this process: it goes only into the requests'
+Authorization header, never onto a command line or into a file.
+
+Result: `models` ({target, drafter}: per model repo_id, source, revision, commit, path, files,
+bytes_fetched, bytes_present, seconds, moved_from), `target_path`, `drafter_path`.
+state absent: remove the repositories the tool fetched (its marker), never a cache the user filled.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from dflash_host import hub_cache as cache
+from dflash_host.hub_client import HubClient, HubError
+from dflash_host.hub_fetch import RepoFetch, human_bytes
+from dflash_host.model_config import HUB_ID_RE, looks_like_path
+from dflash_host.module import Context, ModuleError, main
+from dflash_host.paths import managed_path
+
+DEFAULT_ALLOW = ["*.safetensors", "*.json", "*.model", "*.tiktoken", "merges.txt", "vocab.txt", "*.jinja"]
+
+ARGS = {
+    "state": {"type": "str", "default": "present", "choices": ["present", "absent"],
+              "help": "present: fetch and verify; absent: remove the repositories the tool fetched (teardown --purge-models)"},
+    "target_model": {"type": "str", "default": None, "var": "target_model",
+                     "help": "the target: a Hub id (ORG/NAME) is fetched, a local path is left as it is"},
+    "target_revision": {"type": "str", "default": "main", "var": "target_revision",
+                        "help": "the target's commit, branch or tag"},
+    "drafter_model": {"type": "str", "default": None, "var": "drafter_model",
+                      "help": "the drafter: a Hub id is fetched, a local path is left as it is; null: none"},
+    "drafter_revision": {"type": "str", "default": "main", "var": "drafter_revision",
+                         "help": "the drafter's commit, branch or tag"},
+    "hf_home": {"type": "path", "required": True, "var": "hf_home",
+                "help": "the Hugging Face cache the tool fills (models land in HF_HOME/hub)"},
+    "hf_endpoint": {"type": "str", "default": "https://huggingface.co", "var": "hf_endpoint",
+                    "help": "the Hub or an HF-compatible mirror (olah, hf-mirror, a proxy)"},
+    "hf_token": {"type": "str", "default": None, "var": "hf_token",
+                 "help": "token for gated or private repositories (masked; only in the request header)"},
+    "hf_token_file": {"type": "path", "default": None, "var": "hf_token_file",
+                      "help": "a file on the host holding the token"},
+    "allow_patterns": {"type": "list", "default": DEFAULT_ALLOW, "var": "model_allow_patterns",
+                       "help": "the files fetched (fnmatch patterns); default: weights, configs, tokenizer files"},
+    "ignore_patterns": {"type": "list", "default": [], "var": "model_ignore_patterns",
+                        "help": "files never fetched, even when an allow pattern matches"},
+    "allow_pickle": {"type": "bool", "default": False, "var": "models_allow_pickle",
+                     "help": "also fetch pickled weights (*.bin, *.pt, *.pth) when the patterns match them"},
+    "verify": {"type": "str", "default": "fast", "choices": ["fast", "full"], "var": "models_verify",
+               "help": "fast: a file unchanged since its last check (size, mtime, inode) is not read; full: hash all"},
+    "free_margin_gib": {"type": "float", "default": 1.0, "var": "models_free_margin_gib",
+                        "help": "free disk kept beyond what a fetch needs, in GiB"},
+    "timeout_s": {"type": "int", "default": 60, "var": "models_timeout_s",
+                  "help": "seconds without an answer before a request counts as dropped"},
+}
+
+
+def is_hub_id(value) -> bool:
+    return isinstance(value, str) and not looks_like_path(value) and bool(HUB_ID_RE.match(value))
+
+
+def read_token(args: dict) -> str | None:
+    if args["hf_token"]:
+        return str(args["hf_token"]).strip()
+    path = args["hf_token_file"]
+    if not path:
+        return None
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as fh:
+            return fh.read().strip() or None
+    except OSError as exc:
+        raise ModuleError(f"hf_token_file {path}: cannot be read ({exc.strerror}); fix the path or its mode") from None
+
+
+def fetch_one(role: str, value, revision: str, args: dict, client: HubClient, ctx: Context) -> dict:
+    """One model variable: a local path as it is, a Hub id fetched and verified."""
+    if not value:
+        return {"source": None, "path": None}
+    if not is_hub_id(value):
+        path = os.path.expanduser(str(value))
+        return {"source": "local", "path": path, "exists": os.path.exists(path)}
+    started = time.monotonic()
+    opts = {"allow": list(args["allow_patterns"]), "ignore": list(args["ignore_patterns"]),
+            "allow_pickle": args["allow_pickle"]}
+    job = RepoFetch(client, value, revision, args["hf_home"], opts)
+    job.describe()
+    before = cache.read_ref(job.repo, revision)
+    job.check_present(args["verify"] == "full")
+    wrong_links = job.links_wrong()
+    present = sum(f["size"] for n, f in job.files.items() if n not in job.missing)
+    out = {"source": client.endpoint, "repo_id": value, "revision": revision, "commit": job.commit,
+           "path": cache.snapshot_dir(job.repo, job.commit), "files": len(job.files),
+           "bytes_present": present, "bytes_fetched": 0, "corrupt": sorted(set(job.corrupt)),
+           "moved_from": before if before and before != job.commit else None}
+    for name in out["corrupt"]:
+        ctx.warn(f"{value}@{job.commit[:12]}: {name} does not match the Hub's digest; it is fetched again")
+    out["changed"] = bool(job.missing or wrong_links or (before != job.commit and revision != job.commit))
+    if ctx.check or not out["changed"]:
+        out["seconds"] = round(time.monotonic() - started, 3)
+        return out
+    job.check_disk(int(args["free_margin_gib"] * 2**30))
+    if job.missing:
+        ctx.say(f"{role} {value}@{job.commit[:12]}: fetching {len(set(job.missing))} files ({human_bytes(job.need_bytes())})")
+    out["bytes_fetched"] = job.fetch(ctx) if job.missing else 0
+    job.link()
+    job.records.save()
+    out["seconds"] = round(time.monotonic() - started, 3)
+    return out
+
+
+def describe(role: str, m: dict) -> str:
+    if m.get("source") == "local":
+        return f"{role} {m['path']} (local path, not fetched)"
+    if not m.get("repo_id"):
+        return f"no {role}"
+    moved = f", {m['revision']} moved from {m['moved_from'][:12]}" if m.get("moved_from") else ""
+    return (f"{role} {m['repo_id']}@{m['commit'][:12]}{moved}: {m['files']} files verified, "
+            f"{human_bytes(m['bytes_fetched'])} fetched, {human_bytes(m['bytes_present'])} already there")
+
+
+def remove_fetched(args: dict, ctx: Context) -> dict:
+    """Remove every repository under hf_home/hub that carries the tool's marker; leave the rest."""
+    hub = os.path.join(os.path.expanduser(args["hf_home"]), "hub")
+    removed, kept = [], []
+    for name in sorted(os.listdir(hub)) if os.path.isdir(hub) else []:
+        repo = os.path.join(hub, name)
+        if not name.startswith("models--") or not os.path.isdir(repo) or os.path.islink(repo):
+            continue
+        if not cache.is_tool_repo(repo):
+            kept.append(repo)
+            continue
+        managed_path(repo, "hf_home repository", root=hub, root_field="hf_home/hub")
+        removed.append(repo)
+        if not ctx.check:
+            shutil.rmtree(repo)
+    for repo in kept:
+        ctx.warn(f"{repo}: not fetched by this tool (no {cache.MARKER}); kept")
+    verb = "would remove" if ctx.check else "removed"
+    return {"changed": bool(removed), "removed": removed, "kept": kept,
+            "msg": f"{verb} {len(removed)} fetched model repositories" if removed else "no fetched model repository to remove"}
+
+
+def run(args: dict, ctx: Context) -> dict:
+    args["hf_home"] = managed_path(args["hf_home"], "hf_home")
+    if args["state"] == "absent":
+        return remove_fetched(args, ctx)
+    try:
+        client = HubClient(args["hf_endpoint"], read_token(args), timeout=args["timeout_s"])
+    except HubError as exc:
+        raise ModuleError(exc.msg) from None
+    target = fetch_one("target", args["target_model"], args["target_revision"], args, client, ctx)
+    drafter = fetch_one("drafter", args["drafter_model"], args["drafter_revision"], args, client, ctx)
+    changed = bool(target.pop("changed", False)) | bool(drafter.pop("changed", False))
+    verb = "would fetch" if ctx.check and changed else ""
+    msg = "; ".join(describe(r, m) for r, m in (("target", target), ("drafter", drafter)))
+    return {"changed": changed, "msg": (verb + ": " if verb else "") + msg, "models": {"target": target, "drafter": drafter},
+            "target_path": target.get("path"), "drafter_path": drafter.get("path")}
+
+
+if __name__ == "__main__":
+    main(ARGS, run)
