@@ -13,7 +13,8 @@ from dfp_cli import commands as cmd
 from dfp_cli import speed_commands as speed
 from dfp_cli.options import INVENTORY_OPTIONS, PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
 
-PURGE = Option("purge", False, "also remove environments and generated configs (logs are kept)", ("p",))
+PURGE = Option("purge", False, "also remove environments and generated configs (logs and fetched models are kept)", ("p",))
+PURGE_MODELS = Option("purge_models", False, "also remove the model repositories the tool fetched from the Hub")
 
 ns = Collection(
     invoke_task(cmd.playbook_command("provision"), PLAYBOOK_OPTIONS, "provision",
@@ -25,7 +26,7 @@ ns = Collection(
                 "roll back on failure."),
     invoke_task(cmd.playbook_command("serving-cluster"), PLAYBOOK_OPTIONS, "serving-cluster",
                 "One model served by a group of hosts (vLLM's multi-node launcher): --group cluster."),
-    invoke_task(cmd.teardown, (*PLAYBOOK_OPTIONS, PURGE), "teardown",
+    invoke_task(cmd.teardown, (*PLAYBOOK_OPTIONS, PURGE, PURGE_MODELS), "teardown",
                 "Stop the server and free the GPU; --purge also removes environments and generated configs."),
     invoke_task(cmd.play, PLAYBOOK_OPTIONS, "play", "Run any playbook (a path, or a name in playbooks/).",
                 positional=("playbook",)),

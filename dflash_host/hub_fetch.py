@@ -70,7 +70,7 @@ class Progress:
 class RepoFetch:
     """One repository at one revision: what to fetch, then fetching it."""
 
-    def __init__(self, client: HubClient, repo_id: str, revision: str, hf_home: str, opts: dict) -> None:
+    def __init__(self, client: HubClient | None, repo_id: str, revision: str, hf_home: str, opts: dict) -> None:
         self.client, self.repo_id, self.revision, self.opts = client, repo_id, revision, opts
         self.repo = cache.repo_dir(hf_home, repo_id)
         self.records = cache.VerifiedRecords(self.repo)
@@ -80,26 +80,32 @@ class RepoFetch:
         self.corrupt: list = []
         self.asked_hub = False
 
+    @property
+    def hub(self) -> HubClient:
+        if self.client is None:  # the relay's phases never ask the Hub from the host
+            raise ModuleError(f"{self.repo_id}: no Hub client on this host (the control node relays the files)")
+        return self.client
+
     # ------------------------------------------------------------------ plan
     def describe(self) -> None:
         """The commit and its chosen files, from the cache's manifest when it already holds this commit."""
         patterns = {"allow": self.opts["allow"], "ignore": self.opts["ignore"], "pickle": self.opts["allow_pickle"]}
         commit = self.revision if COMMIT_RE.match(self.revision) else None
         if commit is None:
-            commit, names = self._ask(lambda: self.client.revision(self.repo_id, self.revision))
+            commit, names = self._ask(lambda: self.hub.revision(self.repo_id, self.revision))
             if not COMMIT_RE.match(commit):  # a folder name in the cache: a commit id, nothing else
                 raise ModuleError(f"{self.repo_id}@{self.revision}: the Hub answered the commit {commit[:80]!r}, "
                                   "which is not a commit id; check hf_endpoint")
         manifest = cache.read_manifest(self.repo, commit)
         if manifest is None or manifest.get("patterns") != patterns:
             if not self.asked_hub:
-                commit, names = self._ask(lambda: self.client.revision(self.repo_id, commit))
+                commit, names = self._ask(lambda: self.hub.revision(self.repo_id, commit))
             chosen = select_files(names, patterns["allow"], patterns["ignore"], patterns["pickle"])
             if not chosen:
                 raise ModuleError(f"{self.repo_id}@{self.revision}: no file of the repository matches "
                                   f"model_allow_patterns {patterns['allow']} (pickled weights are only fetched with "
                                   "models_allow_pickle: true); change the patterns")
-            info = self._ask(lambda: self.client.paths_info(self.repo_id, commit, chosen))
+            info = self._ask(lambda: self.hub.paths_info(self.repo_id, commit, chosen))
             files = {}
             for name in chosen:
                 entry = info.get(name)
@@ -114,6 +120,46 @@ class RepoFetch:
             manifest = {"repo_id": self.repo_id, "commit": commit, "patterns": patterns, "files": files}
             self._new_manifest = manifest
         self.commit, self.files = commit, manifest["files"]
+
+    def use_manifest(self, manifest: dict) -> None:
+        """The commit and files the control node resolved (the relay and the air-gapped push): no Hub here."""
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        commit = manifest.get("commit") if isinstance(manifest, dict) else None
+        if not isinstance(files, dict) or not isinstance(commit, str) or not COMMIT_RE.match(commit):
+            raise ModuleError(f"{self.repo_id}: the control node's manifest has no commit or file list")
+        for name, f in files.items():
+            if not safe_name(name) or not DIGEST_RE.match(str(f.get("etag"))) or not isinstance(f.get("size"), int):
+                raise ModuleError(f"{self.repo_id}@{commit}: the control node's manifest names {name!r} badly")
+        self.commit, self.files = commit, files
+        self._new_manifest = dict(manifest)
+
+    def install_uploaded(self, source: str) -> int:
+        """Verify each blob the control node uploaded as <etag>.incomplete, rename it into place; its bytes."""
+        cache.write_manifest(self.repo, self.commit, self._new_manifest)
+        cache.record_fetched(self.repo, self.repo_id, self.commit, source)
+        placed = 0
+        for name in dict.fromkeys(self.missing):
+            f = self.files[name]
+            blob = cache.blob_path(self.repo, f["etag"])
+            partial = blob + cache.INCOMPLETE
+            if not os.path.isfile(partial):
+                raise ModuleError(f"{self.repo_id}@{self.commit}: {name} was not uploaded; run again")
+            self._place(name, f, partial, blob)
+            placed += f["size"]
+        self.records.save()
+        return placed
+
+    def _place(self, name: str, f: dict, partial: str, blob: str) -> None:
+        """A downloaded or uploaded blob goes into place only with the size and digest the manifest lists."""
+        digest = cache.file_digest(partial, f["lfs"], f["size"])
+        if os.path.getsize(partial) != f["size"] or digest != f["etag"]:
+            os.unlink(partial)
+            raise ModuleError(f"{self.repo_id}@{self.commit}: {name} arrived with another digest than the Hub "
+                              f"lists ({digest[:12]}, expected {f['etag'][:12]}); it was removed. Run again; if it "
+                              "repeats, the mirror (hf_endpoint) serves a different file")
+        os.chmod(partial, 0o644)
+        os.replace(partial, blob)
+        self.records.remember(f["etag"], blob)
 
     def _ask(self, call):
         try:
@@ -175,7 +221,7 @@ class RepoFetch:
         manifest = getattr(self, "_new_manifest", None)
         if manifest is not None:
             cache.write_manifest(self.repo, self.commit, manifest)
-        cache.record_fetched(self.repo, self.repo_id, self.commit, self.client.endpoint)
+        cache.record_fetched(self.repo, self.repo_id, self.commit, self.hub.endpoint)
         progress = Progress(f"{self.repo_id}@{self.commit[:12]}", self.need_bytes(), ctx)
         taken = 0
         for name in dict.fromkeys(self.missing):
@@ -199,22 +245,14 @@ class RepoFetch:
                     why = exc.msg if isinstance(exc, HubError) else str(exc)
                     raise ModuleError(f"{self.repo_id}@{self.commit}: {name} could not be fetched ({why}); "
                                       "run again: complete files are kept and this one resumes") from None
-        digest = cache.file_digest(partial, f["lfs"], f["size"])
-        if os.path.getsize(partial) != f["size"] or digest != f["etag"]:
-            os.unlink(partial)
-            raise ModuleError(f"{self.repo_id}@{self.commit}: {name} arrived with another digest than the Hub "
-                              f"lists ({digest[:12]}, expected {f['etag'][:12]}); it was removed. Run again; if it "
-                              "repeats, the mirror (hf_endpoint) serves a different file")
-        os.chmod(partial, 0o644)
-        os.replace(partial, blob)
-        self.records.remember(f["etag"], blob)
+        self._place(name, f, partial, blob)
         return taken
 
     def _download(self, name: str, f: dict, partial: str, progress: Progress) -> int:
         offset = os.path.getsize(partial) if os.path.isfile(partial) else 0
         if offset >= f["size"]:
             offset = 0
-        resp = self.client.open_file(self.repo_id, self.commit, name, offset)
+        resp = self.hub.open_file(self.repo_id, self.commit, name, offset)
         with resp:
             resumed = offset > 0 and resp.status == 206
             with open(partial, "ab" if resumed else "wb") as out:

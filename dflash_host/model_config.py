@@ -36,6 +36,11 @@ def looks_like_path(model: str) -> bool:
     return model.startswith(PATH_PREFIXES) or os.path.exists(model)
 
 
+def is_hub_id(value: object) -> bool:
+    """A model variable naming a Hugging Face Hub repository (ORG/NAME), not a local path."""
+    return isinstance(value, str) and not looks_like_path(value) and bool(HUB_ID_RE.match(value))
+
+
 def hub_cache_snapshot(repo_id: str, environ: dict | None = None, hf_home: str | None = None,
                        revision: str | None = None) -> str | None:
     """The local snapshot folder of a Hugging Face Hub id, or None: first in the tool's cache (hf_home, which

@@ -70,8 +70,8 @@ def play(c, playbook, **opts):
     run_play(playbook, opts)
 
 
-def teardown(c, purge=False, **opts):
-    run_play("teardown", opts, more_vars={"teardown_purge": bool(purge)})
+def teardown(c, purge=False, purge_models=False, **opts):
+    run_play("teardown", opts, more_vars={"teardown_purge": bool(purge), "teardown_purge_models": bool(purge_models)})
 
 
 def report_command(kind: str):

@@ -58,7 +58,12 @@ def action(name: str):
 
 
 def handles(module: str, args: dict) -> bool:
-    """True when the engine runs this task itself (copy without `src:` is the host module alone)."""
+    """True when the engine runs this task itself (copy without `src:` is the host module alone; models only
+    when the control node carries the files: engine/model_relay.py)."""
+    if module == "models":
+        from engine.model_relay import relayed
+
+        return relayed(args)
     return module in ACTIONS and not (module == "copy" and "src" not in args)
 
 

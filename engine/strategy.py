@@ -14,7 +14,7 @@ from typing import Any
 from jinja2.sandbox import SecurityError
 
 from dflash_host import module as contract  # the same argument checks the worker runs
-from engine import become
+from engine import become, model_relay  # noqa: F401 - model_relay registers the models action
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec

@@ -23,12 +23,10 @@ import time
 
 from dflash_host import hub_cache as cache
 from dflash_host.hub_client import HubClient, HubError
-from dflash_host.hub_fetch import RepoFetch, human_bytes
-from dflash_host.model_config import HUB_ID_RE, looks_like_path
+from dflash_host.hub_fetch import RepoFetch, human_bytes, safe_name
+from dflash_host.model_config import is_hub_id
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.paths import managed_path
-
-DEFAULT_ALLOW = ["*.safetensors", "*.json", "*.model", "*.tiktoken", "merges.txt", "vocab.txt", "*.jinja"]
 
 ARGS = {
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"],
@@ -49,7 +47,8 @@ ARGS = {
                  "help": "token for gated or private repositories (masked; only in the request header)"},
     "hf_token_file": {"type": "path", "default": None, "var": "hf_token_file",
                       "help": "a file on the host holding the token"},
-    "allow_patterns": {"type": "list", "default": DEFAULT_ALLOW, "var": "model_allow_patterns",
+    "allow_patterns": {"type": "list", "default": ["*.safetensors", "*.json", "*.model", "*.tiktoken", "merges.txt",
+                                                   "vocab.txt", "*.jinja"], "var": "model_allow_patterns",
                        "help": "the files fetched (fnmatch patterns); default: weights, configs, tokenizer files"},
     "ignore_patterns": {"type": "list", "default": [], "var": "model_ignore_patterns",
                         "help": "files never fetched, even when an allow pattern matches"},
@@ -61,11 +60,19 @@ ARGS = {
                         "help": "free disk kept beyond what a fetch needs, in GiB"},
     "timeout_s": {"type": "int", "default": 60, "var": "models_timeout_s",
                   "help": "seconds without an answer before a request counts as dropped"},
+    "via": {"type": "str", "default": "host", "choices": ["host", "control_node"], "var": "models_via",
+            "help": "host: each host fetches from hf_endpoint; control_node: the control node fetches each file once "
+            "(into its cache) and sends it to every host over their connections (a fleet takes each file once)"},
+    "source_dir": {"type": "path", "default": None, "var": "models_source_dir",
+                   "help": "air-gapped: a folder ON THE CONTROL NODE holding ORG/NAME model folders, pushed to the host "
+                   "(only missing or changed files)"},
+    "relay_cache": {"type": "path", "default": "~/.cache/dflash-provision/hf", "var": "models_relay_cache",
+                    "help": "the control node's Hugging Face cache for models_via: control_node"},
+    "phase": {"type": "str", "default": "fetch", "choices": ["fetch", "plan", "install"],
+              "help": "set by the control node's relay: plan (what the host lacks), install (verify what it sent)"},
+    "manifests": {"type": "dict", "default": None,
+                  "help": "set by the control node's relay: {target, drafter} commits and files it resolved"},
 }
-
-
-def is_hub_id(value) -> bool:
-    return isinstance(value, str) and not looks_like_path(value) and bool(HUB_ID_RE.match(value))
 
 
 def read_token(args: dict) -> str | None:
@@ -81,36 +88,55 @@ def read_token(args: dict) -> str | None:
         raise ModuleError(f"hf_token_file {path}: cannot be read ({exc.strerror}); fix the path or its mode") from None
 
 
-def fetch_one(role: str, value, revision: str, args: dict, client: HubClient, ctx: Context) -> dict:
-    """One model variable: a local path as it is, a Hub id fetched and verified."""
+def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | None, ctx: Context) -> dict:
+    """One model variable: a local path as it is, a Hub id fetched and verified (or, relayed by the control
+    node: planned, then installed from what it uploaded)."""
     if not value:
         return {"source": None, "path": None}
     if not is_hub_id(value):
         path = os.path.expanduser(str(value))
         return {"source": "local", "path": path, "exists": os.path.exists(path)}
+    if not safe_name(str(revision)):
+        raise ModuleError(f"{role}_revision {revision!r} is not a commit, branch or tag name; fix {role}_revision")
     started = time.monotonic()
     opts = {"allow": list(args["allow_patterns"]), "ignore": list(args["ignore_patterns"]),
             "allow_pickle": args["allow_pickle"]}
     job = RepoFetch(client, value, revision, args["hf_home"], opts)
-    job.describe()
+    relayed = (args["manifests"] or {}).get(role)
+    if args["phase"] != "fetch":
+        if not relayed:
+            raise ModuleError(f"{role} {value}: the control node sent no manifest for it")
+        job.use_manifest(relayed)
+    else:
+        job.describe()
     before = cache.read_ref(job.repo, revision)
     job.check_present(args["verify"] == "full")
     wrong_links = job.links_wrong()
     present = sum(f["size"] for n, f in job.files.items() if n not in job.missing)
-    out = {"source": client.endpoint, "repo_id": value, "revision": revision, "commit": job.commit,
+    out = {"source": client.endpoint if client else relayed.get("source"), "repo_id": value, "revision": revision, "commit": job.commit,
            "path": cache.snapshot_dir(job.repo, job.commit), "files": len(job.files),
            "bytes_present": present, "bytes_fetched": 0, "corrupt": sorted(set(job.corrupt)),
            "moved_from": before if before and before != job.commit else None}
     for name in out["corrupt"]:
         ctx.warn(f"{value}@{job.commit[:12]}: {name} does not match the Hub's digest; it is fetched again")
     out["changed"] = bool(job.missing or wrong_links or (before != job.commit and revision != job.commit))
-    if ctx.check or not out["changed"]:
+    if args["phase"] == "plan":
+        out["needed"] = {job.files[n]["etag"]: cache.blob_path(job.repo, job.files[n]["etag"]) + cache.INCOMPLETE
+                         for n in dict.fromkeys(job.missing)}
+        if out["needed"] and not ctx.check:
+            job.check_disk(int(args["free_margin_gib"] * 2**30))
+            os.makedirs(os.path.join(job.repo, "blobs"), exist_ok=True)
+    if ctx.check or not out["changed"] or args["phase"] == "plan":
         out["seconds"] = round(time.monotonic() - started, 3)
         return out
-    job.check_disk(int(args["free_margin_gib"] * 2**30))
-    if job.missing:
-        ctx.say(f"{role} {value}@{job.commit[:12]}: fetching {len(set(job.missing))} files ({human_bytes(job.need_bytes())})")
-    out["bytes_fetched"] = job.fetch(ctx) if job.missing else 0
+    if args["phase"] == "install":
+        out["source"] = relayed.get("source", "control node")
+        out["bytes_fetched"] = job.install_uploaded(out["source"]) if job.missing else 0
+    else:
+        job.check_disk(int(args["free_margin_gib"] * 2**30))
+        if job.missing:
+            ctx.say(f"{role} {value}@{job.commit[:12]}: fetching {len(set(job.missing))} files ({human_bytes(job.need_bytes())})")
+        out["bytes_fetched"] = job.fetch(ctx) if job.missing else 0
     job.link()
     job.records.save()
     out["seconds"] = round(time.monotonic() - started, 3)
@@ -153,10 +179,12 @@ def run(args: dict, ctx: Context) -> dict:
     args["hf_home"] = managed_path(args["hf_home"], "hf_home")
     if args["state"] == "absent":
         return remove_fetched(args, ctx)
-    try:
-        client = HubClient(args["hf_endpoint"], read_token(args), timeout=args["timeout_s"])
-    except HubError as exc:
-        raise ModuleError(exc.msg) from None
+    client = None
+    if args["phase"] == "fetch":
+        try:
+            client = HubClient(args["hf_endpoint"], read_token(args), timeout=args["timeout_s"])
+        except HubError as exc:
+            raise ModuleError(exc.msg) from None
     target = fetch_one("target", args["target_model"], args["target_revision"], args, client, ctx)
     drafter = fetch_one("drafter", args["drafter_model"], args["drafter_revision"], args, client, ctx)
     changed = bool(target.pop("changed", False)) | bool(drafter.pop("changed", False))

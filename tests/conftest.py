@@ -16,6 +16,7 @@ if _FIXTURES not in sys.path:
     sys.path.append(_FIXTURES)
 
 from tests import sshd_harness  # noqa: E402
+from tests.fakes.hub import LocalHub, olah_cli  # noqa: E402
 from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401
 
 
@@ -83,3 +84,15 @@ def gpu():
     fake = FakeGpu()
     yield fake
     fake.cleanup()
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory):
+    """A real HF-compatible server (olah, offline, over local git repositories) on loopback, one per session."""
+    if olah_cli() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the models tests: olah is not installed (requirements-test.txt)")
+        pytest.skip("olah is not installed (pip install -r requirements-test.txt)")
+    local = LocalHub(tmp_path_factory.mktemp("hub")).start()
+    yield local
+    local.stop()
