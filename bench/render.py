@@ -34,6 +34,9 @@ HEADLINE_LABELS = {
     "fleet_100_control_cpu_s": "fleet: ours on 100 hosts, control-node CPU (s)",
     "fleet_control_cpu_per_host_ms": "fleet: control-node CPU per extra host (ms)",
     "fleet_host_cpu_per_host_ms": "fleet: hosts' CPU per host, 100 hosts (ms)",
+    "models_relay_upstream_ratio": "models, 8 hosts: upstream bytes through the control node / each host on its own",
+    "models_relay_wall_ratio": "models, 8 hosts: wall through the control node / each host on its own",
+    "models_recheck_s": "models: no-change re-check of the whole repository, 1 host (s)",
 }
 # The tools of the workload tables, in the order of their rows.
 TOOL_LABELS = {
@@ -72,6 +75,7 @@ def render_block(res: dict) -> str:
     lines += fleet_lines(details.get("fleet"))
     lines += header_lines(details.get("header"))
     lines += reprovision_lines(details.get("reprovision", {}))
+    lines += models_lines(details.get("models"))
     lines += cold_lines(details.get("cold", {}))
     lines += notes_lines(res.get("notes"))
     return "\n".join(lines)
@@ -190,6 +194,21 @@ def reprovision_lines(rp: dict) -> list[str]:
         f"{max(rp['changed_per_run'])}, {rp['tasks']} tasks; module time on the host {rp['host_module_s']:.2f} s, so "
         f"{rp['our_share_of_cli_wall']:.0%} of the CLI's wall is our own code (start-up included) and "
         f"{rp['our_share_of_in_process_wall']:.0%} of an in-process run's ({rp['in_process_wall_s']:.2f} s).",
+    ]
+
+
+def models_lines(m: dict | None) -> list[str]:
+    """The models section: a repository to 8 hosts, direct and relayed; the re-check."""
+    if not m:
+        return []
+    gib = 2**30
+    d, r = m["direct"], m["relay"]
+    return [
+        "",
+        f"Models ({m['repo_bytes'] / gib:.2f} GiB repository, olah upstream, {d['hosts']} sshd hosts on this machine): "
+        f"each host on its own {d['wall_s']:.1f} s, {d['upstream_bytes'] / gib:.2f} GiB from the upstream; through the "
+        f"control node {r['wall_s']:.1f} s, {r['upstream_bytes'] / gib:.2f} GiB from the upstream. No-change re-check on "
+        f"one host {m['recheck']['wall_s']:.2f} s (stat only); with models_verify=full {m['full_verify']['wall_s']:.2f} s.",
     ]
 
 

@@ -42,7 +42,7 @@ from bench.timing import log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
-SECTIONS = ("peers", "fleet", "reprovision", "latency", "header", "cold")
+SECTIONS = ("peers", "fleet", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
 
@@ -152,6 +152,12 @@ class Bench:
         self.details["header"] = out
         self.keys["header_ms"] = out["in_process"]["ms_median"]
 
+    # -- models: a repository onto 8 hosts, direct and through the control node (bench/models.py) ------------
+    def section_models(self) -> None:
+        from bench import models
+
+        models.section_models(self)
+
     # -- 6: cold local provision ----------------------------------------------------------------------
     def section_cold(self) -> None:
         from bench import provision
@@ -177,7 +183,7 @@ class Bench:
         started = time.time()
         self._note_quick()
         try:
-            if self.only & {"peers", "header"}:
+            if self.only & {"peers", "header", "models"}:
                 self.start_pool()
             for name in SECTIONS:
                 if name in self.only:

@@ -178,6 +178,8 @@ def test(c, k=None, fast=False):
 
 LOCK_ARGV = ["pip", "compile", "--universal", "--python-version", "3.10", "--upgrade", "--quiet",
              "requirements.txt", "requirements-test.txt", "-o", "constraints.txt"]
+# The tests' stand-in Hub (olah) lives in a venv of its own, pinned apart (tests/fakes/hub.py).
+OLAH_LOCK_ARGV = [*LOCK_ARGV[:7], "tests/fakes/olah-requirements.txt", "-o", "tests/fakes/olah-constraints.txt"]
 
 
 def lock(c):
@@ -187,9 +189,10 @@ def lock(c):
     uv = shutil.which("uv") or shutil.which("uv", path=os.path.dirname(sys.executable))
     if not uv:
         raise Exit("uv is not installed: `pip install uv`, then `invoke lock` again", code=4)
-    rc = subprocess.run([uv, *LOCK_ARGV], cwd=ROOT).returncode
-    if rc:
-        raise Exit(code=rc)
+    for argv in (LOCK_ARGV, OLAH_LOCK_ARGV):
+        rc = subprocess.run([uv, *argv], cwd=ROOT).returncode
+        if rc:
+            raise Exit(code=rc)
     print("constraints.txt: refreshed; run `invoke test` in a fresh venv before committing it")
 
 

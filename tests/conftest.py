@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ if _FIXTURES not in sys.path:
     sys.path.append(_FIXTURES)
 
 from tests import sshd_harness  # noqa: E402
-from tests.fakes.hub import LocalHub, olah_cli  # noqa: E402
+from tests.fakes.hub import LocalHub, ensure_olah  # noqa: E402
 from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401
 
 
@@ -89,10 +90,12 @@ def gpu():
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory):
     """A real HF-compatible server (olah, offline, over local git repositories) on loopback, one per session."""
-    if olah_cli() is None:
+    try:
+        ensure_olah()
+    except (OSError, subprocess.CalledProcessError) as exc:
         if os.environ.get("CI"):
-            pytest.fail("CI must run the models tests: olah is not installed (requirements-test.txt)")
-        pytest.skip("olah is not installed (pip install -r requirements-test.txt)")
+            pytest.fail(f"CI must run the models tests: olah could not be installed ({exc})")
+        pytest.skip(f"olah could not be installed into its own venv ({exc})")
     local = LocalHub(tmp_path_factory.mktemp("hub")).start()
     yield local
     local.stop()

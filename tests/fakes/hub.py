@@ -30,10 +30,34 @@ from tests.fakes.vllm_processes import free_port
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
 
+FAKES = Path(__file__).resolve().parent
+OLAH_VENV = Path(os.environ.get("DFP_E2E_ROOT", "/tmp/dfp-e2e")) / "olah-venv"
+
+
 def olah_cli() -> str | None:
-    """olah-cli beside this python (the test venv), else on PATH."""
-    here = Path(sys.executable).parent / "olah-cli"
-    return str(here) if here.exists() else shutil.which("olah-cli")
+    """olah-cli beside this python, in the tests' own olah venv, or on PATH."""
+    if (Path(sys.executable).parent / "olah-cli").exists():
+        return str(Path(sys.executable).parent / "olah-cli")
+    if (OLAH_VENV / "installed").exists():  # written once pip finished: a half-built venv is not used
+        return str(OLAH_VENV / "bin" / "olah-cli")
+    return shutil.which("olah-cli")
+
+
+def ensure_olah() -> str:
+    """olah-cli, installing olah into a venv of its own first when there is none (about 20 s, once per machine).
+
+    olah's dependencies (fastapi-utils pins psutil<6) must not decide the versions the tool itself runs on,
+    so it never shares the tests' environment: tests/fakes/olah-constraints.txt pins its own set.
+    """
+    found = olah_cli()
+    if found:
+        return found
+    shutil.rmtree(OLAH_VENV, ignore_errors=True)  # built in place: a venv's scripts name its own path
+    subprocess.run([sys.executable, "-m", "venv", str(OLAH_VENV)], check=True)
+    subprocess.run([str(OLAH_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    "-r", str(FAKES / "olah-requirements.txt"), "-c", str(FAKES / "olah-constraints.txt")], check=True)
+    (OLAH_VENV / "installed").write_text("olah, pinned by tests/fakes/olah-constraints.txt\n")
+    return str(OLAH_VENV / "bin" / "olah-cli")
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:
@@ -66,9 +90,7 @@ class LocalHub:
             f'mirror-lfs-netloc = "127.0.0.1:{self.port}"\nmirrors-path = ["{self.mirrors}"]\n'
             "[accessibility]\noffline = true\n"
         )
-        cli = olah_cli()
-        if cli is None:
-            raise RuntimeError("olah is not installed (pip install -r requirements-test.txt)")
+        cli = ensure_olah()
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - open while olah runs
         self.proc = subprocess.Popen([cli, "-c", str(config)], stdout=self.log, stderr=subprocess.STDOUT, cwd=self.root)
         wait_port(self.port)
