@@ -23,6 +23,7 @@ import os
 import threading
 import weakref
 from pathlib import Path
+from typing import Any
 
 from dflash_host import hub_cache
 from dflash_host import module as contract
@@ -187,6 +188,7 @@ def models_via_control_node(call: ActionCall) -> dict:
     sent = 0
     for role, (manifest, local) in found.items():
         for etag, remote in (plan["models"][role].get("needed") or {}).items():
+            check_needed(call, manifest, etag, remote)
             path = _local_file(manifest, local, etag)
             try:
                 call.state.client.put(path, remote)
@@ -196,6 +198,14 @@ def models_via_control_node(call: ActionCall) -> dict:
                                 "had (a partial upload is never in the snapshot). Free space there and run again.") from None
             sent += manifest["files"][next(n for n, f in manifest["files"].items() if f["etag"] == etag)]["size"]
     return _relay_result(call.module("models", dict(host_args, phase="install")), sent)
+
+
+def check_needed(call: ActionCall, manifest: dict, etag: Any, remote: Any) -> None:
+    """What a host asks for is data: only a blob of the manifest, only into that blob's .incomplete file."""
+    known = {f["etag"] for f in manifest["files"].values()}
+    if etag not in known or not isinstance(remote, str) or not remote.endswith(f"/blobs/{etag}{hub_cache.INCOMPLETE}"):
+        raise TaskError(f"{call.where()}: the host asked for {str(etag)[:80]!r} at {str(remote)[:120]!r}, which is not a "
+                        f"file of {manifest['repo_id']}@{manifest['commit'][:12]}; nothing was sent")
 
 
 def _relay_result(result: dict, sent: int) -> dict:

@@ -106,3 +106,20 @@ def test_the_air_gapped_push_sends_only_what_a_host_lacks(ssh_hosts, inventory_f
     (repo / "config.json").write_bytes(b'{"architectures": ["Qwen3ForCausalLM"], "v": 2}')
     third = snapshots(play(tmp_path, inv), hosts)
     assert all(r["bytes_sent"] == len((repo / "config.json").read_bytes()) for r in third.values())
+
+
+def test_a_host_that_asks_for_another_file_gets_nothing():
+    """The host's plan is data: a file outside the manifest (a path into the control node) is refused."""
+    from engine.errors import TaskError
+    from engine.model_relay import check_needed
+
+    class Call:
+        def where(self):
+            return "models task"
+
+    manifest = {"repo_id": "dfp/x", "commit": "a" * 40, "files": {"config.json": {"etag": "b" * 40, "size": 1}}}
+    check_needed(Call(), manifest, "b" * 40, f"/h/hub/models--dfp--x/blobs/{'b' * 40}.incomplete")
+    for etag, remote in [("../../../../etc/shadow", "/h/blobs/x.incomplete"), ("b" * 40, "/etc/cron.d/x"),
+                         ("c" * 40, f"/h/blobs/{'c' * 40}.incomplete")]:
+        with pytest.raises(TaskError, match="nothing was sent"):
+            check_needed(Call(), manifest, etag, remote)
