@@ -110,6 +110,25 @@ def check_launch_values(args: dict) -> None:
             )
 
 
+# Flags that carry a secret: vLLM's argument parser also takes any unambiguous prefix of them (--api-k),
+# so a prefix is refused too, not only the whole name.
+SECRET_FLAGS = ("--api-key",)
+
+
+def managed_name(flag: str, taken: dict) -> str | None:
+    """The managed flag `flag` reaches once vLLM's parser has read it, or None.
+
+    vLLM's FlexibleArgumentParser turns underscores into dashes (--api_key is --api-key), and argparse
+    accepts an unambiguous prefix of a long flag (--api-ke): for a secret-bearing flag both count."""
+    name = "--" + flag[2:].replace("_", "-")
+    if name in taken:
+        return name
+    for secret in SECRET_FLAGS:
+        if secret in taken and len(name) > len("--a") and secret.startswith(name):
+            return secret
+    return None
+
+
 def check_extra_args(extra: list, taken: dict | None = None) -> list:
     """Shape-check vllm_extra_args: flags start with --, values follow a flag, none of the flags the launch
     sets itself (`taken`: {flag: the variable that sets it}; MANAGED_FLAGS when not given)."""
@@ -131,11 +150,11 @@ def check_extra_args(extra: list, taken: dict | None = None) -> list:
                     "'--name' or '--name=value' in lower case (e.g. --tensor-parallel-size, not -tp); "
                     "fix vllm_extra_args"
                 )
-            name = text.split("=", 1)[0]
-            if name in taken:
+            name = managed_name(text.split("=", 1)[0], taken)
+            if name is not None:
                 raise ModuleError(
-                    f"vllm_extra_args[{i}] is {name}, which the role sets itself; use the variable "
-                    f"{taken[name]} instead and remove it from vllm_extra_args"
+                    f"vllm_extra_args[{i}] is {text.split('=', 1)[0]}, which vLLM reads as {name}: the role sets it "
+                    f"itself; use the variable {taken[name]} instead and remove it from vllm_extra_args"
                 )
             expect_value_ok = "=" not in text
         elif not expect_value_ok:

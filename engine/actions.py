@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from engine.errors import TaskError
 from engine.playbook import Play, Task
 from engine.results import HostState
-from engine.secrets import is_secret_name
+from engine.secrets import MASK, has_value, is_secret_name, leaf_strings
 
 if TYPE_CHECKING:
     from engine.strategy import TaskExecutor
@@ -79,16 +79,68 @@ def assert_(call: ActionCall) -> dict:
 
 @action("fail")
 def fail(call: ActionCall) -> dict:
-    return {"failed": True, "changed": False, "msg": call.args.get("msg") or "failed as requested"}
+    msg = call.args.get("msg") or "failed as requested"
+    masked = shown(call, lambda view: call.executor.templar.render_value(call.task.args.get("msg"), view))
+    return {"failed": True, "changed": False, "msg": str(masked) if masked is not None and call.task.args.get("msg") else msg}
+
+
+TAINTED = f"{MASK} (computed from a secret)"
+
+
+def tainted(call: ActionCall) -> bool:
+    """The task's text was rendered from a secret (however transformed: upper, reverse, a slice, a join)."""
+    return call.executor.variables.secret_touched(call.view, deep=True)
+
+
+def masked_view(call: ActionCall):
+    """The task's variables with every secret it read replaced by the mask (a variable holding secrets by a
+    masked copy), so that a message rendered again shows the mask wherever the secret went; None when a
+    secret came through another host's variables."""
+    if call.view.tainted:  # through hostvars: another host's values are masked by value where shown
+        return None
+    variables, overlay = call.executor.variables, {}
+    for name in list(call.view.touched):
+        try:
+            value = call.view[name]
+        except Exception:  # noqa: S112 - unrenderable: nothing to mask
+            continue
+        if is_secret_name(name) and has_value(value):
+            overlay[name] = MASK
+        elif any(leaf in variables.secrets for leaf in leaf_strings(value)):
+            overlay[name] = variables.secrets.redact_obj(value)
+    return call.view.with_overlay(overlay)
+
+
+def shown(call: ActionCall, render) -> Any:
+    """`render(view)` for display: as it is, or again over the masked view when it read a secret."""
+    if not tainted(call):
+        return None
+    view = masked_view(call)
+    if view is None:
+        return None
+    try:
+        return render(view)
+    except Exception:  # a filter that cannot take the mask (| int): the whole message is hidden
+        return TAINTED
 
 
 @action("debug")
 def debug(call: ActionCall) -> dict:
+    templar = call.executor.templar
     if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
         expr = call.task.args["var"]
-        value = call.executor.templar.evaluate(expr, call.view)
+        value = templar.evaluate(expr, call.view)
+        masked = shown(call, lambda view: templar.evaluate(expr, view))
+        if masked is not None:
+            value = variables_mask(masked)
         return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
-    return {"changed": False, "msg": str(call.args.get("msg", "hello"))}
+    msg = str(call.args.get("msg", "hello"))
+    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view))
+    return {"changed": False, "msg": str(masked) if masked is not None else msg}
+
+
+def variables_mask(value: Any) -> Any:
+    return MASK if value == TAINTED else value
 
 
 @action("set_fact")

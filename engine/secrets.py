@@ -11,6 +11,7 @@ is hidden even when it is shorter than MIN_LENGTH wherever it is a whole value.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from typing import Any
@@ -50,6 +51,29 @@ def leaf_strings(value: Any) -> list[str]:
     return out
 
 
+def spellings(text: str) -> set[str]:
+    """A secret as written, and as JSON (to_json, the report), repr (debug var=, errors) and YAML escape it."""
+    forms = {text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1], repr(text)[1:-1],
+             text.encode("unicode_escape").decode("ascii")}
+    return {f for f in forms if f}
+
+
+def secret_leaves(value: Any, under_secret: bool = False, depth: int = 0) -> list:
+    """The scalars of `value` that sit under a secret-named key at any depth (`creds: {password: ...}`)."""
+    out: list = []
+    if depth > 100:
+        return out
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += secret_leaves(v, under_secret or is_secret_name(k), depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            out += secret_leaves(v, under_secret, depth + 1)
+    elif under_secret and has_value(value):
+        out.append(value)
+    return out
+
+
 def has_value(value: Any) -> bool:
     return any(leaf_strings(value))
 
@@ -80,8 +104,9 @@ class Secrets:
             self.add(list(values))
 
     def add(self, value: Any) -> None:
-        """Remember every scalar inside `value` long enough to be hunted as a substring."""
-        new = {s for s in leaf_strings(value) if len(s) >= MIN_LENGTH} - self._values
+        """Remember every scalar inside `value` long enough to be hunted as a substring, with the spellings a
+        message may hold it in (JSON's and Python's escapes of a backslash, a quote, a newline, non-ASCII)."""
+        new = {v for s in leaf_strings(value) for v in spellings(s) if len(v) >= MIN_LENGTH} - self._values
         if not new:
             return
         with self._lock:

@@ -129,6 +129,8 @@ class TaskExecutor:
             result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
         if task.register:
             state.registered[task.register] = result
+        if task.no_log:  # what it returned is secret wherever it is read, under its own name too
+            self.variables.secrets.add(no_log_output(result))
         self._mark_hidden(state, task, result)
         return result
 
@@ -225,3 +227,18 @@ class TaskExecutor:
             progress = lambda msg, h=state.host.name: self.console.progress(h, self.variables.secrets.redact(msg))  # noqa: E731
         timeout = task.timeout if task is not None else None
         return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress)
+
+
+NO_LOG_OUTPUT = ("stdout", "stderr", "stdout_lines", "stderr_lines", "content", "ansible_facts", "json", "results")
+
+
+def no_log_output(result: dict) -> list:
+    """What a no_log task produced (its output, set values, loop items' output), not its status words."""
+    out: list = []
+    for key in NO_LOG_OUTPUT:
+        value = result.get(key)
+        if key == "results" and isinstance(value, list):
+            out += [no_log_output(r) for r in value if isinstance(r, dict)]
+        elif value is not None:
+            out.append(value)
+    return out

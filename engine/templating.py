@@ -177,6 +177,14 @@ class LazyVars(Mapping):
         self.touched: set[str] = set()  # every name read through this view (secret taint)
         self.tainted = False  # a secret was read through a view nested in this one (hostvars[host])
 
+    def with_overlay(self, overlay: dict) -> LazyVars:
+        """The same variables with `overlay`'s names (data, never rendered) read first: a message rendered
+        again with its secrets replaced by the mask."""
+        maps = getattr(self._layers, "maps", [self._layers])
+        view = LazyVars(ChainMap(overlay, *maps), self._templar)
+        view._data_ids = self._data_ids | {id(overlay)}
+        return view
+
     def is_data(self, key: str) -> bool:
         """True when the value that `key` reads comes from a data layer (a host, not a template author)."""
         for m in getattr(self._layers, "maps", (self._layers,)):

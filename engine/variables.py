@@ -16,7 +16,7 @@ from typing import Any
 from engine.inventory import Inventory
 from engine.playbook import Play, Task
 from engine.results import HostState
-from engine.secrets import Secrets, has_value, is_secret_name
+from engine.secrets import Secrets, has_value, is_secret_name, leaf_strings, secret_leaves
 from engine.templating import LazyVars, Templar
 
 # Names every task may use besides variables: the magic layer, facts, and the `result` bound while
@@ -40,6 +40,9 @@ MAGIC_VARS = {
 }
 
 
+# Magic variables a template reads all the time; hostvars taints through HostView when a secret is read.
+_NEVER_SECRET = frozenset({"hostvars", "groups", "group_names", "inventory_hostname", "ansible_play_hosts",
+                           "ansible_play_hosts_all", "playbook_dir", "role_path", "omit"})
 _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
 
 
@@ -191,18 +194,26 @@ class Variables:
                         self.secrets.add(view[name])
                     except Exception:  # noqa: S112 - undefined or broken: preflight reports it, without the value
                         continue
+        # a secret-named key inside an ordinary variable (creds: {user: u, password: ...}), as written
+        for layer in (self.extra_vars, play.vars, state.host.vars, play.defaults,
+                      *(m for task in play.all_tasks() for m in (task.vars, task.role_vars))):
+            for name, value in layer.items():
+                if not is_secret_name(name) and isinstance(value, (dict, list)):
+                    self.secrets.add([v for v in secret_leaves(value) if not (isinstance(v, str) and "{{" in v)])
 
-    @staticmethod
-    def secret_touched(view: LazyVars) -> bool:
-        """True when rendering with `view` read a secret-named variable that holds a value, or (tainted) another
-        host's secret through hostvars."""
+    def secret_touched(self, view: LazyVars, deep: bool = False) -> bool:
+        """True when rendering with `view` read a secret: a secret-named variable that holds a value, (tainted)
+        another host's secret through hostvars, or with `deep` a variable whose value holds a known secret (a
+        secret-named key inside it, a no_log task's result): what a shown message re-renders masked."""
         if view.tainted:
             return True
         for name in list(view.touched):
-            if is_secret_name(name):
-                try:
-                    if has_value(view[name]):
-                        return True
-                except Exception:  # noqa: S112 - an unrenderable value taints nothing; its task reports the error
-                    continue
+            try:
+                value = view[name]
+            except Exception:  # noqa: S112 - an unrenderable value taints nothing; its task reports the error
+                continue
+            if is_secret_name(name) and has_value(value):
+                return True
+            if deep and name not in _NEVER_SECRET and any(leaf in self.secrets for leaf in leaf_strings(value)):
+                return True
         return False
