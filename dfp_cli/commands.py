@@ -54,7 +54,8 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:
-        raise fail_user(result.error)
+        print(f"ERROR: {result.error}", file=sys.stderr)
+        raise Exit(code=result.exit_code or 4)
     if result.exit_code:
         raise Exit(code=result.exit_code)
 

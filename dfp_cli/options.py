@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from invoke import Argument, Task
+from invoke import Argument, Exit, Task
 
 from engine.errors import UserError
 
@@ -93,7 +94,26 @@ def _argument(o: Option) -> Argument:
     if o.repeatable:
         return Argument(kind=list, default=[], **common)
     kind = type(o.default) if o.default is not None else str
+    if kind in (int, float):  # converted by the task itself: a bad number is one paragraph, exit 4 (numbers_of)
+        kind = str
     return Argument(kind=kind, default=o.default, **common)
+
+
+def numbers_of(options: tuple[Option, ...], values: dict) -> dict:
+    """The numeric options' values as numbers; a value that is not one is a UserError naming the flag."""
+    out = dict(values)
+    for o in options:
+        kind = type(o.default)
+        if kind not in (int, float) or isinstance(o.default, bool) or not isinstance(out.get(o.name), str):
+            continue
+        text = out[o.name]
+        try:
+            out[o.name] = kind(text.strip())
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise UserError(f"--{o.name.replace('_', '-')} takes {what}, not {text[:40]!r}; e.g. "
+                            f"--{o.name.replace('_', '-')} {o.default}") from None
+    return out
 
 
 class OptionTask(Task):
@@ -114,6 +134,11 @@ def invoke_task(body: Callable, options: tuple[Option, ...], name: str, doc: str
     params += [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default) for o in options]
 
     def run(c, *args, **kwargs):
+        try:
+            kwargs = numbers_of(options, kwargs)
+        except UserError as exc:
+            print(f"ERROR: {exc}", file=sys.stderr)
+            raise Exit(code=4) from None
         return body(c, *args, **kwargs)
 
     run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ EXIT_INTERNAL = 1
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 3
 EXIT_BAD_INPUT = 4
+EXIT_REPORT = 5  # the run finished, but its --report / --junit file could not be written
 
 
 @dataclass
@@ -118,6 +120,8 @@ def run_playbook(
             lock_wait=lock_wait,
         )
         check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
+        check_output_path(report, "--report")
+        check_output_path(junit, "--junit")
         hosts: list[str] = []
         for play in plays:
             hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
@@ -136,9 +140,32 @@ def run_playbook(
     if runner.rolls:
         meta["rolling"] = runner.rolls
     secrets = runner.variables.secrets
-    if report:
-        write_json(report, json_report(results, recap, meta, sections, secrets))
-    if junit:
-        write_junit(junit, results, path.stem, sections)
+    try:
+        if report:
+            write_json(report, json_report(results, recap, meta, sections, secrets))
+        if junit:
+            write_junit(junit, results, path.stem, sections)
+    except OSError as exc:
+        error = (f"writing the {'JSON report' if report and exc.filename in (None, report) else 'report'} failed: "
+                 f"{exc.strerror or exc} ({exc.filename or report or junit}); the run itself ended with exit {code} "
+                 f"(its recap is above). Free space there or choose another path.")
+        return RunResult(EXIT_REPORT, recap, results, elapsed, error=error, rolls=runner.rolls)
     registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
     return RunResult(code, recap, results, elapsed, registered=registered, rolls=runner.rolls)
+
+
+def check_output_path(path: str | None, flag: str) -> None:
+    """A report path the run can write, checked before any host is touched."""
+    if not path:
+        return
+    target = Path(path).expanduser()
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UserError(f"{flag} {path} is a folder; give a file name in it (e.g. {target / 'report'}). Nothing was run.")
+    if target.exists() and not target.is_file():  # a device or a socket: never renamed over
+        raise UserError(f"{flag} {path} is not a regular file; give a file name. Nothing was run.")
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: the folder {folder} does not exist; create it or choose another path. "
+                        "Nothing was run.")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UserError(f"{flag} {path}: {folder} is not writable by this user; choose another path. Nothing was run.")

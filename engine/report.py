@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -260,8 +261,20 @@ def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: Se
     return report
 
 
+def write_atomically(path: str, data: bytes) -> None:
+    """The whole file or none: a temp file beside it, renamed over it (a full disk leaves no empty report)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: str, report: dict) -> None:
-    Path(path).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    write_atomically(path, (json.dumps(report, indent=2, default=str) + "\n").encode("utf-8"))
 
 
 # -- JUnit XML -----------------------------------------------------------------------------------------------
@@ -319,4 +332,4 @@ def write_junit(path: str, results: list[TaskResult], name: str, sections: Seque
     })
     root.extend(suites)
     ET.indent(root)
-    ET.ElementTree(root).write(path, encoding="UTF-8", xml_declaration=True)
+    write_atomically(path, ET.tostring(root, encoding="UTF-8", xml_declaration=True))

@@ -143,3 +143,11 @@ def test_recap_ok_counts_changed_tasks_as_ansible_does(tmp_path):
     code, out = invoke("play", str(pb), "-i", str(inv))
     assert code == 0, out
     assert "local : ok=2  changed=1  failed=0" in out, out
+
+
+@pytest.mark.parametrize("flag, value", [("--forks", "abc"), ("--lock-wait", "1.5.2"), ("-f", "")])
+def test_a_numeric_flag_that_is_not_a_number_is_one_paragraph_and_exit_4(tmp_path, flag, value):
+    pb, inv, marker = write_play(tmp_path, [])
+    code, out = invoke("play", str(pb), "-i", str(inv), flag, value)
+    assert_refused(code, out, marker, "takes a whole number")
+    assert len(out.strip().splitlines()) == 1 and ("--forks" in out or "--lock-wait" in out), out
