@@ -104,7 +104,7 @@ def numbers_of(options: tuple[Option, ...], values: dict) -> dict:
     out = dict(values)
     for o in options:
         kind = type(o.default)
-        if kind not in (int, float) or isinstance(o.default, bool) or not isinstance(out.get(o.name), str):
+        if o.level or kind not in (int, float) or isinstance(o.default, bool) or not isinstance(out.get(o.name), str):
             continue
         text = out[o.name]
         try:

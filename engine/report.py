@@ -20,6 +20,18 @@ from engine.results import STATUSES, TaskResult
 _COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
 
 
+# Terminal control characters a host's text may carry (ESC sequences move the cursor, clear a line, set the
+# window title; \r returns to the line's start): shown escaped, so host output cannot forge the console's lines.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, indent: str = "    ") -> str:
+    """Text from a host as the console shows it: control characters escaped (\x1b), and each of its own lines
+    indented (with `indent`) so that none starts like a status line such as `ok: [h1]`."""
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return text.replace("\n", "\n" + indent) if indent else text
+
+
 class Console:
     """PLAY/TASK banners, one line per host result, a RECAP, and a live line for long tasks."""
 
@@ -88,6 +100,7 @@ class Console:
                 self._live_shown = False
 
     def progress(self, host: str, msg: str) -> None:
+        msg = printable(msg)
         with self._lock:
             self._last_progress[host] = msg
         if self.verbose:
@@ -128,19 +141,20 @@ class Console:
             label = "failed (ignored)"
         line = f"{label}: [{res.host}]"
         show_msg = res.status in ("failed", "unreachable", "changed") or self.verbose or res.module in ("debug", "assert")
-        if res.msg and show_msg and res.status != "skipped":
-            line += f" {res.msg}" if res.status not in ("failed", "unreachable") else f"\n    {res.msg}"
-        elif res.status == "skipped" and self.verbose and res.msg:
-            line += f" {res.msg}"
+        msg = printable(res.msg)
+        if msg and show_msg and res.status != "skipped":
+            line += f" {msg}" if res.status not in ("failed", "unreachable") else f"\n    {msg}"
+        elif res.status == "skipped" and self.verbose and msg:
+            line += f" {msg}"
         if res.duration_s >= 1.0:
             line += f" ({res.duration_s:.1f}s)"
         self._write(self._color(line, res.status))
         for w in res.result.get("warnings", []) or []:
-            self._write(self._color(f"  [WARNING] [{res.host}] {w}", "warn"))
+            self._write(self._color(f"  [WARNING] [{res.host}] {printable(str(w))}", "warn"))
         if self.show_diff and res.changed and isinstance(res.result.get("diff"), dict):
-            self._write(format_diff(res.result["diff"]))
+            self._write(printable(format_diff(res.result["diff"]), indent=""))
         if self.verbose >= 2 and res.result.get("exception"):
-            self._write(res.result["exception"])
+            self._write(printable(str(res.result["exception"]), indent=""))
 
     def recap(self, stats: dict[str, dict], elapsed: float) -> None:
         self._stop.set()

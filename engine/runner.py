@@ -22,7 +22,7 @@ from engine import become
 from engine.batches import host_list, resolve_serial, roll_stops, roll_summary, split_batches
 from engine.client import WorkerClient
 from engine.errors import HostUnreachable, TaskError, UserError
-from engine.hostlock import describe_holder, lock_path, new_record
+from engine.hostlock import describe_holder, lock_path, new_record, roots_problem
 from engine.inventory import Inventory
 from engine.playbook import Block, Play, Task, modules
 from engine.preflight import Preflight
@@ -326,7 +326,14 @@ class Runner:
 
     def _lock_host(self, state: HostState, play: Play) -> bool:
         """Take the host lock for the whole run; False (host failed, holder named) when another run keeps it."""
-        path = lock_path(self.variables.view(state, play, None))
+        view = self.variables.view(state, play, None)
+        problem = roots_problem(view)
+        if problem:  # before the lock: nothing of the tool's is created at a root it cannot own
+            state.failed = True
+            self.executor.record(state, TaskResult(state.host.name, "Host lock", None, "-", "failed", False,
+                                                   f"{problem} Nothing was changed on {state.host.name}.", 0.0))
+            return False
+        path = lock_path(view)
         if path is None:
             return True
         started = time.monotonic()

@@ -54,7 +54,8 @@ def test_argv_has_the_speculative_config_json_and_no_secret(models):
     cfg = json.loads(argv[argv.index("--speculative-config") + 1])
     assert cfg == {"method": "dflash", "model": str(models[1]), "num_speculative_tokens": 3}
     assert "sk-secret" not in " ".join(argv) and "hf_abc" not in " ".join(argv)
-    assert spec["env"]["VLLM_API_KEY"] == "sk-secret" and spec["env"]["HF_TOKEN"] == "hf_abc"
+    # both models are on the host: the server never downloads, so it does not get the Hugging Face token
+    assert spec["env"]["VLLM_API_KEY"] == "sk-secret" and "HF_TOKEN" not in spec["env"]
     assert masked_env(spec["env"])["VLLM_API_KEY"] == "********"
     assert spec["expected_architectures"] == ["Qwen3ForCausalLM", "DFlashDraftModel"]
 
@@ -349,3 +350,10 @@ def test_the_cluster_settings_reach_the_fingerprint(models):
     c = cluster(models, 1, node_address="10.0.0.3")
     assert a["argv"] == c["argv"] and render_env_file(a["env"]) != render_env_file(c["env"])
 
+
+
+def test_the_hf_token_reaches_only_a_server_that_may_download(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf"))
+    spec = resolve(base(models, target_model="org/not-on-this-host", drafter_model=None, hf_token="hf_abc"))
+    assert spec["env"]["HF_TOKEN"] == "hf_abc" and "HF_HUB_OFFLINE" not in spec["env"]
+    assert spec["argv"][4] == "org/not-on-this-host"
