@@ -105,6 +105,7 @@ def read_header(path: str) -> dict:
         )
     data_size = size - 8 - length
     tensors = {name: _check_entry(path, name, entry, data_size) for name, entry in header.items()}
+    _check_no_overlap(path, tensors)
     return {
         "tensors": tensors,
         "metadata": metadata,
@@ -214,6 +215,18 @@ def _check_shape(where: str, shape) -> list:
                 f"{MAX_DIM - 1}; the file is damaged"
             )
     return list(shape)
+
+
+def _check_no_overlap(path: str, tensors: dict) -> None:
+    """Each byte of the data belongs to one tensor at most: the format forbids overlapping data_offsets
+    (two tensors reading the same bytes, or one header claiming a buffer several times over)."""
+    spans = sorted((t["data_offsets"][0], t["data_offsets"][1], n) for n, t in tensors.items() if t["data_offsets"][1] > t["data_offsets"][0])
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+        if start < end:
+            raise ModuleError(
+                f"{path}: tensors {brief_repr(first)} and {brief_repr(second)} overlap in the data (bytes {start} to "
+                f"{end}); the safetensors format forbids overlapping data_offsets, so the file is damaged or crafted"
+            )
 
 
 def _check_entry(path: str, name: str, entry, data_size: int) -> dict:

@@ -227,3 +227,20 @@ def test_a_tensor_in_two_unindexed_files_is_refused(tmp_path):
     save_file({"fc.weight": np.zeros(2, dtype=np.float32)}, str(tmp_path / "b.safetensors"))
     with pytest.raises(ModuleError, match="mixes two checkpoints"):
         read_checkpoint(str(tmp_path))
+
+
+@pytest.mark.parametrize("second", [[0, 16], [8, 24], [15, 31]])
+def test_overlapping_data_offsets_are_refused(tmp_path, second):
+    """Two tensors reading the same bytes: the safetensors format forbids it (a crafted header)."""
+    header = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "b": {"dtype": "F32", "shape": [4], "data_offsets": second}}
+    path = _header_file(tmp_path / "x.safetensors", header, data_bytes=32)
+    with pytest.raises(ModuleError, match="overlap"):
+        read_header(path)
+
+
+def test_adjacent_tensors_and_empty_ones_are_fine(tmp_path):
+    header = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "e": {"dtype": "F32", "shape": [0], "data_offsets": [16, 16]},
+              "b": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]}}
+    assert set(read_header(_header_file(tmp_path / "x.safetensors", header, data_bytes=32))["tensors"]) == {"a", "e", "b"}
