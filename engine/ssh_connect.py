@@ -8,6 +8,7 @@ each hop's settings from the inventory, the ssh arguments and the ssh config, as
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -19,6 +20,12 @@ from typing import Any
 from engine.errors import HostUnreachable
 from engine.inventory import Host
 from engine.ssh_options import Hop, ProxyCommandSpec, resolve
+
+# paramiko's transport thread logs a failed handshake with its traceback (Python's last-resort handler prints
+# it): the run says what happened in one paragraph instead (_refusal).
+_PARAMIKO_LOG = logging.getLogger("paramiko")
+_PARAMIKO_LOG.addHandler(logging.NullHandler())
+_PARAMIKO_LOG.propagate = False
 
 
 class _QuickAckSocket(socket.socket):
@@ -192,7 +199,7 @@ class SshConnection:
 
 def _connect_kwargs(hop: Hop, sock) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"hostname": hop.hostname, "port": hop.port, "username": hop.user, "sock": sock,
-                              "timeout": hop.timeout}
+                              "timeout": hop.timeout, "banner_timeout": hop.timeout, "auth_timeout": hop.timeout}
     if hop.identity_files:
         kwargs["key_filename"] = list(hop.identity_files)
         kwargs["look_for_keys"] = False
@@ -272,6 +279,11 @@ def _refusal(hop: Hop, exc: Exception, sock, is_target: bool) -> Exception:
             f"if you know it was rebuilt, remove the old key with "
             f"ssh-keygen -R '{hop.known_name}' -f FILE and add the new one.")
     text = str(exc)
+    if "protocol banner" in text or "No existing session" in text and not isinstance(sock, _ProxyCommandSocket):
+        return HostUnreachable(
+            f"no SSH banner from {hop.hostname}:{hop.port} within {hop.timeout:g} s ({where}): something accepts TCP "
+            "connections there but does not speak SSH (a wrong ansible_port, a firewall or load balancer holding the "
+            "connection, or a hung sshd); check the port and the sshd on the host.")
     if "not found in known_hosts" in text or "Server " in text and "not found" in text:
         scan = f"ssh-keyscan -p {hop.port} {hop.hostname}" + (" on the host it is reached through" if hop.via else "")
         return HostUnreachable(
