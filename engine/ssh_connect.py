@@ -279,7 +279,7 @@ def _refusal(hop: Hop, exc: Exception, sock, is_target: bool) -> Exception:
             f"if you know it was rebuilt, remove the old key with "
             f"ssh-keygen -R '{hop.known_name}' -f FILE and add the new one.")
     text = str(exc)
-    if "protocol banner" in text or "No existing session" in text and not isinstance(sock, _ProxyCommandSocket):
+    if ("protocol banner" in text or "No existing session" in text) and not isinstance(sock, _ProxyCommandSocket):
         return HostUnreachable(
             f"no SSH banner from {hop.hostname}:{hop.port} within {hop.timeout:g} s ({where}): something accepts TCP "
             "connections there but does not speak SSH (a wrong ansible_port, a firewall or load balancer holding the "
