@@ -20,6 +20,7 @@ from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.results import HostState, TaskResult, status_of
+from engine.template_bounds import render_budget
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
 
@@ -96,7 +97,8 @@ class TaskExecutor:
     def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
         started = time.monotonic()
         try:
-            res = self._run_task(state, play, task)
+            with render_budget(task.timeout):  # the task's timeout covers its rendering on the control node too
+                res = self._run_task(state, play, task)
         except HostUnreachable as exc:
             self.unreachable(state, task.name, str(exc))
             return

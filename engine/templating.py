@@ -23,10 +23,20 @@ from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined, Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
-from jinja2.utils import concat
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import TaskError
+from engine.template_bounds import (
+    BoundedRange,
+    TemplateRefused,
+    bound_filters,
+    bounded_output,
+    check_format,
+    check_method,
+    check_power,
+    render_budget,
+    tick,
+)
 
 _SINGLE_EXPR = re.compile(r"^\{\{\s*((?:(?!\{\{|\}\}).)*?)\s*\}\}$", re.S)
 
@@ -54,16 +64,18 @@ MAX_EXPONENT = 1_000
 MAX_RANGE = 100_000
 
 
-class TemplateRefused(SecurityError):
-    """A template tried something the sandbox forbids (Python internals, huge values)."""
+# TemplateRefused (a template tried something the sandbox forbids) lives with the other bounds.
 
 
 class Sandbox(ImmutableSandboxedEnvironment):
     """Jinja2's immutable sandbox plus bounds on `*`, `**` and `range` (templates are text, not programs)."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "%"})
 
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        tick()
+        if operator == "%":
+            check_format(left, "'%' formatting")
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_SEQUENCE:
@@ -73,7 +85,23 @@ class Sandbox(ImmutableSandboxedEnvironment):
                     )
         if operator == "**" and isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT:
             raise TemplateRefused(f"the sandbox refuses '**' with an exponent of {right} (limit {MAX_EXPONENT})")
+        if operator == "**":
+            check_power(left, right)
         return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+        """Every call a template makes: the deadline, and a str method that widens text checked first."""
+        tick()
+        check_method(__obj, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """str.format / format_map as the sandbox runs them (Jinja wraps both at access): widths checked first."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        check_format(value.__self__, f"str.{value.__name__}")
+        return wrapped
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         """Variable views (LazyVars, hostvars) show templates their Mapping reads only: never their layers
@@ -94,11 +122,11 @@ class Sandbox(ImmutableSandboxedEnvironment):
         return super().getattr(obj, attribute)
 
 
-def _bounded_range(*args: int) -> range:
+def _bounded_range(*args: int) -> BoundedRange:
     r = range(*args)
     if len(r) > MAX_RANGE:
         raise TemplateRefused(f"the sandbox refuses range() of {len(r):,} items (limit {MAX_RANGE:,})")
-    return r
+    return BoundedRange(r)
 
 
 def _extract(item: Any, container: Any, morekeys: Any = None) -> Any:
@@ -135,6 +163,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         extract=_extract,
     )
     env.globals["range"] = _bounded_range
+    bound_filters(env.filters)
     env.tests.update(
         success=lambda r: isinstance(r, Mapping) and not r.get("failed"),
         failed=lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
@@ -250,8 +279,9 @@ class Templar:
         if m and "{%" not in source:
             return self.evaluate(m.group(1), variables)
         template = self._template(source)
-        ctx = template.new_context(self._scope(variables), shared=True)
-        return concat(template.root_render_func(ctx))
+        with render_budget():
+            ctx = template.new_context(self._scope(variables), shared=True)
+            return bounded_output(template.root_render_func(ctx))
 
     def render_value(self, value: Any, variables: Mapping) -> Any:
         if isinstance(value, str):
@@ -270,9 +300,10 @@ class Templar:
         if expr is None:
             expr = self._exprs[expression] = self.env.compile_expression(expression, undefined_to_none=False)
         template = expr._template  # the compiled `result = <expr>` template
-        ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
-        for _ in template.root_render_func(ctx):
-            pass
+        with render_budget():
+            ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
+            for _ in template.root_render_func(ctx):
+                tick()
         result = ctx.vars["result"]
         if isinstance(result, Undefined):
             result._fail_with_undefined_error()
@@ -284,8 +315,9 @@ class Templar:
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
         template = self._template(source)
-        ctx = template.new_context(self._scope(variables), shared=True)
-        return concat(template.root_render_func(ctx))
+        with render_budget():
+            ctx = template.new_context(self._scope(variables), shared=True)
+            return bounded_output(template.root_render_func(ctx))
 
 
 def undefined_name(exc: Exception) -> str | None:
