@@ -97,10 +97,14 @@ class _IniParser:
                             "so it is read as YAML, or write it as INI ([group] then one host per line).")
         name, port = split_port(tokens[0])
         hvars: dict[str, Any] = {} if port is None else {"ansible_port": port}
-        for token in tokens[1:]:
-            if "=" not in token:
+        key = None
+        for number, token in enumerate(tokens[1:], start=2):
+            if "=" not in token and key is None:
                 raise UserError(f"{self.where()}: expected key=value after the host name, got '{token}'; "
                                 "quote values that contain spaces (key=\"a b\").")
+            if "=" not in token:  # not quoted: after a value it may be the rest of a secret that held a space
+                raise UserError(f"{self.where()}: word {number} of the host line is not key=value (after {key}=..., "
+                                "whose value may hold an unquoted space); quote values that contain spaces (key=\"a b\").")
             key, value = token.split("=", 1)
             hvars[key] = parse_value(value)
         hosts = self.group(self.current)["hosts"]
@@ -108,8 +112,10 @@ class _IniParser:
             hosts.setdefault(host, {}).update(hvars)
 
     def vars_line(self, line: str) -> None:
-        if "=" not in line:
-            raise UserError(f"{self.where()}: expected key=value in [{self.current}:vars], got '{line}'.")
+        if "=" not in line:  # only the first word: the rest may be a secret written as `key: value`
+            first = re.split(r"[\s:]", line.strip(), maxsplit=1)[0][:60]
+            raise UserError(f"{self.where()}: expected key=value in [{self.current}:vars], got a line without '=' "
+                            f"(starting {first!r}); write {first}=VALUE.")
         key, value = (part.strip() for part in line.split("=", 1))
         self.group(self.current)["vars"][key] = parse_value(value)
 

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from engine.errors import UserError
+from engine.secrets import is_secret_name
 from engine.yamlfile import check_variable_names, is_variable_name
 
 TASK_KEYWORDS = {
@@ -58,9 +59,16 @@ def is_template_text(value: Any) -> bool:
     return isinstance(value, str) and is_template(value)
 
 
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*[=:]")
+
+
 def shown(value: Any) -> str:
-    """A keyword's value in a message: short strings quoted, anything else by its type."""
+    """A keyword's value in a message: short strings quoted, anything else by its type; a string that assigns
+    a secret-named variable (`db_password=...`) shows its name only."""
     if isinstance(value, str):
+        assigned = _ASSIGNMENT.match(value)
+        if assigned and is_secret_name(assigned.group(1)):
+            return f"a string assigning {assigned.group(1)} (its value is not shown)"
         return repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
     if value is None:
         return "nothing (an empty value)"

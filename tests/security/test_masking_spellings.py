@@ -102,3 +102,21 @@ def test_property_random_secrets_never_reach_an_output(tmp_path_factory, secret)
     for value in (secret, secret[::-1] + "x"):
         for spelling in (value, json.dumps(value)[1:-1], repr(value)[1:-1]):
             assert spelling not in text, (value, spelling)
+
+
+@pytest.mark.parametrize("inventory, playbook_vars", [
+    ("[all]\nh1 ansible_connection=local db_password=hunter2 secretpart\n", None),
+    ("[all]\nh1 ansible_connection=local\n[all:vars]\nansible_become_password: hunter2secretpart\n", None),
+    ("[all]\nh1 ansible_connection=local\n", "db_password=hunter2secretpart"),
+])
+def test_an_error_about_bad_input_never_quotes_a_secret(tmp_path, inventory, playbook_vars):
+    from tests.cli.helpers import invoke
+
+    (tmp_path / "inv.ini").write_text(inventory)
+    play = {"hosts": "all", "gather_facts": False, "tasks": []}
+    if playbook_vars:
+        play["vars"] = playbook_vars
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump([play]))
+    code, out = invoke("play", str(tmp_path / "pb.yaml"), "-i", str(tmp_path / "inv.ini"))
+    assert code == 4 and "Traceback" not in out, out
+    assert "secretpart" not in out and "hunter2" not in out, out
