@@ -209,18 +209,24 @@ class TaskExecutor:
         check = self.check if task.check_mode is None else bool(task.check_mode)
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
-        view.touched.clear()  # what the arguments read, not the `when` (set_fact's secret taint)
+        linked = linked_values(task.module, task.args, view)
+        view.touched.clear()  # what the task's own arguments read, not the `when` nor linked variables (secret taint)
         view.tainted = False
-        args = {**linked_values(task.module, task.args, view), **self.templar.render_value(task.args, view)}
+        args = {**linked, **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
         with state.client.acting_as(identity) if state.client is not None else nullcontext():
             if handles(task.module, args):
-                return ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
-            try:
-                contract.check_args(module_args_spec(task.module) or {}, args, task.module)
-            except contract.ModuleError as exc:
-                raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
-            return self.module(state, task.module, args, check, task)
+                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
+            else:
+                try:
+                    contract.check_args(module_args_spec(task.module) or {}, args, task.module)
+                except contract.ModuleError as exc:
+                    raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
+                result = self.module(state, task.module, args, check, task)
+        if isinstance(result.get("diff"), dict) and self.variables.secret_touched(view):
+            # content rendered from a secret: its old version on the host is no less secret than the new one
+            result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
+        return result
 
     def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None) -> dict:
         """One module call on the host (progress lines shown live, masked)."""
@@ -231,6 +237,7 @@ class TaskExecutor:
         return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress)
 
 
+DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"
 NO_LOG_OUTPUT = ("stdout", "stderr", "stdout_lines", "stderr_lines", "content", "ansible_facts", "json", "results")
 
 

@@ -120,3 +120,15 @@ def test_an_error_about_bad_input_never_quotes_a_secret(tmp_path, inventory, pla
     code, out = invoke("play", str(tmp_path / "pb.yaml"), "-i", str(tmp_path / "inv.ini"))
     assert code == 4 and "Traceback" not in out, out
     assert "secretpart" not in out and "hunter2" not in out, out
+
+
+def test_diff_of_content_rendered_from_a_secret_shows_neither_version(tmp_path):
+    dest = tmp_path / "env"
+    dest.write_text("API_KEY=old-key-nobody-told-us\n")  # the previous secret: this run does not know it
+    play = {"vars": {"api_key": "new-key-0123456789"},
+            "tasks": [{"name": "write", "copy": {"content": "API_KEY={{ api_key }}\n", "dest": str(dest)}}]}
+    rc, out = run_cli(tmp_path, play, "--diff")
+    assert rc == 0, out
+    assert "old-key-nobody-told-us" not in out and "new-key-0123456789" not in out
+    assert "diff hidden" in out
+    assert dest.read_text() == "API_KEY=new-key-0123456789\n"
