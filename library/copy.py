@@ -22,6 +22,8 @@ import binascii
 import hashlib
 import os
 import posixpath
+import re
+import stat
 
 from dflash_host.files import atomic_write, ensure_attributes, parse_mode, read_bytes, resolve_gid, resolve_uid
 from dflash_host.manifest import (
@@ -335,6 +337,29 @@ def install_folder(plan: dict, f: dict) -> tuple:
     return installed, deleted
 
 
+STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/actions.py)
+_STAGED_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def remove_stale_staging(dest: str) -> bool:
+    """Remove dest/.dfp-staging left by an upload cut short (a kill between upload and install), only when it is
+    provably the engine's: a real folder of this user, mode 0700, holding nothing but files named by a sha256."""
+    stage = os.path.join(dest, STAGING)
+    try:
+        st = os.lstat(stage)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
+        return False
+    names = os.listdir(stage)
+    if not all(_STAGED_NAME.fullmatch(n) and stat.S_ISREG(os.lstat(os.path.join(stage, n)).st_mode) for n in names):
+        return False
+    for n in names:
+        os.unlink(os.path.join(stage, n))
+    os.rmdir(stage)
+    return True
+
+
 def run_manifest(args: dict, ctx: Context) -> dict:
     f = folder_args(args)
     plan, found = plan_folder(f, args["delete_extra"])
@@ -347,6 +372,8 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     if args["phase"] == "plan":
         # it changes nothing; in check mode the plan is the answer, so changed says what would change
         changed = would_change if ctx.check else False
+        if not ctx.check and remove_stale_staging(dest_real):
+            ctx.warn(f"removed {dest_real}/{STAGING}, left by an upload that was cut short")
         return {**plan, "changed": changed, "msg": f"plan for {dest_real}: {summary}"}
     if ctx.check:
         result = {
