@@ -154,18 +154,34 @@ def set_fact(call: ActionCall) -> dict:
     return {"changed": False, "msg": f"set {', '.join(call.args)}", "ansible_facts": call.args}
 
 
+def from_host_data(call: ActionCall, key: str) -> bool:
+    """The task's argument `key` was rendered from data a host returned (a registered result, a fact, a set_fact
+    value): rendered again through a fresh view of the same variables, noting what it reads."""
+    probe = call.view.with_overlay({})
+    call.executor.templar.render_value(call.task.args.get(key), probe)
+    return any(probe.is_data(name) for name in probe.touched)
+
+
 def resolve_local(call: ActionCall, src: str, sub: str) -> Path:
-    """A file of the control node named by a task: absolute, or in the role's or playbook's `sub` folder."""
+    """A file of the control node named by a task: absolute, or in the role's or playbook's `sub` folder.
+
+    A path built from what a host returned (`{{ out.stdout }}`) is data, not the playbook's word: it must stay
+    inside the role's or the playbook's folders (no absolute path, no way out with '..' or a symlink)."""
     task, play = call.task, call.play
+    tainted = from_host_data(call, "src")
+    folders = ([task.role_dir / sub] if task.role_dir is not None else []) + [play.source.parent / sub, play.source.parent]
     candidates = []
-    if os.path.isabs(os.path.expanduser(src)):
+    if os.path.isabs(os.path.expanduser(src)) and not tainted:
         candidates.append(Path(os.path.expanduser(src)))
-    if task.role_dir is not None:
-        candidates.append(task.role_dir / sub / src)
-    candidates += [play.source.parent / sub / src, play.source.parent / src]
+    candidates += [folder / src for folder in folders]
     for c in candidates:
         if c.exists():
+            if tainted and not any(c.resolve().is_relative_to(f.resolve()) for f in folders):
+                break
             return c
+    if tainted:
+        raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' comes from what a host returned, and such a path "
+                        f"must name a file inside {', '.join(str(f) for f in folders)}; write the path in the playbook")
     raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' not found; looked in " + ", ".join(str(c) for c in candidates))
 
 
