@@ -156,6 +156,58 @@ def run_with_timeout(timeout_s, fn, *args):
         signal.signal(signal.SIGALRM, previous)
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper():
+    """Orphaned descendants of a task (a `setsid x &` whose parent exited) are re-parented to this worker, not to
+    init, so that a task that runs past its timeout can still find and stop everything it started (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # another kernel or libc: the process group still covers most cases
+        pass
+
+
+def descendants(root):
+    """{pid: start time} of every process below `root`, read from /proc (each start time tells a reused pid)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append((int(entry), int(fields[19])))
+    found, stack = {}, [root]
+    while stack:
+        for pid, start in children.get(stack.pop(), ()):
+            found[pid] = start
+            stack.append(pid)
+    return found
+
+
+def stop_new_descendants(before):
+    """Kill what a timed-out task started (every descendant that was not there before it), then reap them."""
+    import signal
+
+    new = {pid: start for pid, start in descendants(os.getpid()).items() if before.get(pid) != start}
+    for pid in new:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in new:
+        try:
+            os.waitpid(pid, 0)  # re-parented to this subreaper: its status is ours to collect
+        except OSError:  # not our child (a grandchild its own parent reaps)
+            pass
+    return sorted(new)
+
+
 class HostLock:
     """flock on a file under the tool's root, held for the worker's whole life (one run per host at a time).
 
@@ -284,13 +336,16 @@ class Worker:
         contract = importlib.import_module(HOST_PACKAGE + ".module")
         ctx = contract.Context(check=bool(req.get("check")), diff=bool(req.get("diff")), progress=self.progress(req.get("id")))
         started = time.monotonic()
+        before = descendants(os.getpid()) if req.get("timeout_s") else None
         try:
             args = req.get("args") or {}
             result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx, req["module"])
         except TaskTimeout:
-            result = {"failed": True, "changed": False, "timed_out": True,
-                      "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped; "
-                             "what it had done so far stays".format(req.get("timeout_s"))}
+            stopped = stop_new_descendants(before or {})
+            result = {"failed": True, "changed": False, "timed_out": True, "stopped_pids": stopped,
+                      "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped with the {} "
+                             "processes it had started; what it had done so far stays".format(req.get("timeout_s"),
+                                                                                              len(stopped))}
         result["_duration_s"] = round(time.monotonic() - started, 6)
         return {"result": result}
 
@@ -355,6 +410,7 @@ class Worker:
 
 
 def main():
+    become_subreaper()
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)
