@@ -59,6 +59,7 @@ class Group:
     parents: list[str] = field(default_factory=list)
     priority: int = 1  # ansible_group_priority: among groups of one depth, a higher one's vars win
     depth: int = 0  # longest chain of parents down from 'all'
+    member_set: set[str] = field(default_factory=set, repr=False, compare=False)  # `hosts` as a set: membership in O(1)
 
 
 _GROUP_KEYS = {"hosts", "vars", "children"}
@@ -168,6 +169,7 @@ class Inventory:
         self.groups: dict[str, Group] = {"all": Group("all", children=["ungrouped"]),
                                          "ungrouped": Group("ungrouped", parents=["all"])}
         self._host_inline: dict[str, dict] = {}
+        self._direct_groups: dict[str, list[str]] | None = None
         self._vars_cache: dict[tuple[Path, str, str], dict] = {}
         if data is not None:
             self._load_yaml_data(data, "<inventory>")
@@ -272,8 +274,10 @@ class Inventory:
             if port is not None:
                 inline["ansible_port"] = port
             inline.update(hvars or {})
-            if group.name != "all" and host not in group.hosts:
+            if group.name != "all" and host not in group.member_set:
                 group.hosts.append(host)
+                group.member_set.add(host)
+                self._direct_groups = None
 
     def _set_group_var(self, group: Group, key: Any, value: Any, where: str) -> None:
         check_variable_names([key], f"{where}: vars of group '{group.name}'")
@@ -356,11 +360,19 @@ class Inventory:
         """'ungrouped' holds exactly the hosts in no other group."""
         grouped = {h for g, grp in self.groups.items() if g not in ("all", "ungrouped") for h in grp.hosts}
         self.groups["ungrouped"].hosts = [h for h in self._host_inline if h not in grouped]
+        self.groups["ungrouped"].member_set = set(self.groups["ungrouped"].hosts)
+        self._direct_groups = None
 
     # -- a host's variables --------------------------------------------------------------------
     def groups_of(self, host: str) -> list[str]:
         """All groups a host is in (directly or through children): 'all', then by depth, priority, name."""
-        direct = [g for g, grp in self.groups.items() if host in grp.hosts]
+        if self._direct_groups is None:  # host -> the groups that list it, built once (was a scan per host)
+            index: dict[str, list[str]] = {}
+            for g, grp in self.groups.items():
+                for h in grp.hosts:
+                    index.setdefault(h, []).append(g)
+            self._direct_groups = index
+        direct = self._direct_groups.get(host, [])
         found: set[str] = {"all"}
         stack = list(direct)
         while stack:
@@ -407,6 +419,7 @@ class Inventory:
     # -- selection -----------------------------------------------------------------------------
     def hosts_in(self, group: str) -> list[str]:
         out: list[str] = []
+        taken: set[str] = set()
         stack, seen = [group], set()
         while stack:
             g = stack.pop(0)
@@ -415,7 +428,10 @@ class Inventory:
             seen.add(g)
             if g == "all":
                 return list(self.hosts)
-            out.extend(h for h in self.groups[g].hosts if h not in out)
+            for h in self.groups[g].hosts:
+                if h not in taken:
+                    taken.add(h)
+                    out.append(h)
             stack.extend(self.groups[g].children)
         return out
 

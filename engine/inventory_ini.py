@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import ast
 import re
-import shlex
 import warnings
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
 from engine.hostranges import expand, split_port
+from engine.yamlfile import MAX_YAML_NODES
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_LINE = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
@@ -40,6 +40,67 @@ def parse_ini(text: str, path: Path, known_groups: set[str]) -> dict[str, dict]:
     return parser.groups
 
 
+_BLANK = " \t\r\n"
+_DQUOTE_ESCAPES = '\\"'  # inside double quotes shlex's posix mode escapes only these
+
+
+def split_line(line: str) -> list[str]:
+    """A host line's words as shlex.split(line, comments=True) gives them (POSIX quotes and backslashes, a
+    comment from an unquoted '#'), in one pass: shlex grows each word a character at a time, which made
+    one 2 MB line take minutes."""
+    tokens: list[str] = []
+    buf: list[str] = []
+    in_word, i, n = False, 0, len(line)
+    while i < n:
+        c = line[i]
+        if c in _BLANK:
+            if in_word:
+                tokens.append("".join(buf))
+                buf, in_word = [], False
+            i += 1
+        elif c == "#":  # outside quotes a '#' starts a comment, mid-word too (as shlex's posix mode reads it)
+            break
+        else:
+            in_word = True
+            i = _read_piece(line, i, buf)
+    if in_word:
+        tokens.append("".join(buf))
+    return tokens
+
+
+def _read_piece(line: str, i: int, buf: list[str]) -> int:
+    """One character, escape or quoted run of a word at `i` into buf; the index after it."""
+    c = line[i]
+    if c == "\\":
+        if i + 1 >= len(line):
+            raise ValueError("No escaped character")
+        buf.append(line[i + 1])
+        return i + 2
+    if c == "'":
+        end = line.find("'", i + 1)
+        if end < 0:
+            raise ValueError("No closing quotation")
+        buf.append(line[i + 1:end])
+        return end + 1
+    if c != '"':
+        buf.append(c)
+        return i + 1
+    i += 1
+    while i < len(line):
+        c = line[i]
+        if c == '"':
+            return i + 1
+        if c == "\\" and i + 1 >= len(line):
+            raise ValueError("No escaped character")
+        if c == "\\" and line[i + 1] in _DQUOTE_ESCAPES:
+            buf.append(line[i + 1])
+            i += 2
+        else:
+            buf.append(c)
+            i += 1
+    raise ValueError("No closing quotation")
+
+
 class _IniParser:
     def __init__(self, path: Path, known_groups: set[str]) -> None:
         self.path = path
@@ -47,9 +108,18 @@ class _IniParser:
         self.defined = set(known_groups) | {"all", "ungrouped"}  # sections that define a group (not :vars)
         self.pending: dict[str, int] = {}  # group named by :children/:vars before it is defined -> line
         self.current, self.state, self.number = "ungrouped", "hosts", 0
+        self.values = 0
 
     def where(self) -> str:
         return f"{self.path}:{self.number}"
+
+    def count_values(self, n: int) -> None:
+        """The same bound on values as a YAML inventory's (MAX_YAML_NODES), counted as the lines are read."""
+        self.values += n
+        if self.values > MAX_YAML_NODES:
+            raise UserError(f"{self.where()}: the inventory holds more than {MAX_YAML_NODES:,} values (MAX_YAML_NODES in "
+                            "engine/yamlfile.py), so it is refused; real inventories hold a few thousand. Check that the "
+                            "path names the file you meant, or use host ranges (h[1:100]).")
 
     def group(self, name: str) -> dict:
         return self.groups.setdefault(name, {"hosts": {}, "vars": {}, "children": []})
@@ -87,7 +157,8 @@ class _IniParser:
 
     def host_line(self, line: str) -> None:
         try:
-            tokens = shlex.split(line, comments=True)
+            tokens = split_line(line)
+            self.count_values(len(tokens))
         except ValueError as exc:
             raise UserError(f"{self.where()}: cannot read the host line ({exc}); check its quotes.") from None
         if not tokens:
@@ -112,6 +183,7 @@ class _IniParser:
             hosts.setdefault(host, {}).update(hvars)
 
     def vars_line(self, line: str) -> None:
+        self.count_values(1)
         if "=" not in line:  # only the first word: the rest may be a secret written as `key: value`
             first = re.split(r"[\s:]", line.strip(), maxsplit=1)[0][:60]
             raise UserError(f"{self.where()}: expected key=value in [{self.current}:vars], got a line without '=' "

@@ -152,8 +152,8 @@ def _read_at_most(fh, limit: int) -> bytes:
 
 def parse_text(text: str, path: Path, what: str) -> Any:
     """Compose the nodes in C, check their expansion and depth, then build the Python values."""
-    if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH:
-        _check_event_depth(text, path, what)
+    if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH or _values_bound(text) > MAX_YAML_NODES:
+        _check_events(text, path, what)
     loader = _Loader(text)
     loader.dfp_path = path
     try:
@@ -195,11 +195,25 @@ def _nesting_bound(text: str) -> int:
     return 2 * (longest + 1) + text.count("[") + text.count("{")
 
 
-def _check_event_depth(text: str, path: Path, what: str) -> None:
-    """Measure the nesting on the parser's events (no recursion) before libyaml composes nodes."""
-    depth = 0
+def _values_bound(text: str) -> int:
+    """A cheap upper bound on the values a file holds: each needs a separator (a comma, a colon, a dash, a
+    newline or an opening bracket) before or after it."""
+    return sum(text.count(c) for c in ",:-\n[{") + 1
+
+
+def _check_events(text: str, path: Path, what: str) -> None:
+    """Measure the nesting and count the values on the parser's events (no recursion, nothing built) before
+    libyaml composes nodes: a flat file of millions of values is refused in about a second, in little memory."""
+    depth = values = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
+            values += 1
+            if values > MAX_YAML_NODES:
+                raise UserError(
+                    f"{path}: the {what} holds more than {MAX_YAML_NODES:,} values (MAX_YAML_NODES in engine/yamlfile.py), "
+                    "so it is refused unread; real inventories, playbooks and variable files hold a few hundred. Check "
+                    "that the path names the file you meant, or split it (group_vars/, host_vars/, roles)."
+                )
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
