@@ -342,6 +342,30 @@ def _refuse_to_rewrite(path: Path, old: str, key: str, value: Any) -> None:
         raise UserError(f"{path}: {key} spans several lines there; the tool does not rewrite it. {by_hand}")
 
 
+def _check_round_trip(path: Path, old: str, new: str, key: str, value: Any) -> None:
+    """The edited text must load to the file's data plus the one change (a flow mapping, an anchor or alias on
+    the line, a tag would not): else nothing is written and the user edits the file."""
+    import yaml
+
+    def load(text: str) -> Any:
+        return yaml.safe_load(text) if text.strip() else {}
+
+    by_hand = f"Set {key}: {value} there by hand"
+    try:
+        before = load(old)
+    except yaml.YAMLError:
+        raise UserError(f"{path} is not valid YAML; the tool does not rewrite it. {by_hand}") from None
+    if not isinstance(before, dict):
+        raise UserError(f"{path} does not hold a mapping of variables; the tool does not rewrite it. {by_hand}")
+    try:
+        after = load(new)
+    except yaml.YAMLError:
+        after = None
+    if after != {**before, key: value}:
+        raise UserError(f"{path}: its layout (a flow mapping, an anchor or alias, a tag on {key}) would not survive a "
+                        f"line edit, so the tool does not rewrite it; nothing was written. {by_hand}")
+
+
 def _replace_file(path: Path, text: str) -> None:
     """Write through a temp file made anew (never through a planted link), keep the old file's mode, fsync, rename:
     a host_vars file may hold secrets."""
@@ -367,6 +391,7 @@ def set_host_var(path: Path, key: str, value: Any) -> str:
         new = pattern.sub(lambda _: line, old, count=1)
     else:
         new = old + ("" if not old or old.endswith("\n") else "\n") + line + "\n"
+    _check_round_trip(path, old, new, key, value)
     if new != old:
         path.parent.mkdir(parents=True, exist_ok=True)
         _replace_file(path, new)

@@ -185,3 +185,36 @@ def test_host_vars_rewrite_keeps_the_mode_and_refuses_links_and_multiline_values
             SC.set_host_var(path, "num_speculative_tokens", 7)
         assert path.read_text() == before
     assert link.is_symlink()
+
+
+@pytest.mark.parametrize("text", [
+    "{vllm_port: 8011, num_speculative_tokens: 3}\n",          # a flow mapping
+    "num_speculative_tokens: &k 3\nother: *k\n",               # an anchor others refer to
+    "- a\n- b\n",                                              # not a mapping
+])
+def test_a_layout_a_line_edit_would_break_is_refused_and_left_as_it_was(tmp_path, text):
+    path = tmp_path / "h.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match="by hand"):
+        SC.set_host_var(path, "num_speculative_tokens", 5)
+    assert path.read_text() == text
+
+
+@pytest.mark.parametrize("text", ["base: &k 3\nnum_speculative_tokens: *k\n", "num_speculative_tokens: !!str 3\n"])
+def test_an_alias_or_tag_on_the_edited_line_alone_is_simply_replaced(tmp_path, text):
+    import yaml
+
+    path = tmp_path / "h.yaml"
+    path.write_text(text)
+    SC.set_host_var(path, "num_speculative_tokens", 5)
+    assert yaml.safe_load(path.read_text())["num_speculative_tokens"] == 5
+
+
+def test_an_edit_loads_to_the_same_data_plus_the_change(tmp_path):
+    import yaml
+
+    path = tmp_path / "h.yaml"
+    path.write_text("# notes\nbase: &b {a: 1}\nuse: *b\nnum_speculative_tokens: 3   # old\n")
+    before = yaml.safe_load(path.read_text())
+    SC.set_host_var(path, "num_speculative_tokens", 5)
+    assert yaml.safe_load(path.read_text()) == {**before, "num_speculative_tokens": 5}
