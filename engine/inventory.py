@@ -71,6 +71,9 @@ _IGNORED_IN_FOLDER = re.compile(
 )
 
 
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _check_entry_name(name: Any, where: str, kind: str) -> None:
     """Host and group names are strings (a bare number is accepted for hosts) that can name a file.
 
@@ -78,10 +81,11 @@ def _check_entry_name(name: Any, where: str, kind: str) -> None:
     """
     ok = isinstance(name, str) or (kind == "host" and isinstance(name, int) and not isinstance(name, bool))
     text = str(name)
-    if not ok or not text.strip() or "/" in text or "\0" in text or text.startswith("."):
+    if not ok or not text.strip() or "/" in text or _NAME_CONTROL.search(text) or text.startswith("."):
         raise UserError(
             f"{where}: {kind} name {describe_name(name)} is not valid; a {kind} name is a non-empty string without "
-            "'/' that does not start with '.' (quote it if YAML reads it as a number, true/false or null)."
+            "'/' or control characters (a NUL, a newline, an escape) that does not start with '.' (quote it if YAML "
+            "reads it as a number, true/false or null)."
         )
 
 

@@ -53,3 +53,14 @@ def test_a_root_the_tool_cannot_own_is_refused_before_anything_is_created(tmp_pa
 def test_a_plain_root_is_fine(tmp_path):
     res, marker, _ = run_with(tmp_path, dfp_root=str(tmp_path / "root"), hf_home="~/hf-test-root")
     assert res.exit_code == 0 and marker.exists()
+
+
+@pytest.mark.parametrize("name", ["h\x00x", "h\x1b[2Kx", "g\nx", "t\tx"])
+@pytest.mark.parametrize("kind", ["host", "group"])
+def test_a_name_with_a_control_character_is_refused_at_load(name, kind):
+    from engine.errors import UserError
+    from engine.inventory import Inventory
+
+    data = {"all": {"hosts": {name: {}}}} if kind == "host" else {"all": {"children": {name: {"hosts": {"a": {}}}}}}
+    with pytest.raises(UserError, match="control characters"):
+        Inventory(data=data)
