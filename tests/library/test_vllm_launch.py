@@ -126,6 +126,10 @@ def test_hub_id_target_is_not_checked_for_a_local_config(models):
         ({"extra_args": ["-tp", "2"]}, "vllm_extra_args[0]"),
         ({"extra_args": ["--port", "9"]}, "vllm_port"),
         ({"extra_args": ["--api-key", "x"]}, "vllm_api_key"),
+        ({"extra_args": ["--api_key", "x"]}, "vllm_api_key"),  # vLLM's parser reads _ as -
+        ({"extra_args": ["--api-k", "x"]}, "vllm_api_key"),  # argparse takes an unambiguous prefix
+        ({"extra_args": ["--api=x"]}, "vllm_api_key"),
+        ({"extra_args": ["--served_model_name", "x"]}, "served_model_name"),
         ({"extra_args": ["--max-num-seqs", "8", "9"]}, "vllm_extra_args[2]"),
         ({"env": {"BAD-NAME": "1"}}, "vllm_env"),
         ({"env": {"X": "a\nb"}}, "vllm_env.X"),
