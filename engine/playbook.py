@@ -229,6 +229,7 @@ class ParseContext:
     play: Play | None = None
     role: str | None = None
     role_dir: Path | None = None
+    including: tuple = ()  # the task files being imported, outermost first (a file may not import itself)
 
 
 def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
@@ -239,6 +240,9 @@ def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
         if ctx.play is None:
             raise UserError(f"{source}: import_role is not allowed here (handlers)")
         return import_role(raw, source, ctx)
+    if isinstance(raw, dict) and ({"import_tasks", "include_tasks", "ansible.builtin.import_tasks",
+                                   "ansible.builtin.include_tasks"} & set(raw)):
+        return import_tasks(raw, source, ctx)
     return [parse_task(raw, source, ctx.role, ctx.role_dir)]
 
 
@@ -253,6 +257,47 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
     for i, raw in enumerate(items):
         out += _parse_entry(raw, f"{path}: task {i + 1}", ctx)
     return out
+
+
+IMPORT_KEYS = {"name", "vars", "when", "tags", *BECOME_KEYWORDS}
+MAX_IMPORT_DEPTH = 20
+
+
+def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
+    """`- import_tasks: FILE` (or include_tasks) with optional vars/when/tags/become: the file's tasks here, each
+    with those keywords, as Ansible's static import does. The file is found beside the role's tasks (the role's
+    folder, then its tasks/ folder), else beside the playbook. include_tasks is read the same way, when the
+    playbook loads: its `when` is checked for each task, and a templated file name or a loop is refused."""
+    key = next(k for k in raw if k.split(".")[-1] in ("import_tasks", "include_tasks"))
+    spec = raw[key]
+    file = spec.get("file") if isinstance(spec, dict) and set(spec) == {"file"} else spec
+    bad = sorted(map(str, set(raw) - IMPORT_KEYS - {key}))
+    if bad or not isinstance(file, str) or not file.strip() or "{{" in file or "{%" in file:
+        why = f"unknown keyword(s) {', '.join(bad)} (a loop over includes is not supported)" if bad else \
+            "the file must be a name written in the playbook (not templated)"
+        raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
+    path = _task_file(file, source, ctx)
+    if path in ctx.including or len(ctx.including) >= MAX_IMPORT_DEPTH:
+        chain = " -> ".join(str(p) for p in (*ctx.including, path))
+        raise UserError(f"{source}: {key} {file} imports itself or nests too deep ({chain}); break the cycle")
+    inner = ParseContext(ctx.playbook, ctx.play, ctx.role, ctx.role_dir, (*ctx.including, path))
+    tasks = parse_tasks(load_yaml(path, "task file"), path, inner)
+    where = f"{source} ({key} {file})"
+    when = condition_list(raw["when"], where, "when") if "when" in raw else []
+    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    _inherit(tasks, when, tags, variables_of(raw.get("vars"), where), become_of(raw, where))
+    return tasks
+
+
+def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
+    """An imported task file: beside the role (its folder, then tasks/), else beside the playbook."""
+    folders = ([ctx.role_dir, ctx.role_dir / "tasks"] if ctx.role_dir is not None else [])
+    folders += [ctx.playbook.parent, ctx.playbook.parent / "tasks"]
+    candidates = [Path(file)] if Path(file).is_absolute() else [f / file for f in folders]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise UserError(f"{source}: task file '{file}' not found; looked in {', '.join(str(c) for c in candidates)}")
 
 
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:

@@ -1,0 +1,62 @@
+"""import_tasks / include_tasks (and their ansible.builtin names): a task file's tasks in place, with the
+import's vars, when, tags and become, from a role's folder or beside the playbook; cycles, templated names and
+loops are refused at load with the file named."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from engine.api import run_playbook
+
+INV = {"all": {"hosts": {"h": {"ansible_connection": "local"}}}}
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def messages(res):
+    return [(t["task"], t["status"], t["msg"]) for t in res.tasks]
+
+
+def test_imported_tasks_run_in_place_with_the_imports_vars_and_when(tmp_path):
+    write(tmp_path / "tasks" / "say.yaml", [{"name": "say", "debug": {"msg": "{{ word }}"}},
+                                            {"name": "say again", "debug": {"msg": "{{ word }}!"}}])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"import_tasks": "say.yaml", "vars": {"word": "one"}},
+        {"include_tasks": "say.yaml", "vars": {"word": "two"}, "when": "false"},
+        {"ansible.builtin.import_tasks": "tasks/say.yaml", "vars": {"word": "three"}, "tags": ["t3"]},
+    ]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 0, messages(res)
+    shown = [(t["task"], t["status"], t["msg"]) for t in res.tasks]
+    assert shown[:2] == [("say", "ok", "one"), ("say again", "ok", "one!")]
+    assert [s for _, s, _ in shown[2:4]] == ["skipped", "skipped"]
+    assert shown[4:] == [("say", "ok", "three"), ("say again", "ok", "three!")]
+    tagged = run_playbook(str(book), inventory=INV, tags=["t3"])
+    assert [t["msg"] for t in tagged.tasks] == ["three", "three!"]
+
+
+def test_a_role_imports_a_file_from_its_own_folder(tmp_path):
+    write(tmp_path / "roles" / "r" / "tasks.yaml", [{"import_tasks": "step.yaml", "vars": {"n": 2}}])
+    write(tmp_path / "roles" / "r" / "step.yaml", [{"name": "step", "debug": {"msg": "n={{ n }}"}}])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "roles": ["r"]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 0 and [t["msg"] for t in res.tasks] == ["n=2"], messages(res)
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ({"import_tasks": "loop.yaml"}, "imports itself"),
+    ({"include_tasks": "{{ which }}.yaml"}, "not templated"),
+    ({"include_tasks": "say.yaml", "loop": [1, 2]}, "loop"),
+    ({"import_tasks": "missing.yaml"}, "not found"),
+])
+def test_bad_imports_are_refused_at_load_naming_the_file(tmp_path, entry, needle):
+    write(tmp_path / "loop.yaml", [{"import_tasks": "loop.yaml"}])
+    write(tmp_path / "say.yaml", [{"name": "say", "debug": {"msg": "hi"}}])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [entry]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 4 and needle in res.error, res.error
