@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_local_e2e import E2E_ROOT, START, host_vars, msgs, play, result
+from tests.fakes.hub import FETCH
 from tests.fakes.vllm_processes import kill_leftovers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-FETCH = "Fetch and verify the Hub models (target and drafter) into the tool's Hugging Face cache"
 DRAFTER = "Write the drafter's config.json from its weights' header and the target's config"
 GENERATE = """\
 - name: generate the tiny pair to publish

@@ -11,28 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import run_playbook
+from tests.fakes.hub import FETCH, play_roles
 
 pytestmark = [pytest.mark.ssh]
 
-FETCH = "Fetch and verify the Hub models (target and drafter) into the tool's Hugging Face cache"
-PLAYBOOK = """\
-- name: models
-  hosts: all
-  gather_facts: false
-  roles:
-    - common-vars
-    - models
-"""
 FILES = {"config.json": json.dumps({"architectures": ["Qwen3ForCausalLM"]}).encode(),
          "model-00001-of-00002.safetensors": os.urandom(400_000), "model-00002-of-00002.safetensors": os.urandom(300_000),
          "tokenizer.json": b'{"version": "1.0"}'}
 
 
 def play(tmp_path: Path, inventory: Path, **kw):
-    book = tmp_path / "models.yaml"
-    book.write_text(PLAYBOOK)
-    return run_playbook(str(book), inventory=str(inventory), **kw)
+    return play_roles(tmp_path, inventory, ["models"], **kw)
 
 
 def fleet_inventory(inventory_file, hosts, tmp_path: Path, tag: str, **common) -> Path:

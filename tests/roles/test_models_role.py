@@ -8,26 +8,12 @@ import json
 import os
 from pathlib import Path
 
-from engine.api import run_playbook
-from tests.fakes.hub import Gate
+from tests.fakes.hub import FETCH, Gate, play_roles
 from tests.roles.test_drafter_config_role import TARGET, WRITE, make_models
-
-FETCH = "Fetch and verify the Hub models (target and drafter) into the tool's Hugging Face cache"
-PLAYBOOK = """\
-- name: models
-  hosts: all
-  gather_facts: false
-  roles:
-    - common-vars
-    - models
-    - drafter-config
-"""
 
 
 def play(tmp_path: Path, inventory: Path, **kw):
-    book = tmp_path / "models.yaml"
-    book.write_text(PLAYBOOK)
-    return run_playbook(str(book), inventory=str(inventory), **kw)
+    return play_roles(tmp_path, inventory, ["models", "drafter-config"], **kw)
 
 
 def publish_pair(hub, tmp_path: Path, name: str, with_config: dict | None = None) -> tuple[str, str]:
