@@ -47,10 +47,11 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
         )
         use_vault_password_file(opts["vault_password_file"])
         extra_vars = {**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])}
+        from dfp_cli import rebuild_report
         from engine.api import run_playbook  # here, not at the top: `invoke --list` and --help stay fast
 
         result = run_playbook(playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
-                              **settings)
+                              report_sections={rebuild_report.NAME: rebuild_report}, **settings)
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:

@@ -26,7 +26,7 @@ def _phase_fact(r: TaskResult):
 
 def _failed(r: TaskResult) -> bool:
     """A failure, including one a failed_when let pass."""
-    return (r.status in ("failed", "unreachable") and not r.ignored) or r.msg.startswith(ACCEPTED)
+    return (r.status in ("failed", "unreachable") and not r.ignored) or r.accepted
 
 
 def phase_groups(items: list[TaskResult]) -> list[tuple[str, list[TaskResult]]] | None:
@@ -60,7 +60,7 @@ def _phase_summary(name: str, tasks: list[TaskResult]) -> dict:
         "status": "failed" if failed else "passed" if ran else "skipped",
         "duration_s": round(sum(r.duration_s for r in tasks), 3),
         "tasks": len(ran),
-        "msg": failed[0].msg[len(ACCEPTED):] if failed and failed[0].msg.startswith(ACCEPTED) else failed[0].msg if failed else "",
+        "msg": failed[0].msg.removeprefix(ACCEPTED) if failed and failed[0].accepted else failed[0].msg if failed else "",
     }
     server = _server_steps(ran)
     if server:

@@ -69,12 +69,12 @@ def exit_code_for(recap: dict) -> int:
 
 
 def report_sections_of(plays: list) -> list[str]:
-    """The report sections the plays ask for with the play variable `report_sections` (module names)."""
+    """The report sections the plays ask for with the play variable `report_sections` (names the caller registers)."""
     names: list[str] = []
     for play in plays:
         value = play.vars.get("report_sections") or []
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise UserError(f"{play.source}: play '{play.name}': report_sections must be a list of module names")
+            raise UserError(f"{play.source}: play '{play.name}': report_sections must be a list of section names")
         names += [v for v in value if v not in names]
     return names
 
@@ -97,6 +97,7 @@ def run_playbook(
     console: Console | None = None,
     raise_user_errors: bool = False,
     lock_wait: float = 60.0,
+    report_sections: dict | None = None,
 ) -> RunResult:
     started = time.monotonic()
     try:
@@ -104,7 +105,7 @@ def run_playbook(
         inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
         path = resolve_playbook(playbook)
         plays = load_playbook(path)
-        sections = load_sections(report_sections_of(plays))
+        sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
         runner = Runner(

@@ -205,21 +205,26 @@ def by_host(results: list[TaskResult]) -> dict[str, list[TaskResult]]:
     return out
 
 
-def load_sections(names: list[str]) -> list[Any]:
-    """The report sections a playbook asks for (play var `report_sections`: importable module names).
+def load_sections(names: list[str], registry: dict | None, needed: bool) -> list[Any]:
+    """The report sections a playbook asks for (play var `report_sections`: names), from the caller's registry.
 
     A section module has NAME, `section(results_of_one_host) -> dict | None` and `junit_suite(host, section)
     -> xml.etree.ElementTree.Element` (a <testsuite> with tests and failures set; build it with junit_suite_element
-    and junit_case). The engine knows none of them: the nightly rebuild's is dfp_cli.rebuild_report.
+    and junit_case). The engine knows none of them: the caller hands them over (the CLI registers the nightly
+    rebuild's, dfp_cli.rebuild_report). A name the caller did not register is an error only when a report is
+    written (`needed`).
     """
-    import importlib
-
+    registry = registry or {}
+    missing = [n for n in names if n not in registry]
+    if missing and needed:
+        known = ", ".join(sorted(registry)) or "none"
+        raise UserError(f"report_sections: {', '.join(missing)} is not a report section this caller knows (it knows: "
+                        f"{known}); run the playbook through its invoke command, or drop --report/--junit")
     out = []
     for name in names:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError as exc:
-            raise UserError(f"report_sections: cannot import {name!r} ({exc}); name an importable module") from None
+        mod = registry.get(name)
+        if mod is None:
+            continue
         if not all(hasattr(mod, a) for a in ("NAME", "section", "junit_suite")):
             raise UserError(f"report_sections: {name} needs NAME, section() and junit_suite()")
         out.append(mod)

@@ -25,6 +25,11 @@ class TaskResult:
     handler: bool = False
     rescued: bool = False  # failed inside a block whose rescue then ran
 
+    @property
+    def accepted(self) -> bool:
+        """A failure that the task's failed_when let pass (its module failed, the play goes on as if it had not)."""
+        return bool(self.result.get("failure_accepted"))
+
     def as_report(self) -> dict:
         return {
             "host": self.host,
@@ -38,6 +43,7 @@ class TaskResult:
             "ignored": self.ignored,
             "handler": self.handler,
             "rescued": self.rescued,
+            "failure_accepted": self.accepted,
             "warnings": self.result.get("warnings", []),
         }
 

@@ -89,6 +89,9 @@ def play(book: str | Path, inventory: Path, tmp_path: Path, **kw):
         path = tmp_path / "fault-play.yaml"
         path.write_text(book)
         book = path
+    from dfp_cli import rebuild_report  # the section the CLI registers for the nightly rebuild's reports
+
+    kw.setdefault("report_sections", {rebuild_report.NAME: rebuild_report})
     return run_playbook(str(book), inventory=str(inventory), **kw)
 
 
