@@ -79,6 +79,8 @@ class RepoFetch:
         self.missing: list = []
         self.corrupt: list = []
         self.asked_hub = False
+        self.new_manifest: dict | None = None  # a description the cache does not hold yet (written when fetching)
+        self.patterns = {"allow": opts["allow"], "ignore": opts["ignore"], "pickle": opts["allow_pickle"]}
 
     @property
     def hub(self) -> HubClient:
@@ -89,7 +91,7 @@ class RepoFetch:
     # ------------------------------------------------------------------ plan
     def describe(self) -> None:
         """The commit and its chosen files, from the cache's manifest when it already holds this commit."""
-        patterns = {"allow": self.opts["allow"], "ignore": self.opts["ignore"], "pickle": self.opts["allow_pickle"]}
+        patterns = self.patterns
         commit = self.revision if COMMIT_RE.match(self.revision) else None
         if commit is None:
             commit, names = self._ask(lambda: self.hub.revision(self.repo_id, self.revision))
@@ -118,7 +120,7 @@ class RepoFetch:
                                       "not a sha1 or sha256; check hf_endpoint (a mirror that is not HF-compatible?)")
                 files[name] = {"size": entry["size"], "etag": etag, "lfs": bool(entry.get("sha256"))}
             manifest = {"repo_id": self.repo_id, "commit": commit, "patterns": patterns, "files": files}
-            self._new_manifest = manifest
+            self.new_manifest = manifest
         self.commit, self.files = commit, manifest["files"]
 
     def use_manifest(self, manifest: dict) -> None:
@@ -131,11 +133,11 @@ class RepoFetch:
             if not safe_name(name) or not DIGEST_RE.match(str(f.get("etag"))) or not isinstance(f.get("size"), int):
                 raise ModuleError(f"{self.repo_id}@{commit}: the control node's manifest names {name!r} badly")
         self.commit, self.files = commit, files
-        self._new_manifest = dict(manifest)
+        self.new_manifest = dict(manifest)
 
     def install_uploaded(self, source: str) -> int:
         """Verify each blob the control node uploaded as <etag>.incomplete, rename it into place; its bytes."""
-        cache.write_manifest(self.repo, self.commit, self._new_manifest)
+        cache.write_manifest(self.repo, self.commit, self.new_manifest or {})
         cache.record_fetched(self.repo, self.repo_id, self.commit, source)
         placed = 0
         for name in dict.fromkeys(self.missing):
@@ -218,9 +220,8 @@ class RepoFetch:
     def fetch(self, ctx: Context) -> int:
         """Download every missing blob, verified; the bytes taken from the server."""
         os.makedirs(os.path.join(self.repo, "blobs"), exist_ok=True)
-        manifest = getattr(self, "_new_manifest", None)
-        if manifest is not None:
-            cache.write_manifest(self.repo, self.commit, manifest)
+        if self.new_manifest is not None:
+            cache.write_manifest(self.repo, self.commit, self.new_manifest)
         cache.record_fetched(self.repo, self.repo_id, self.commit, self.hub.endpoint)
         progress = Progress(f"{self.repo_id}@{self.commit[:12]}", self.need_bytes(), ctx)
         taken = 0

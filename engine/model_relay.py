@@ -93,9 +93,7 @@ def _hub_manifest(call: ActionCall, args: dict, repo_id: str, revision: str) -> 
     except (contract.ModuleError, HubError) as exc:
         raise TaskError(f"{call.where()}: on the control node: {exc.msg}") from None
     manifest = {"repo_id": repo_id, "commit": job.commit, "files": job.files, "source": job.hub.endpoint,
-                "patterns": getattr(job, "_new_manifest", None) and job._new_manifest.get("patterns")}
-    if manifest["patterns"] is None:
-        manifest["patterns"] = (hub_cache.read_manifest(job.repo, job.commit) or {}).get("patterns")
+                "patterns": job.patterns}
     return manifest, job.repo
 
 
@@ -167,12 +165,12 @@ def _manifests(call: ActionCall, args: dict) -> dict:
     return out
 
 
-def _local_file(manifest: dict, local: str, etag: str) -> str:
-    """The control node's copy of a blob: its relay cache blob, or the source folder's file with that digest."""
+def _local_file(manifest: dict, local: str, etag: str) -> tuple[str, int]:
+    """(the control node's copy of a blob, its size): its relay cache blob, or the source folder's file."""
+    name, entry = next((n, f) for n, f in manifest["files"].items() if f["etag"] == etag)
     if manifest["source"].startswith("control node "):
-        name = next(n for n, f in manifest["files"].items() if f["etag"] == etag)
-        return os.path.join(local, name)
-    return hub_cache.blob_path(local, etag)
+        return os.path.join(local, name), entry["size"]
+    return hub_cache.blob_path(local, etag), entry["size"]
 
 
 @action("models")
@@ -189,14 +187,14 @@ def models_via_control_node(call: ActionCall) -> dict:
     for role, (manifest, local) in found.items():
         for etag, remote in (plan["models"][role].get("needed") or {}).items():
             check_needed(call, manifest, etag, remote)
-            path = _local_file(manifest, local, etag)
+            path, size = _local_file(manifest, local, etag)
             try:
                 call.state.client.put(path, remote)
             except OSError as exc:
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                 raise TaskError(f"{call.where()}: sending {path} to {remote} failed: {reason}; the host keeps what it "
                                 "had (a partial upload is never in the snapshot). Free space there and run again.") from None
-            sent += manifest["files"][next(n for n, f in manifest["files"].items() if f["etag"] == etag)]["size"]
+            sent += size
     return _relay_result(call.module("models", dict(host_args, phase="install")), sent)
 
 
