@@ -132,15 +132,11 @@ def debug(call: ActionCall) -> dict:
         value = templar.evaluate(expr, call.view)
         masked = shown(call, lambda view: templar.evaluate(expr, view))
         if masked is not None:
-            value = variables_mask(masked)
+            value = MASK if masked == TAINTED else masked
         return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
     msg = str(call.args.get("msg", "hello"))
     masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view))
     return {"changed": False, "msg": str(masked) if masked is not None else msg}
-
-
-def variables_mask(value: Any) -> Any:
-    return MASK if value == TAINTED else value
 
 
 @action("set_fact")
@@ -168,18 +164,18 @@ def resolve_local(call: ActionCall, src: str, sub: str) -> Path:
     A path built from what a host returned (`{{ out.stdout }}`) is data, not the playbook's word: it must stay
     inside the role's or the playbook's folders (no absolute path, no way out with '..' or a symlink)."""
     task, play = call.task, call.play
-    tainted = from_host_data(call, "src")
+    from_host = from_host_data(call, "src")
     folders = ([task.role_dir / sub] if task.role_dir is not None else []) + [play.source.parent / sub, play.source.parent]
     candidates = []
-    if os.path.isabs(os.path.expanduser(src)) and not tainted:
+    if os.path.isabs(os.path.expanduser(src)) and not from_host:
         candidates.append(Path(os.path.expanduser(src)))
     candidates += [folder / src for folder in folders]
     for c in candidates:
         if c.exists():
-            if tainted and not any(c.resolve().is_relative_to(f.resolve()) for f in folders):
+            if from_host and not any(c.resolve().is_relative_to(f.resolve()) for f in folders):
                 break
             return c
-    if tainted:
+    if from_host:
         raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' comes from what a host returned, and such a path "
                         f"must name a file inside {', '.join(str(f) for f in folders)}; write the path in the playbook")
     raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' not found; looked in " + ", ".join(str(c) for c in candidates))
