@@ -51,10 +51,9 @@ def etag_of(entry: dict) -> str:
     return entry.get("sha256") or entry["oid"]
 
 
-def file_digest(path: str, lfs: bool, size: int, hasher=None) -> str:
+def file_digest(path: str, lfs: bool, size: int) -> str:
     """sha256 of the bytes (LFS files), or the git blob id (sha1 of 'blob SIZE\\0' + bytes)."""
-    if hasher is None:
-        hasher = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    hasher = hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(CHUNK)
@@ -62,10 +61,6 @@ def file_digest(path: str, lfs: bool, size: int, hasher=None) -> str:
                 break
             hasher.update(chunk)
     return hasher.hexdigest()
-
-
-def new_hasher(lfs: bool, size: int):
-    return hashlib.sha256() if lfs else hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
 
 
 def stat_key(path: str) -> list | None:
@@ -119,15 +114,24 @@ def write_ref(repo: str, revision: str, commit: str) -> None:
     write_file(os.path.join(repo, "refs", revision), commit.encode("ascii"))
 
 
-def link_snapshot(repo: str, commit: str, rfilename: str, etag: str) -> bool:
-    """snapshots/COMMIT/PATH -> ../../blobs/ETAG (relative, as huggingface_hub links); True when it changed."""
+def snapshot_link(repo: str, commit: str, rfilename: str, etag: str) -> tuple[str, str]:
+    """(snapshots/COMMIT/PATH, its target ../../blobs/ETAG relative to it, as huggingface_hub links)."""
     link = os.path.join(snapshot_dir(repo, commit), rfilename)
-    target = os.path.relpath(blob_path(repo, etag), os.path.dirname(link))
+    return link, os.path.relpath(blob_path(repo, etag), os.path.dirname(link))
+
+
+def is_linked(link: str, target: str) -> bool:
     try:
-        if os.readlink(link) == target:
-            return False
+        return os.readlink(link) == target
     except OSError:
-        pass
+        return False
+
+
+def link_snapshot(repo: str, commit: str, rfilename: str, etag: str) -> bool:
+    """Point snapshots/COMMIT/PATH at its blob (atomically); True when it changed."""
+    link, target = snapshot_link(repo, commit, rfilename, etag)
+    if is_linked(link, target):
+        return False
     os.makedirs(os.path.dirname(link), exist_ok=True)
     tmp = f"{link}.dfp-link"
     if os.path.lexists(tmp):

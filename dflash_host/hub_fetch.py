@@ -27,6 +27,11 @@ PROGRESS_EVERY_S = 10.0
 ATTEMPTS = 3  # a dropped connection resumes from the bytes already written
 
 
+def patterns_of(args: dict) -> dict:
+    """The models module's file selection (model_allow_patterns, model_ignore_patterns, models_allow_pickle)."""
+    return {"allow": list(args["allow_patterns"]), "ignore": list(args["ignore_patterns"]), "pickle": bool(args["allow_pickle"])}
+
+
 def select_files(names: list, allow: list, ignore: list, allow_pickle: bool) -> list:
     """The repository's files to fetch: matching an allow pattern, no ignore pattern, no pickle unless asked."""
     refused = list(ignore) + ([] if allow_pickle else list(PICKLED))
@@ -70,8 +75,8 @@ class Progress:
 class RepoFetch:
     """One repository at one revision: what to fetch, then fetching it."""
 
-    def __init__(self, client: HubClient | None, repo_id: str, revision: str, hf_home: str, opts: dict) -> None:
-        self.client, self.repo_id, self.revision, self.opts = client, repo_id, revision, opts
+    def __init__(self, client: HubClient | None, repo_id: str, revision: str, hf_home: str, patterns: dict) -> None:
+        self.client, self.repo_id, self.revision = client, repo_id, revision
         self.repo = cache.repo_dir(hf_home, repo_id)
         self.records = cache.VerifiedRecords(self.repo)
         self.commit = ""  # set by describe()
@@ -80,7 +85,7 @@ class RepoFetch:
         self.corrupt: list = []
         self.asked_hub = False
         self.new_manifest: dict | None = None  # a description the cache does not hold yet (written when fetching)
-        self.patterns = {"allow": opts["allow"], "ignore": opts["ignore"], "pickle": opts["allow_pickle"]}
+        self.patterns = patterns  # {allow, ignore, pickle}: patterns_of(args)
 
     @property
     def hub(self) -> HubClient:
@@ -140,7 +145,7 @@ class RepoFetch:
         cache.write_manifest(self.repo, self.commit, self.new_manifest or {})
         cache.record_fetched(self.repo, self.repo_id, self.commit, source)
         placed = 0
-        for name in dict.fromkeys(self.missing):
+        for name in self.missing:
             f = self.files[name]
             blob = cache.blob_path(self.repo, f["etag"])
             partial = blob + cache.INCOMPLETE
@@ -185,21 +190,13 @@ class RepoFetch:
                 self.missing.append(name)
 
     def links_wrong(self) -> list:
-        snap = cache.snapshot_dir(self.repo, self.commit)
-        wrong = []
-        for name, f in self.files.items():
-            want = os.path.relpath(cache.blob_path(self.repo, f["etag"]), os.path.dirname(os.path.join(snap, name)))
-            try:
-                if os.readlink(os.path.join(snap, name)) == want:
-                    continue
-            except OSError:
-                pass
-            wrong.append(name)
-        return wrong
+        """The snapshot's files that do not (yet) point at their blob."""
+        return [name for name, f in self.files.items()
+                if not cache.is_linked(*cache.snapshot_link(self.repo, self.commit, name, f["etag"]))]
 
     def need_bytes(self) -> int:
         total = 0
-        for name in dict.fromkeys(self.missing):
+        for name in self.missing:
             f = self.files[name]
             partial = cache.blob_path(self.repo, f["etag"]) + cache.INCOMPLETE
             total += f["size"] - (os.path.getsize(partial) if os.path.isfile(partial) else 0)
@@ -217,6 +214,17 @@ class RepoFetch:
                 "free space there or point hf_home at a larger disk. Nothing was fetched."
             )
 
+    def bring_in(self, ctx: Context, margin: int) -> int:
+        """Disk checked, every missing blob fetched and verified, the snapshot linked; the bytes taken."""
+        taken = 0
+        if self.missing:
+            self.check_disk(margin)
+            ctx.say(f"{self.repo_id}@{self.commit[:12]}: fetching {len(self.missing)} files ({human_bytes(self.need_bytes())})")
+            taken = self.fetch(ctx)
+        self.link()
+        self.records.save()
+        return taken
+
     def fetch(self, ctx: Context) -> int:
         """Download every missing blob, verified; the bytes taken from the server."""
         os.makedirs(os.path.join(self.repo, "blobs"), exist_ok=True)
@@ -225,7 +233,7 @@ class RepoFetch:
         cache.record_fetched(self.repo, self.repo_id, self.commit, self.hub.endpoint)
         progress = Progress(f"{self.repo_id}@{self.commit[:12]}", self.need_bytes(), ctx)
         taken = 0
-        for name in dict.fromkeys(self.missing):
+        for name in self.missing:
             taken += self._fetch_blob(name, self.files[name], progress)
             self.records.save()
         return taken

@@ -28,7 +28,7 @@ from typing import Any
 from dflash_host import hub_cache
 from dflash_host import module as contract
 from dflash_host.hub_client import HubClient, HubError
-from dflash_host.hub_fetch import RepoFetch, safe_name, select_files
+from dflash_host.hub_fetch import RepoFetch, patterns_of, safe_name, select_files
 from dflash_host.model_config import is_hub_id
 from engine.actions import ActionCall, action
 from engine.errors import TaskError
@@ -78,18 +78,13 @@ def _hub_manifest(call: ActionCall, args: dict, repo_id: str, revision: str) -> 
             raise TaskError(f"{call.where()}: hf_token_file {args['hf_token_file']} cannot be read on the control "
                             f"node ({exc.strerror}); with models_via: control_node the token file is the control node's")
     cache_home = os.path.expanduser(args["relay_cache"])
-    opts = {"allow": list(args["allow_patterns"]), "ignore": list(args["ignore_patterns"]), "allow_pickle": args["allow_pickle"]}
     try:
-        job = RepoFetch(HubClient(args["hf_endpoint"], token, args["timeout_s"]), repo_id, revision, cache_home, opts)
+        job = RepoFetch(HubClient(args["hf_endpoint"], token, args["timeout_s"]), repo_id, revision, cache_home,
+                        patterns_of(args))
         job.describe()
         job.check_present(args["verify"] == "full")
-        say = _Say(call)
-        if job.missing and not call.check:
-            job.check_disk(int(args["free_margin_gib"] * 2**30))
-            job.fetch(say)  # type: ignore[arg-type]
         if not call.check:
-            job.link()
-            job.records.save()
+            job.bring_in(_Say(call), int(args["free_margin_gib"] * 2**30))  # type: ignore[arg-type]
     except (contract.ModuleError, HubError) as exc:
         raise TaskError(f"{call.where()}: on the control node: {exc.msg}") from None
     manifest = {"repo_id": repo_id, "commit": job.commit, "files": job.files, "source": job.hub.endpoint,
@@ -104,7 +99,8 @@ def _folder_manifest(call: ActionCall, args: dict, repo_id: str) -> tuple[dict, 
         raise TaskError(f"{call.where()}: models_source_dir has no folder {folder} for {repo_id}; put the model's "
                         "files there (ORG/NAME, as the Hub names it) or fix models_source_dir")
     names = [str(p.relative_to(folder)) for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")]
-    chosen = select_files(names, list(args["allow_patterns"]), list(args["ignore_patterns"]), args["allow_pickle"])
+    patterns = patterns_of(args)
+    chosen = select_files(names, patterns["allow"], patterns["ignore"], patterns["pickle"])
     if not chosen:
         raise TaskError(f"{call.where()}: {folder} holds no file matching model_allow_patterns {args['allow_patterns']}")
     digests = _DigestRecord(Path(os.path.expanduser(args["relay_cache"])) / "source-digests.json")
@@ -127,12 +123,11 @@ class _DigestRecord:
         self.changed = False
 
     def sha256(self, file: Path) -> str:
-        st = file.stat()
-        key, stamp = str(file.resolve()), [st.st_size, st.st_mtime_ns, st.st_ino]
+        key, stamp = str(file.resolve()), hub_cache.stat_key(str(file))
         known = self.data.get(key)
         if known and known[0] == stamp:
             return known[1]
-        digest = hub_cache.file_digest(str(file), True, st.st_size)
+        digest = hub_cache.file_digest(str(file), True, file.stat().st_size)
         self.data[key] = [stamp, digest]
         self.changed = True
         return digest

@@ -23,7 +23,7 @@ import time
 
 from dflash_host import hub_cache as cache
 from dflash_host.hub_client import HubClient, HubError
-from dflash_host.hub_fetch import RepoFetch, human_bytes, safe_name
+from dflash_host.hub_fetch import RepoFetch, human_bytes, patterns_of, safe_name
 from dflash_host.model_config import is_hub_id
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.paths import managed_path
@@ -99,9 +99,7 @@ def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | N
     if not safe_name(str(revision)):
         raise ModuleError(f"{role}_revision {revision!r} is not a commit, branch or tag name; fix {role}_revision")
     started = time.monotonic()
-    opts = {"allow": list(args["allow_patterns"]), "ignore": list(args["ignore_patterns"]),
-            "allow_pickle": args["allow_pickle"]}
-    job = RepoFetch(client, value, revision, args["hf_home"], opts)
+    job = RepoFetch(client, value, revision, args["hf_home"], patterns_of(args))
     relayed = (args["manifests"] or {}).get(role)
     if args["phase"] != "fetch":
         if not relayed:
@@ -115,14 +113,14 @@ def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | N
     present = sum(f["size"] for n, f in job.files.items() if n not in job.missing)
     out = {"source": client.endpoint if client else relayed.get("source"), "repo_id": value, "revision": revision, "commit": job.commit,
            "path": cache.snapshot_dir(job.repo, job.commit), "files": len(job.files),
-           "bytes_present": present, "bytes_fetched": 0, "corrupt": sorted(set(job.corrupt)),
+           "bytes_present": present, "bytes_fetched": 0, "corrupt": sorted(job.corrupt),
            "moved_from": before if before and before != job.commit else None}
     for name in out["corrupt"]:
         ctx.warn(f"{value}@{job.commit[:12]}: {name} does not match the Hub's digest; it is fetched again")
     out["changed"] = bool(job.missing or wrong_links or (before != job.commit and revision != job.commit))
     if args["phase"] == "plan":
         out["needed"] = {job.files[n]["etag"]: cache.blob_path(job.repo, job.files[n]["etag"]) + cache.INCOMPLETE
-                         for n in dict.fromkeys(job.missing)}
+                         for n in job.missing}
         if out["needed"] and not ctx.check:
             job.check_disk(int(args["free_margin_gib"] * 2**30))
             os.makedirs(os.path.join(job.repo, "blobs"), exist_ok=True)
@@ -132,13 +130,10 @@ def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | N
     if args["phase"] == "install":
         out["source"] = relayed.get("source", "control node")
         out["bytes_fetched"] = job.install_uploaded(out["source"]) if job.missing else 0
+        job.link()
+        job.records.save()
     else:
-        job.check_disk(int(args["free_margin_gib"] * 2**30))
-        if job.missing:
-            ctx.say(f"{role} {value}@{job.commit[:12]}: fetching {len(set(job.missing))} files ({human_bytes(job.need_bytes())})")
-        out["bytes_fetched"] = job.fetch(ctx) if job.missing else 0
-    job.link()
-    job.records.save()
+        out["bytes_fetched"] = job.bring_in(ctx, int(args["free_margin_gib"] * 2**30))
     out["seconds"] = round(time.monotonic() - started, 3)
     return out
 

@@ -216,12 +216,13 @@ def check_inputs(args: dict, ctx: Context) -> None:
 def warn_missing_links(args: dict, ctx: Context) -> None:
     """Say which find_links folders are absent here (left out of the install) and which index stands in."""
     links = args["find_links"] or []
-    missing = [link for link in links if link not in present_links(links)]
+    present = present_links(links)
+    missing = [link for link in links if link not in present]
     if not missing or args["wheelhouse"]:
         return
     fallback = args["fallback_index_urls"] or []
     instead = f"; packages come from fallback_index_urls ({', '.join(fallback)}) instead" if fallback and not any(
-        is_local_link(link) for link in present_links(links)) else ""
+        is_local_link(link) for link in present) else ""
     ctx.warn(f"find_links {', '.join(map(str, missing))}: not a folder on this host, left out of the install{instead}")
 
 
