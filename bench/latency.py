@@ -227,10 +227,10 @@ class Scenario:
 def _modules():
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # library.NAME and dflash_host.NAME
-    from dflash_host import module as _common
+    from dflash_host import module
     from library import vllm_server
 
-    return vllm_server, _common
+    return vllm_server, module
 
 
 def ready_once(root: Path) -> dict:

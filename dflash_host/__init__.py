@@ -1,8 +1,15 @@
-"""Host-side helpers of the task modules in library/ (Ansible's module_utils): one home for each concern.
+"""Host-side helpers of the task modules in library/ (Ansible's module_utils), grouped by subject.
 
-module (the contract: ModuleError, Context, check_args, execute, main), files, paths, proc, gpu,
-pyenv and installers, untrusted_json and st_header, model_config, and the vLLM server's parts
-(vllm_values, vllm_launch, vllm_unit, vllm_files, vllm_process, vllm_log, vllm_metrics, vllm_probe).
+  module   the contract every task module runs under: ModuleError, Context, check_args, execute, main
+  host/    the machine: processes and pidfiles, GPUs, systemd, the tool's own paths, files, manifests, untrusted JSON
+  models/  the model locator and config.json reader, safetensors headers, the drafter's shape and choices, the Hub fetch
+  env/     serving environments: interpreter probes, installers, the build, the folder layout, purging, flash-attn rules
+  vllm/    the managed vLLM server, behind one front (dflash_host.vllm) that the vLLM task modules import
+  speed/   whether the drafter pays: the load generators, a run's figures, speed-ups, variants, the speed record
+
+Imports: names are imported from the module that defines them (`from dflash_host.host.files import
+atomic_write`); a module is imported whole only under its own name (`from dflash_host.host import systemd`);
+no aliases. The vLLM task modules import the server's names from the front only.
 
 Standard library, psutil and tenacity only. The engine ships this package to each host inside the
 runtime zip (engine/runtime.py), keyed by a hash of its files, so a host always runs the version the

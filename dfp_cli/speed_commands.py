@@ -18,7 +18,7 @@ from typing import Any
 
 from invoke import Exit
 
-from dflash_host.speedup import by_concurrency, larger_k_cannot_pay, speedups
+from dflash_host.speed.speedup import by_concurrency, larger_k_cannot_pay, speedups
 from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
 from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
 from dfp_cli.speed_html import figure_text
@@ -212,7 +212,7 @@ def _index_row(host: str, parts: dict) -> dict:
 class TunePlan:
     """Which variant each host measures next: the baseline, then its k in ascending order, each host skipping
     the k above its drafter's block_size - 1 and, once a measured k's last draft position is (nearly) never
-    accepted, every larger k (dflash_host.speedup.larger_k_cannot_pay)."""
+    accepted, every larger k (dflash_host.speed.speedup.larger_k_cannot_pay)."""
 
     def __init__(self, ks: list[int]) -> None:
         self.ks = sorted(set(ks))

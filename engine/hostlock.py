@@ -15,10 +15,10 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from dflash_host.paths import SYSTEM_DIRS
+from dflash_host.host.paths import SYSTEM_DIRS
 from engine.templating import to_bool
 
-# Under these, nothing is a tool's root (dflash_host.paths.SYSTEM_DIRS lists the folders themselves).
+# Under these, nothing is a tool's root (dflash_host.host.paths.SYSTEM_DIRS lists the folders themselves).
 SYSTEM_PREFIXES = ("/etc/", "/proc/", "/sys/", "/dev/", "/boot/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/usr/bin/",
                    "/usr/sbin/", "/usr/lib/", "/var/spool/", "/run/systemd/")
 

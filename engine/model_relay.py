@@ -25,11 +25,11 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from dflash_host import hub_cache
-from dflash_host import module as contract
-from dflash_host.hub_client import HubClient, HubError
-from dflash_host.hub_fetch import RepoFetch, patterns_of, safe_name, select_files
-from dflash_host.model_config import is_hub_id
+from dflash_host.models import hub_cache
+from dflash_host.models.config import is_hub_id
+from dflash_host.models.hub_client import HubClient, HubError
+from dflash_host.models.hub_fetch import RepoFetch, patterns_of, safe_name, select_files
+from dflash_host.module import ModuleError, check_args
 from engine.actions import ActionCall, action
 from engine.errors import TaskError
 from engine.modulespec import module_args_spec
@@ -85,7 +85,7 @@ def _hub_manifest(call: ActionCall, args: dict, repo_id: str, revision: str) -> 
         job.check_present(args["verify"] == "full")
         if not call.check:
             job.bring_in(_Say(call), int(args["free_margin_gib"] * 2**30))  # type: ignore[arg-type]
-    except (contract.ModuleError, HubError) as exc:
+    except (ModuleError, HubError) as exc:
         raise TaskError(f"{call.where()}: on the control node: {exc.msg}") from None
     manifest = {"repo_id": repo_id, "commit": job.commit, "files": job.files, "source": job.hub.endpoint,
                 "patterns": job.patterns}
@@ -171,7 +171,7 @@ def _local_file(manifest: dict, local: str, etag: str) -> tuple[str, int]:
 @action("models")
 def models_via_control_node(call: ActionCall) -> dict:
     """Resolve (and fetch once) on the control node, plan on the host, send what it lacks, install there."""
-    args = contract.check_args(module_args_spec("models") or {}, dict(call.args), "models")
+    args = check_args(module_args_spec("models") or {}, dict(call.args), "models")
     found = _manifests(call, args)
     host_args = {k: v for k, v in call.args.items() if k not in ("hf_token", "hf_token_file", "source_dir")}
     host_args["manifests"] = {role: m for role, (m, _) in found.items()}

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from jinja2 import meta
 
-from dflash_host import module as contract  # the same argument checks the worker runs
+from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.modulespec import linked_vars, module_args_spec
@@ -125,8 +125,8 @@ class Preflight:
             if name not in spec or is_template(str(value)):
                 continue
             try:
-                contract.check_args({name: spec[name]}, {name: value}, task.module)
-            except contract.ModuleError as exc:
+                check_args({name: spec[name]}, {name: value}, task.module)
+            except ModuleError as exc:
                 raise UserError(f"{task.source} ('{task.name}'): {exc.msg}") from None
 
 

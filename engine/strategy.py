@@ -13,7 +13,7 @@ from typing import Any
 
 from jinja2.sandbox import SecurityError
 
-from dflash_host import module as contract  # the same argument checks the worker runs
+from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine import become, model_relay  # noqa: F401 - model_relay registers the models action
 from engine.actions import ACTIONS, ActionCall, handles
 from engine.errors import HostUnreachable, TaskError, UserError
@@ -220,8 +220,8 @@ class TaskExecutor:
                 result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
             else:
                 try:
-                    contract.check_args(module_args_spec(task.module) or {}, args, task.module)
-                except contract.ModuleError as exc:
+                    check_args(module_args_spec(task.module) or {}, args, task.module)
+                except ModuleError as exc:
                     raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
                 result = self.module(state, task.module, args, check, task)
         if isinstance(result.get("diff"), dict) and self.variables.secret_touched(view):

@@ -12,7 +12,7 @@ answer). Install in check mode needs no uploads. The engine should run install w
 says `would_change` (a mode fix or an extra file needs no upload). Staged files are consumed (moved
 into place, or removed when not needed); paths with equal content may share one upload. Put them on
 dest's filesystem so the rename is atomic. Parent folders missing on the host are created (0755).
-The folder's helpers (manifest checks, scanning, placing uploads) are dflash_host/manifest.py.
+The folder's helpers (manifest checks, scanning, placing uploads) are dflash_host/host/manifest.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import posixpath
 import re
 import stat
 
-from dflash_host.files import atomic_write, ensure_attributes, parse_mode, read_bytes, resolve_gid, resolve_uid
-from dflash_host.manifest import (
+from dflash_host.host.files import atomic_write, ensure_attributes, parse_mode, read_bytes, resolve_gid, resolve_uid
+from dflash_host.host.manifest import (
     NEW_DIR_MODE,
     NEW_FILE_MODE,
     check_delete_extra_dest,

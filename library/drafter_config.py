@@ -17,7 +17,9 @@ import json
 import os
 import time
 
-from dflash_host.drafter_choices import (
+from dflash_host.host.files import atomic_write
+from dflash_host.models.config import ModelLocation, config_json_path, locate_model, read_config_json, require_local
+from dflash_host.models.drafter_choices import (
     DEFAULT_BLOCK_SIZE,
     RULE_TEXT,
     check_block_size,
@@ -28,13 +30,11 @@ from dflash_host.drafter_choices import (
     parse_layer_ids,
     validate_layer_ids,
 )
-from dflash_host.drafter_shape import infer_drafter_shape, resolve_heads
-from dflash_host.drafter_target import fused_layer_count, resolve_vocab, rope_theta_of, target_facts, validate_vocab
-from dflash_host.files import atomic_write
-from dflash_host.hub_cache import is_verified_file
-from dflash_host.model_config import ModelLocation, config_json_path, locate_model, read_config_json, require_local
+from dflash_host.models.drafter_shape import infer_drafter_shape, resolve_heads
+from dflash_host.models.drafter_target import fused_layer_count, resolve_vocab, rope_theta_of, target_facts, validate_vocab
+from dflash_host.models.hub_cache import is_verified_file
+from dflash_host.models.safetensors_header import read_checkpoint
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.st_header import read_checkpoint
 
 ARGS = {
     "drafter": {

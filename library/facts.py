@@ -13,8 +13,8 @@ import platform
 import socket
 import sys
 
-from dflash_host import gpu as _gpu
-from dflash_host import systemd as _systemd
+from dflash_host.host import systemd
+from dflash_host.host.gpus import NoDriver, query_cuda_version, query_gpus
 from dflash_host.module import Context, main
 
 ARGS = {
@@ -105,11 +105,11 @@ def run(args: dict, ctx: Context) -> dict:
     uname = platform.uname()
     release = parse_os_release(_read("/etc/os-release"))
     try:
-        gpus = _gpu.query_gpus(args["nvidia_smi"])
+        gpus = query_gpus(args["nvidia_smi"])
         reason = ""
-    except _gpu.NoDriver as exc:
+    except NoDriver as exc:
         gpus, reason = None, str(exc)
-    cuda = _gpu.query_cuda_version(args["nvidia_smi"]) if gpus else None
+    cuda = query_cuda_version(args["nvidia_smi"]) if gpus else None
     gpu, gpu_list = gpu_facts(gpus, reason, cuda)
     facts = {
         "hostname": socket.gethostname(),
@@ -127,7 +127,7 @@ def run(args: dict, ctx: Context) -> dict:
         "cpu_count": os.cpu_count() or 1,
         "memory_mib": parse_meminfo(_read("/proc/meminfo")),
         "disk": disk_facts(args["disk_paths"] or []),
-        "systemd": _systemd.present(),
+        "systemd": systemd.present(),
         "gpu": gpu,
         "gpus": gpu_list,
     }

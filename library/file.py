@@ -4,7 +4,7 @@ The building block of every role's layout: folders for environments, logs and co
 mode and owner the service needs. Only what differs is changed, and only what can be the tool's:
 
 - absent refuses `/`, top-level, system and home folders (and the folders holding the home),
-  relative paths and paths with `..` (dflash_host/paths.py), before anything is looked at;
+  relative paths and paths with `..` (dflash_host/host/paths.py), before anything is looked at;
 - a folder that exists keeps its mode and owner unless the task names one; the mode or owner of a
   system or home folder is never changed;
 - folders it creates get 0755 (less what the umask takes away), parents included; `mode` sets the
@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shutil
 
-from dflash_host.files import ensure_attributes, parse_mode, resolve_gid, resolve_uid
+from dflash_host.host.files import ensure_attributes, parse_mode, resolve_gid, resolve_uid
+from dflash_host.host.paths import check_plain, managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import check_plain, managed_path
 
 ARGS = {
     "path": {"type": "path", "required": True, "help": "the path on the host (absolute, or starting with ~/)"},

@@ -2,7 +2,7 @@
 
 vLLM brings its own `vllm_flash_attn`, so for vLLM alone no separate flash-attn is needed. A drafter or
 extra package that imports `flash_attn` gets the 2.x line (`flash-attn<3`) on SM80-90 and
-`flash-attn-4` on SM100+ (the decision table: dflash_host/flash_attn_rules.py). `flash-attn-4` elsewhere
+`flash-attn-4` on SM100+ (the decision table: dflash_host/env/flash_attn.py). `flash-attn-4` elsewhere
 installs a `flash_attn` without `flash_attn.ops`, and vLLM then fails at start-up with a missing-module
 error: it is removed, and a 2.x line that shared its files is reinstalled. flash-attn 2.x on PyPI is a
 source package that compiles for an hour: a prebuilt wheel (URL, file or wheelhouse folder) is chosen by
@@ -22,11 +22,11 @@ import os
 import re
 import shutil
 
-from dflash_host.files import atomic_write, read_json
-from dflash_host.flash_attn_rules import FA2, FA4, choose_flash_attn, critical_imports, install_target, plan_actions
-from dflash_host.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
+from dflash_host.env.flash_attn import FA2, FA4, choose_flash_attn, critical_imports, install_target, plan_actions
+from dflash_host.env.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
+from dflash_host.env.interpreter import check_imports, probe_env, run_python
+from dflash_host.host.files import atomic_write, read_json
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.pyenv import check_imports, probe_env, run_python
 
 ARGS = {
     "python": {
@@ -173,7 +173,7 @@ class Pinning:
         self.uv: str | None = None
 
     def choose_installer(self, env: dict) -> None:
-        """The environment's own pip, else uv (dflash_host/installers.py), once per run."""
+        """The environment's own pip, else uv (dflash_host/env/installers.py), once per run."""
         if self.kind is None:
             probe = {"prefix": env["info"]["prefix"], "has_pip": env["has_pip"]}
             self.kind, self.uv = choose_installer(self.args, self.ctx, env=probe)

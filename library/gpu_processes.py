@@ -1,6 +1,6 @@
 """Free the GPU memory that the managed vLLM server holds, and prove it by measurement.
 
-Measures the GPUs, has the managed server stopped by its one owner (dflash_host/vllm_process.py: its
+Measures the GPUs, has the managed server stopped by its one owner (dflash_host/vllm/process.py: its
 systemd unit, else every process its pidfile proves is ours, including children left behind by a dead
 server that still hold the GPU), stops leftovers of the unit's cgroup, waits until GPU memory used is
 under a threshold, and lists every other GPU holder (PID, user, command, MiB) without touching it, unless
@@ -15,17 +15,25 @@ import time
 
 import psutil
 
-from dflash_host import gpu as _gpu
-from dflash_host import gpu_holders as _holders
-from dflash_host import systemd as _systemd
+from dflash_host.host import systemd
+from dflash_host.host.gpu_holders import (
+    blocked_by_foreign,
+    classify,
+    describe_holders,
+    find_holders,
+    foreign_decision,
+    parse_kill_foreign,
+    play_uids,
+)
+from dflash_host.host.gpus import NoDriver, busy, query_gpus, query_or_fail, select_gpus, used_line, wait_until_free
+from dflash_host.host.paths import managed_path
+from dflash_host.host.processes import alive, brief, examine, read_pidfile, stop_processes
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import managed_path
-from dflash_host.proc import alive, brief, examine, read_pidfile, stop_processes
-from dflash_host.vllm_process import server_for
+from dflash_host.vllm import server_for
 
 ARGS = {
     "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
-                "help": "the managed server's pidfile (dflash_host/proc.py); its proven processes are stopped"},
+                "help": "the managed server's pidfile (dflash_host/host/processes.py); its proven processes are stopped"},
     "unit": {"type": "str", "default": None, "var": "vllm_service_name",
              "help": "the managed server's systemd unit (a system unit); used where systemd is PID 1"},
     "threshold_mib": {"type": "int", "default": 1024, "var": "gpu_free_threshold_mib",
@@ -65,14 +73,14 @@ def check_numbers(threshold_mib: int, timeout_s: float, grace_s: float) -> None:
 def unit_state(unit: str) -> dict | None:
     """{name, load_state, active_state, main_pid, cgroup} of a unit systemd knows, else None (also when
     systemd does not answer: its processes are then foreign holders, listed and never signalled)."""
-    props = _systemd.show(unit, ("LoadState", "ActiveState", "MainPID", "ControlGroup"), check=False)
+    props = systemd.show(unit, ("LoadState", "ActiveState", "MainPID", "ControlGroup"), check=False)
     if props.get("LoadState", "not-found") == "not-found":
         return None
     return {
         "name": unit,
         "load_state": props.get("LoadState"),
         "active_state": props.get("ActiveState", "inactive"),
-        "main_pid": _systemd.main_pid(props),
+        "main_pid": systemd.main_pid(props),
         "cgroup": props.get("ControlGroup") or "",
     }
 
@@ -95,13 +103,13 @@ def survey_ours(args: dict, ctx: Context) -> dict:
     for r in found["refused"]:
         ctx.warn(f"pidfile {args['pidfile']}: refused to signal PID {r['pid']}: {r['reason']}")
     managed = list(found["managed"])
-    unit = unit_state(args["unit"]) if args["unit"] and _systemd.present() else None
+    unit = unit_state(args["unit"]) if args["unit"] and systemd.present() else None
     unit_procs: list = []
     if unit:
         known = {m.pid for m in managed}
-        unit_procs = [p for p in _processes(_systemd.cgroup_pids(unit["cgroup"])) if p.pid not in known]
+        unit_procs = [p for p in _processes(systemd.cgroup_pids(unit["cgroup"])) if p.pid not in known]
         managed += unit_procs
-    unit_active = bool(unit and unit["active_state"] in _systemd.ACTIVE_STATES)
+    unit_active = bool(unit and unit["active_state"] in systemd.ACTIVE_STATES)
     top_alive = bool(record) and any(p.pid == record["pid"] for p in found["managed"])
     left_running = bool(args["keep_running"] and (top_alive or unit_active))
     return {
@@ -125,14 +133,14 @@ def survey_foreign(args: dict, kill: tuple, ours: dict, holders: list, ctx: Cont
     notes: dict = {}
     for item in ours["found"]["unproven_group"] + ours["found"]["refused"]:
         notes.setdefault(item["pid"], []).append(item["reason"])
-    my_uid = _holders.play_uids()  # as root through sudo: the login user's processes count as ours too
+    my_uid = play_uids()  # as root through sudo: the login user's processes count as ours too
 
     def decide(h: dict) -> tuple[bool, str]:
-        return _holders.foreign_decision(
+        return foreign_decision(
             h["pid"], h["cmdline"], h["uid"], my_uid, kill_pids, kill_cmds, args["allow_other_users"]
         )
 
-    foreign, to_kill = _holders.classify(holders, {p.pid for p in ours["managed"]}, notes, decide)
+    foreign, to_kill = classify(holders, {p.pid for p in ours["managed"]}, notes, decide)
     for pid in sorted(kill_pids - {h["pid"] for h in holders}):
         ctx.warn(f"kill_foreign names PID {pid}, which holds no GPU memory; left alone")
     return foreign, to_kill
@@ -162,7 +170,7 @@ def _merge(a: dict, b: dict | None) -> dict:
 
 
 def stop_ours(args: dict, ours: dict, ctx: Context) -> dict:
-    """The managed server through its owner (dflash_host/vllm_process.py): the unit, then the pidfile's
+    """The managed server through its owner (dflash_host/vllm/process.py): the unit, then the pidfile's
     tree (children of a dead server too); then what the unit's cgroup still holds. One stop report."""
     grace = args["grace_s"]
     report = stop_processes([], grace, ctx)
@@ -212,7 +220,7 @@ def still_busy_error(still: list, left: list, scan: dict, threshold: int, second
     if blockers:
         msg = (
             f"{what} (threshold {threshold} MiB), held by process(es) this tool does not manage, left "
-            f"alone: {_holders.describe_holders(blockers)}. Stop them yourself, or name them in gpu_cleanup_kill_foreign "
+            f"alone: {describe_holders(blockers)}. Stop them yourself, or name them in gpu_cleanup_kill_foreign "
             "(exact PID or command line); another user's process also needs "
             "gpu_cleanup_allow_other_users: true"
         )
@@ -233,9 +241,9 @@ def measure_after(args: dict, ours: dict, left: list, indices: list, ctx: Contex
     """The reading after stopping: waited for, unless the server is kept or foreign holders we leave
     alone keep a GPU busy on their own (waiting could not change that)."""
     cmd, threshold = args["nvidia_smi"], args["threshold_mib"]
-    if ours["left_running"] or _holders.blocked_by_foreign(left, indices, threshold):
-        return _gpu.query_or_fail(cmd)
-    return _gpu.wait_until_free(cmd, indices, threshold, args["timeout_s"], ctx)
+    if ours["left_running"] or blocked_by_foreign(left, indices, threshold):
+        return query_or_fail(cmd)
+    return wait_until_free(cmd, indices, threshold, args["timeout_s"], ctx)
 
 
 # ---------------------------------------------------------------- run
@@ -246,14 +254,14 @@ def run(args: dict, ctx: Context) -> dict:
     check_numbers(threshold, args["timeout_s"], args["grace_s"])
     if args["pidfile"]:  # the stale pidfile is removed below: only one plausibly the tool's
         managed_path(args["pidfile"], "pidfile")
-    kill = _holders.parse_kill_foreign(args["kill_foreign"])
+    kill = parse_kill_foreign(args["kill_foreign"])
     try:
-        before = _gpu.query_gpus(cmd)
-    except _gpu.NoDriver as exc:
+        before = query_gpus(cmd)
+    except NoDriver as exc:
         return {"changed": False, "skipped": True, "msg": f"skipped: no usable NVIDIA driver ({exc}); nothing to free"}
-    indices = _gpu.select_gpus(before, args["gpus"])
+    indices = select_gpus(before, args["gpus"])
     ours = survey_ours(args, ctx)
-    holders, scan = _holders.find_holders(cmd, before, indices, threshold, args["device_prefix"])
+    holders, scan = find_holders(cmd, before, indices, threshold, args["device_prefix"])
     foreign, to_kill = survey_foreign(args, kill, ours, holders, ctx)
     result = {
         "threshold_mib": threshold,
@@ -291,7 +299,7 @@ def free(args: dict, ctx: Context, result: dict, ours: dict, others: tuple, gpus
     after = measure_after(args, ours, left, indices, ctx)
     seconds = round(time.monotonic() - t0, 3)
     result.update(changed=changed, seconds=seconds, gpus=[_gpu_row(g, after) for g in before if g["index"] in indices])
-    still = _gpu.busy(after, indices, args["threshold_mib"])
+    still = busy(after, indices, args["threshold_mib"])
     if still and not ours["left_running"]:
         raise still_busy_error(still, left, scan, args["threshold_mib"], seconds, result)
     result["msg"] = done_msg(ours, stopped, stopped_foreign, (after, indices, bool(still)), left, args["threshold_mib"])
@@ -318,9 +326,9 @@ def done_msg(ours: dict, stopped: dict, stopped_foreign: dict, reading: tuple, l
     if ours["left_running"]:
         parts.append(f"left the running managed server (pid {record['pid'] if record else unit['main_pid']}) alone")
     state = "GPU in use by the managed server" if ours["left_running"] and still else "GPU free"
-    msg = f"{', '.join(parts) + '; ' if parts else ''}{state}: {_gpu.used_line(after, indices)} (threshold {threshold} MiB)"
+    msg = f"{', '.join(parts) + '; ' if parts else ''}{state}: {used_line(after, indices)} (threshold {threshold} MiB)"
     if left:
-        msg += f"; {len(left)} foreign holder(s) left alone: {_holders.describe_holders(left)}"
+        msg += f"; {len(left)} foreign holder(s) left alone: {describe_holders(left)}"
     return msg
 
 
@@ -339,7 +347,7 @@ def check_result(result: dict, ours: dict, to_kill: list, before: list, indices:
         parts.append("would remove the stale pidfile")
     msg = "; ".join(parts or ["nothing to stop"])
     if left:
-        msg += f"; would leave {len(left)} foreign holder(s) alone: {_holders.describe_holders(left)}"
+        msg += f"; would leave {len(left)} foreign holder(s) alone: {describe_holders(left)}"
     result.update(
         changed=bool(to_stop or to_kill or unit or ours["pidfile_stale"]),
         would_stop=[p.pid for p in to_stop + to_kill],

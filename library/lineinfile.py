@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from dflash_host.files import atomic_write, parse_mode, read_bytes
+from dflash_host.host.files import atomic_write, parse_mode, read_bytes
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {

@@ -21,12 +21,12 @@ import os
 import shutil
 import time
 
-from dflash_host import hub_cache as cache
-from dflash_host.hub_client import HubClient, HubError
-from dflash_host.hub_fetch import RepoFetch, human_bytes, patterns_of, safe_name
-from dflash_host.model_config import is_hub_id
+from dflash_host.host.paths import managed_path
+from dflash_host.models.config import is_hub_id
+from dflash_host.models.hub_cache import INCOMPLETE, MARKER, blob_path, is_tool_repo, read_ref, snapshot_dir
+from dflash_host.models.hub_client import HubClient, HubError
+from dflash_host.models.hub_fetch import RepoFetch, human_bytes, patterns_of, safe_name
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import managed_path
 
 ARGS = {
     "state": {"type": "str", "default": "present", "choices": ["present", "absent"],
@@ -107,19 +107,19 @@ def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | N
         job.use_manifest(relayed)
     else:
         job.describe()
-    before = cache.read_ref(job.repo, revision)
+    before = read_ref(job.repo, revision)
     job.check_present(args["verify"] == "full")
     wrong_links = job.links_wrong()
     present = sum(f["size"] for n, f in job.files.items() if n not in job.missing)
     out = {"source": client.endpoint if client else relayed.get("source"), "repo_id": value, "revision": revision, "commit": job.commit,
-           "path": cache.snapshot_dir(job.repo, job.commit), "files": len(job.files),
+           "path": snapshot_dir(job.repo, job.commit), "files": len(job.files),
            "bytes_present": present, "bytes_fetched": 0, "corrupt": sorted(job.corrupt),
            "moved_from": before if before and before != job.commit else None}
     for name in out["corrupt"]:
         ctx.warn(f"{value}@{job.commit[:12]}: {name} does not match the Hub's digest; it is fetched again")
     out["changed"] = bool(job.missing or wrong_links or (before != job.commit and revision != job.commit))
     if args["phase"] == "plan":
-        out["needed"] = {job.files[n]["etag"]: cache.blob_path(job.repo, job.files[n]["etag"]) + cache.INCOMPLETE
+        out["needed"] = {job.files[n]["etag"]: blob_path(job.repo, job.files[n]["etag"]) + INCOMPLETE
                          for n in job.missing}
         if out["needed"] and not ctx.check:
             job.check_disk(int(args["free_margin_gib"] * 2**30))
@@ -156,7 +156,7 @@ def remove_fetched(args: dict, ctx: Context) -> dict:
         repo = os.path.join(hub, name)
         if not name.startswith("models--") or not os.path.isdir(repo) or os.path.islink(repo):
             continue
-        if not cache.is_tool_repo(repo):
+        if not is_tool_repo(repo):
             kept.append(repo)
             continue
         managed_path(repo, "hf_home repository", root=hub, root_field="hf_home/hub")
@@ -164,7 +164,7 @@ def remove_fetched(args: dict, ctx: Context) -> dict:
         if not ctx.check:
             shutil.rmtree(repo)
     for repo in kept:
-        ctx.warn(f"{repo}: not fetched by this tool (no {cache.MARKER}); kept")
+        ctx.warn(f"{repo}: not fetched by this tool (no {MARKER}); kept")
     verb = "would remove" if ctx.check else "removed"
     return {"changed": bool(removed), "removed": removed, "kept": kept,
             "msg": f"{verb} {len(removed)} fetched model repositories" if removed else "no fetched model repository to remove"}

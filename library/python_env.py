@@ -1,7 +1,7 @@
 """Ensure the serving environment: a virtual environment with vLLM (or given requirements), built
 reproducibly beside the current one, verified by import, and switched in by an atomic symlink.
 
-Under `root` (layout: dflash_host/envs.py): envs/<hash>/ per set of requirements (a fresh build, the nightly
+Under `root` (layout: dflash_host/env/layout.py): envs/<hash>/ per set of requirements (a fresh build, the nightly
 rebuild, is envs/<hash>-<UTC time>), `current` linking to the live one, the activation history and build
 journal, the build lock, a pushed wheelhouse. Same hash, complete and current: nothing runs (no pip, no uv),
 unless `fresh`. A failed or interrupted build never moves `current`; its half-built folder is removed on the
@@ -9,8 +9,8 @@ next run. Older envs are pruned, never the current one or the rollback target. s
 `current` back to the previous env; state=switched makes a given complete env current. Only folders the tool
 provably made are ever deleted (an env whose marker names it, or one in the build journal); anything else
 under root is left and named. state=absent (teardown --purge) removes those, and `current`, the lock, the
-history and the recorded wheelhouse (dflash_host/env_purge.py). `root` may not be /, a home or system
-folder, relative or contain `..` (dflash_host/paths.py). Building: dflash_host/env_build.py.
+history and the recorded wheelhouse (dflash_host/env/purge.py). `root` may not be /, a home or system
+folder, relative or contain `..` (dflash_host/host/paths.py). Building: dflash_host/env/build.py.
 
 Result: hash, env (folder name), path, python (through `current`), env_python (the env's own path: launch
 servers with it, so a later switch never changes files under a running server), specs, installer,
@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 
-from dflash_host.env_build import build, env_hash, env_versions, install_plan, python_info, resolve_specs
-from dflash_host.env_purge import purge_plan, remove_empty_folders, remove_own
-from dflash_host.envs import (
+from dflash_host.env.build import build, env_hash, env_versions, install_plan, python_info, resolve_specs
+from dflash_host.env.installers import is_local_link, present_links
+from dflash_host.env.interpreter import ENV_MARKER
+from dflash_host.env.layout import (
     ENV_LOCK,
     ID_RE,
     LOCK,
@@ -40,10 +41,9 @@ from dflash_host.envs import (
     read_history,
     roll_back_history,
 )
-from dflash_host.installers import is_local_link, present_links
+from dflash_host.env.purge import purge_plan, remove_empty_folders, remove_own
+from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import managed_path
-from dflash_host.pyenv import ENV_MARKER
 
 ARGS = {
     "root": {"type": "path", "required": True, "var": "venv_root", "help": "folder of the environments"},

@@ -7,7 +7,7 @@ prompt tokens and exactly `max_tokens` output tokens (ignore_eos) are sent with 
 deltas give that level's acceptance. Levels run one after the other, in the order given.
 
 The load comes from vLLM's own `vllm bench serve` (random dataset, no downloads) run from the serving
-environment (the `vllm` beside venv_python), or from the built-in client (dflash_host/load_client.py)
+environment (the `vllm` beside venv_python), or from the built-in client (dflash_host/speed/load_client.py)
 where that cannot run. load_generator: auto (vllm bench serve, falling back per level to the built-in
 client when it is missing or fails, saying why), vllm (fail instead of falling back), builtin.
 
@@ -28,7 +28,7 @@ level in the order given:
   drafts), drafts, draft_tokens, accepted_tokens, per_position_accepted (raw counts), load_generator.
 Acceptance fields are None (lists empty) without a drafter. A baseline comparison is the caller's:
 run this once against the server with the drafter and once without, then
-dflash_host.speedup.speedups(runs, baseline_runs) -> {"1": x, "16": y}.
+dflash_host.speed.speedup.speedups(runs, baseline_runs) -> {"1": x, "16": y}.
 """
 
 from __future__ import annotations
@@ -36,14 +36,12 @@ from __future__ import annotations
 import os
 import time
 
-from dflash_host import bench_result as R
-from dflash_host import load_client as LC
-from dflash_host import vllm_bench as VB
-from dflash_host import vllm_metrics as M
-from dflash_host import vllm_probe as P
+from dflash_host.host.untrusted_json import load_json_file
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.untrusted_json import load_json_file
-from dflash_host.vllm_files import load_json, paths, read_env
+from dflash_host.speed.bench_result import load_from_requests, load_from_vllm_bench, run_row, summary
+from dflash_host.speed.bench_serve import BenchUnavailable, bench_env, run_level, vllm_cli, vllm_version
+from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
+from dflash_host.vllm import base_url, delta, load_json, paths, read_env, request, spec_decode_counters
 
 ARGS = {
     "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
@@ -121,7 +119,7 @@ def server_from_args(args: dict) -> dict:
             "first (invoke provision) or give url=http://HOST:PORT"
         )
     launch = launch or {}
-    url = args["url"].rstrip("/") if args["url"] else P.base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
+    url = args["url"].rstrip("/") if args["url"] else base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
     return {
         "url": url,
         "model": args["model"] or launch.get("served_model_name"),
@@ -134,13 +132,13 @@ def server_from_args(args: dict) -> dict:
 
 def check_serving(server: dict, args: dict) -> None:
     """The server answers /health and serves a model; the prompt and output fit its context."""
-    health = P.request(server["url"] + "/health", timeout=5)
+    health = request(server["url"] + "/health", timeout=5)
     if health.status != 200:
         raise ModuleError(
             f"serving_bench: no healthy vLLM at {server['url']} (/health: {health.describe()}); start it "
             "(invoke provision or restart-server) or fix url"
         )
-    models = P.request(server["url"] + "/v1/models", timeout=10, api_key=server["api_key"])
+    models = request(server["url"] + "/v1/models", timeout=10, api_key=server["api_key"])
     data = models.json() if models.status == 200 else None
     entries = [m for m in (data or {}).get("data", []) if isinstance(m, dict)] if isinstance(data, dict) else []
     if not entries:
@@ -160,10 +158,10 @@ def check_serving(server: dict, args: dict) -> None:
 
 def read_counters(url: str) -> tuple:
     """(answered, spec-decode counters or None) from /metrics."""
-    res = P.request(url + "/metrics", timeout=10)
+    res = request(url + "/metrics", timeout=10)
     if res.status != 200:
         return False, None
-    return True, M.spec_decode_counters(res.body.decode("utf-8", "replace"))
+    return True, spec_decode_counters(res.body.decode("utf-8", "replace"))
 
 
 def settled_counters(url: str) -> tuple:
@@ -202,11 +200,11 @@ class LoadGenerator:
             self.fallback = "load_generator=builtin"
             return
         try:
-            self.cli = VB.vllm_cli(venv_python)
-        except VB.BenchUnavailable as exc:
+            self.cli = vllm_cli(venv_python)
+        except BenchUnavailable as exc:
             self.unavailable(str(exc))
             return
-        self.version = VB.vllm_version(venv_python or "", self.server.get("server_env"))
+        self.version = vllm_version(venv_python or "", self.server.get("server_env"))
         if not self.server["tokenizer"]:
             self.unavailable("no tokenizer is known (no launch record names the target): give tokenizer")
 
@@ -225,26 +223,26 @@ class LoadGenerator:
         """One level's load dict, from vllm bench serve or (falling back) the built-in client."""
         if self.cli:
             try:
-                data = VB.run_level(self.cli, level, self._bench_env(), self.timeout_s)
-                load = R.load_from_vllm_bench(data, level["requests"])
+                data = run_level(self.cli, level, self._bench_env(), self.timeout_s)
+                load = load_from_vllm_bench(data, level["requests"])
                 if load["completed"] > 0:
                     return load
-                raise VB.BenchUnavailable("vllm bench serve completed no request")
-            except VB.BenchUnavailable as exc:
+                raise BenchUnavailable("vllm bench serve completed no request")
+            except BenchUnavailable as exc:
                 self.unavailable(f"at concurrency {level['concurrency']}: {exc}")
         return self._builtin(level)
 
     def _bench_env(self) -> dict:
-        env = VB.bench_env(self.server["api_key"], self.server["server_env"])
+        env = bench_env(self.server["api_key"], self.server["server_env"])
         if self.server["tokenizer"] and os.path.isdir(self.server["tokenizer"]):
             env["HF_HUB_OFFLINE"] = "1"  # a local tokenizer: never ask the hub
         return env
 
     def _builtin(self, level: dict) -> dict:
-        endpoint = LC.Endpoint(level["url"], self.server["api_key"], self.timeout_s)
-        prompts = LC.token_prompts(level["requests"], level["input_len"], vocab_size(self.server["tokenizer"]), level["seed"])
-        records, wall = LC.closed_loop(endpoint, level["model"], prompts, level["max_tokens"], level["concurrency"])
-        load = R.load_from_requests(records, wall)
+        endpoint = Endpoint(level["url"], self.server["api_key"], self.timeout_s)
+        prompts = token_prompts(level["requests"], level["input_len"], vocab_size(self.server["tokenizer"]), level["seed"])
+        records, wall = closed_loop(endpoint, level["model"], prompts, level["max_tokens"], level["concurrency"])
+        load = load_from_requests(records, wall)
         if load["completed"] == 0:
             first = next((r["error"] for r in records if r.get("error")), "no answer")
             raise ModuleError(f"serving_bench: no request completed at concurrency {level['concurrency']} ({first})")
@@ -258,10 +256,10 @@ def measure_level(gen: LoadGenerator, level: dict, ctx: Context) -> dict:
     ok_after, after = settled_counters(level["url"])
     if not (ok_before and ok_after):
         ctx.warn(f"/metrics did not answer around concurrency {level['concurrency']}: its acceptance is unknown")
-    counters = M.delta(after, before) if ok_before and ok_after else None
+    counters = delta(after, before) if ok_before and ok_after else None
     if load["failed"]:
         ctx.warn(f"{load['failed']} of {load['requests']} requests failed at concurrency {level['concurrency']}")
-    return R.run_row(level["concurrency"], load, counters, gen.label)
+    return run_row(level["concurrency"], load, counters, gen.label)
 
 
 def headless_node(args: dict) -> dict | None:
@@ -299,7 +297,7 @@ def run(args: dict, ctx: Context) -> dict:
         ctx.say(f"serving_bench: concurrency {c}, {level['requests']} requests ({gen.label})")
         runs.append(measure_level(gen, level, ctx))
     out.update(model=server["model"], tokenizer=server["tokenizer"], load_generator=gen.label,
-               vllm_version=gen.version, runs=runs, msg=f"{server['url']}: {R.summary(runs)} ({gen.label})")
+               vllm_version=gen.version, runs=runs, msg=f"{server['url']}: {summary(runs)} ({gen.label})")
     return out
 
 

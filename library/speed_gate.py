@@ -2,7 +2,7 @@
 
 `action: record` writes the last figures of a serving benchmark or a tune (runs with the drafter,
 runs without it, k, acceptance, when, the load generator) into the host's state file and its Prometheus
-textfile (dflash_host.speed_state). `action: lookup` returns the speed gate's cached measurement for
+textfile (dflash_host.speed.state). `action: lookup` returns the speed gate's cached measurement for
 the configured launch (its fingerprint) and concurrency: `hit` false means it must be measured (with
 vllm_variant and serving_bench). `action: gate` records the measurement, caches it for the launch and
 judges it: the speed-up at the gate's concurrency below min_speedup warns (speedup_gate: warn) or fails
@@ -15,11 +15,11 @@ import os
 import socket
 import time
 
-from dflash_host import speed_state as S
+from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import managed_path
-from dflash_host.speedup import by_concurrency, choose_k, gate
-from dflash_host.vllm_files import load_json, paths
+from dflash_host.speed.speedup import by_concurrency, choose_k, gate
+from dflash_host.speed.state import cached_gate, figures, read_state, state_file_for, utc, write_state, write_textfile
+from dflash_host.vllm import load_json, paths
 
 ARGS = {
     "action": {"type": "str", "default": "record", "choices": ["record", "lookup", "gate", "tune_step", "tune_choose"],
@@ -30,7 +30,7 @@ ARGS = {
     "baseline_runs": {"type": "list", "default": [], "help": "serving_bench runs without the drafter"},
     "load_generator": {"type": "str", "default": None, "help": "what produced the load (serving_bench's load_generator)"},
     "source": {"type": "str", "default": "serving-bench", "help": "what measured: serving-bench, tune or speed-gate"},
-    "choice": {"type": "dict", "default": None, "help": "tune's choice (dflash_host.speedup.choose_k), recorded as is"},
+    "choice": {"type": "dict", "default": None, "help": "tune's choice (dflash_host.speed.speedup.choose_k), recorded as is"},
     "num_speculative_tokens": {"type": "raw", "default": None,
                                "help": "k the runs were measured with; none: the configured launch's"},
     "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
@@ -55,7 +55,7 @@ def _places(args: dict) -> tuple:
     root = args["root"]
     if not root and not (args["state_file"] and args["textfile_dir"]):
         raise ModuleError("dfp_root is empty; set it, or set both speed_state_file and prometheus_textfile_dir")
-    state_file = S.state_file_for(root, args["state_file"])
+    state_file = state_file_for(root, args["state_file"])
     folder = args["textfile_dir"] or os.path.join(os.path.expanduser(root), "metrics")
     managed_path(state_file, "speed_state_file", root if not args["state_file"] else None)
     managed_path(folder, "prometheus_textfile_dir")
@@ -75,18 +75,18 @@ def _launch_facts(args: dict, launch: dict | None = None) -> tuple:
 def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     state_file, folder = _places(args)
     k, fingerprint = _launch_facts(args)
-    figs = S.figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
+    figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
     if args["choice"]:
         figs["choice"] = args["choice"]
         figs["num_speculative_tokens"] = args["choice"].get("chosen_k")
     figs["fingerprint"] = fingerprint
     if ctx.check:
         return {"changed": True, "figures": figs, "msg": f"would record the speed figures in {state_file}"}
-    state = S.read_state(state_file)
+    state = read_state(state_file)
     state["last"] = figs
     state.update(extra or {})
-    S.write_state(state_file, state)
-    textfile, _ = S.write_textfile(folder, figs, args["host_label"] or socket.gethostname())
+    write_state(state_file, state)
+    textfile, _ = write_textfile(folder, figs, args["host_label"] or socket.gethostname())
     ups = ", ".join(f"{x:.2f}x at {c}" for c, x in figs["speedup"].items() if x is not None) or "no baseline measured"
     return {"changed": True, "figures": figs, "state_file": state_file, "textfile": textfile,
             "msg": f"recorded speed figures (speed-up {ups}; k={figs['num_speculative_tokens']}) in {state_file} and {textfile}"}
@@ -124,7 +124,7 @@ def lookup(args: dict, ctx: Context) -> dict:
                 "cached": None, "msg": "speed gate off"}
     state_file, _ = _places(args)
     _, fingerprint = _launch_facts(args)
-    entry = S.cached_gate(S.read_state(state_file), fingerprint, args["concurrency"])
+    entry = cached_gate(read_state(state_file), fingerprint, args["concurrency"])
     on = args["mode"] != "off"
     msg = ("speed gate off" if not on else "cached speed measurement of this launch" if entry
            else "no speed measurement of this launch yet: measuring with and without the drafter")
@@ -138,12 +138,12 @@ def judge(args: dict, ctx: Context) -> dict:
     k, fingerprint = _launch_facts(args, launch)
     state_file, _ = _places(args)
     out: dict = {"changed": False}
-    entry = None if args["runs"] else S.cached_gate(S.read_state(state_file), fingerprint, args["concurrency"])
+    entry = None if args["runs"] else cached_gate(read_state(state_file), fingerprint, args["concurrency"])
     if entry is None:
         with_, without = _throughputs(args)
         entry = {"fingerprint": fingerprint, "concurrency": args["concurrency"], "num_speculative_tokens": k,
                  "tokens_per_s": with_, "baseline_tokens_per_s": without,
-                 "speedup": round(with_ / without, 3) if with_ and without else None, "measured_at_utc": S.utc(time.time())}
+                 "speedup": round(with_ / without, 3) if with_ and without else None, "measured_at_utc": utc(time.time())}
         out = _record({**args, "source": "speed-gate"}, ctx, {"gate": entry})
     verdict, message = _judge(entry, args, ctx, bool(launch.get("cluster")))
     return {**out, **entry, "verdict": verdict, "msg": message}
@@ -153,23 +153,23 @@ def tune_step(args: dict, ctx: Context) -> dict:
     """One measured variant of a tune: the baseline starts a new tune, each k adds its runs."""
     state_file, _ = _places(args)
     variant = args["variant"]
-    state = S.read_state(state_file)
+    state = read_state(state_file)
     if variant in (None, "baseline"):
-        state["tune"] = {"started_at_utc": S.utc(time.time()), "baseline_runs": args["runs"], "by_k": {},
+        state["tune"] = {"started_at_utc": utc(time.time()), "baseline_runs": args["runs"], "by_k": {},
                          "load_generator": args["load_generator"]}
     elif not isinstance(state.get("tune"), dict):
         raise ModuleError(f"tune: k={variant} was measured before the baseline; run `invoke tune`, which measures it first")
     else:
         state["tune"]["by_k"][str(int(variant))] = args["runs"]
     if not ctx.check:
-        S.write_state(state_file, state)
+        write_state(state_file, state)
     return {"changed": True, "variant": variant, "msg": f"recorded the tune's runs of {variant} in {state_file}"}
 
 
 def tune_choose(args: dict, ctx: Context) -> dict:
     """choose_k over the tune's recorded runs, at the configured concurrency; the choice is the last figures."""
     state_file, _ = _places(args)
-    tune = S.read_state(state_file).get("tune")
+    tune = read_state(state_file).get("tune")
     if not isinstance(tune, dict) or not tune.get("baseline_runs"):
         raise ModuleError(f"tune: {state_file} holds no baseline measurement of a tune; run `invoke tune`")
     by_k = {int(k): runs for k, runs in (tune.get("by_k") or {}).items()}

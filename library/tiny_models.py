@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 
-from dflash_host.files import atomic_write, read_json
+from dflash_host.host.files import atomic_write, read_json
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {

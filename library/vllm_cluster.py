@@ -17,12 +17,26 @@ from __future__ import annotations
 
 import time
 
-from dflash_host import gpu as _gpu
-from dflash_host import vllm_log as VL
-from dflash_host import vllm_probe as P
+from dflash_host.host.gpus import NoDriver, query_compute_apps
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_cluster import group_name, local_workers, missing_workers, node_name, node_processes, refuse_node
-from dflash_host.vllm_files import launch_state, load_json, load_launch, paths, rendered_launch
+from dflash_host.vllm import (
+    base_url,
+    find_fatal,
+    group_name,
+    launch_state,
+    lines_after_marker,
+    load_json,
+    load_launch,
+    local_workers,
+    missing_workers,
+    node_name,
+    node_processes,
+    paths,
+    refuse_node,
+    rendered_launch,
+    request,
+    root_cause,
+)
 
 ARGS = {
     "action": {"type": "str", "required": True, "choices": ["probe", "verify", "one_host"],
@@ -78,14 +92,14 @@ def probe(args: dict) -> dict:
 def gpu_pids(cmd: str | None, pids: set) -> list | None:
     """The node's processes that hold a GPU (nvidia-smi's compute apps); None without a usable driver."""
     try:
-        apps = _gpu.query_compute_apps(cmd)
-    except _gpu.NoDriver:
+        apps = query_compute_apps(cmd)
+    except NoDriver:
         return None
     return sorted({a["pid"] for a in apps if a.get("pid") in pids})
 
 
 def head_health(launch: dict, timeout: float) -> str:
-    res = P.request(P.base_url(launch["host"], launch["port"]) + "/health", timeout=timeout)
+    res = request(base_url(launch["host"], launch["port"]) + "/health", timeout=timeout)
     return "ok" if res.status == 200 else res.describe()
 
 
@@ -115,10 +129,10 @@ def _log_cause(launch: dict, pid: int | None) -> str:
     """' Its log shows: ...' when the node's log since its start holds a fatal line, else ''."""
     if not pid:
         return ""
-    lines = VL.lines_after_marker(launch["log"], pid) or []
-    if VL.find_fatal(lines) is None:
+    lines = lines_after_marker(launch["log"], pid) or []
+    if find_fatal(lines) is None:
         return ""
-    return f" Its log {launch['log']} shows (first exception): {' | '.join(VL.root_cause(lines))}."
+    return f" Its log {launch['log']} shows (first exception): {' | '.join(root_cause(lines))}."
 
 
 def _fix(cluster: dict, problem: str) -> str:

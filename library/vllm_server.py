@@ -23,7 +23,7 @@ inside `root` (dfp_root), the live log starts with the tool's start marker, rota
 launch files have the tool's shape or header, the unit is named after service_name and carries the
 tool's header. Anything else is left alone and named in the result (`foreign`).
 
-Every entry of ARGS with a "flag" is a vLLM option (dflash_host/vllm_launch.py writes the command line
+Every entry of ARGS with a "flag" is a vLLM option (dflash_host/vllm/launch.py writes the command line
 from them, in this order): a new vLLM flag is one entry here, set by the variable its "var" names.
 """
 
@@ -32,19 +32,37 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dflash_host import systemd
-from dflash_host import vllm_log as VL
-from dflash_host import vllm_render as R
-from dflash_host import vllm_unit as U
-from dflash_host.model_config import is_multimodal_target
+from dflash_host.host import systemd
+from dflash_host.models.config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm_cluster import is_headless
-from dflash_host.vllm_files import files_to_remove, launch_state, load_json, load_launch, paths, remove_tool_file, rendered_launch
-from dflash_host.vllm_launch import resolve
-from dflash_host.vllm_process import server_for
-from dflash_host.vllm_ready import verify_headless, verify_running
-from dflash_host.vllm_start import start
-from dflash_host.vllm_watch import ServerFailed
+from dflash_host.vllm import (
+    SERVICE_NAME,
+    ServerFailed,
+    check_log,
+    check_places,
+    check_settings,
+    choose_mode,
+    files_to_remove,
+    files_wanted,
+    is_headless,
+    launch_record,
+    launch_state,
+    load_json,
+    load_launch,
+    models_to_come,
+    paths,
+    refuse_foreign_targets,
+    refuse_leaving_cluster,
+    remove_tool_file,
+    render_files,
+    rendered_launch,
+    resolve,
+    server_for,
+    start,
+    unsupervised_note,
+    verify_headless,
+    verify_running,
+)
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["rendered", "started", "restarted", "stopped", "absent"],
@@ -76,7 +94,7 @@ ARGS = {
                            "help": "the speculative-config method"},
     "draft_attention_backend": {"type": "str", "default": None, "var": "draft_attention_backend",
                                 "help": "speculative-config attention_backend for the drafter only (e.g. flash_attn)"},
-    # vLLM flags, written on its command line in this order when set (kind: dflash_host/vllm_launch.py)
+    # vLLM flags, written on its command line in this order when set (kind: dflash_host/vllm/launch.py)
     "dtype": {"type": "str", "default": None, "var": "dtype", "flag": "--dtype", "kind": "choice",
               "one_of": ["auto", "half", "float16", "bfloat16", "float", "float32"],
               "help": "auto, half, float16, bfloat16, float or float32; none: the flavor's (cpu: float32) or vLLM's"},
@@ -173,21 +191,21 @@ ARGS = {
 
 def render(args: dict, ctx: Context) -> dict:
     """Validate the variables, resolve the launch and write what differs (nothing in check mode)."""
-    R.check_settings(args, ctx)
+    check_settings(args, ctx)
     p = paths(args["pidfile"])
-    R.refuse_leaving_cluster(p, args)  # before anything is written, in check mode too
-    waiting = R.models_to_come(args) if ctx.check else None
+    refuse_leaving_cluster(p, args)  # before anything is written, in check mode too
+    waiting = models_to_come(args) if ctx.check else None
     if waiting:
         return {"changed": True, "msg": waiting}
     spec = resolve(args, is_multimodal_target, ARGS)
-    root = R.check_places(p, args["log"], args["root"])
-    mode = U.choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
-    note = U.unsupervised_note(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    root = check_places(p, args["log"], args["root"])
+    mode = choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
+    note = unsupervised_note(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
     if note:
         ctx.warn(note)
-    launch, env_text, unit_text = R.launch_record(args, spec, p, mode, root)
-    R.refuse_foreign_targets({p["launch"]: "launch", p["running"]: "running", p["env"]: "env", launch["unit_path"]: "unit"})
-    return R.render_files(p, launch, spec, R.files_wanted(p, launch, env_text, unit_text), ctx)
+    launch, env_text, unit_text = launch_record(args, spec, p, mode, root)
+    refuse_foreign_targets({p["launch"]: "launch", p["running"]: "running", p["env"]: "env", launch["unit_path"]: "unit"})
+    return render_files(p, launch, spec, files_wanted(p, launch, env_text, unit_text), ctx)
 
 
 # --------------------------------------------------------------------------- started, restarted
@@ -252,7 +270,7 @@ def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, 
 
 def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str) -> dict:
     """Stop what runs (whole tree), drop its records, start the launch and prove it serves."""
-    VL.check_log(launch["log"], launch.get("root"))  # a foreign log stops us before the old server is stopped
+    check_log(launch["log"], launch.get("root"))  # a foreign log stops us before the old server is stopped
     if ctx.check:
         return {"changed": True, "msg": f"would (re)start vLLM: {reason}", "reason": reason}
     stopped = server.stop(ctx, launch["stop_grace_s"])
@@ -327,7 +345,7 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     launch = rendered_launch(p)
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
-    R.check_places(p, None, args["root"] or launch.get("root"))
+    check_places(p, None, args["root"] or launch.get("root"))
     server = server_for(launch, p)
     now = server.inspect()
     foreign: list = []
@@ -350,7 +368,7 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
 
 
 def run(args: dict, ctx: Context) -> dict:
-    args["service_name"] = args.get("service_name") or U.SERVICE_NAME
+    args["service_name"] = args.get("service_name") or SERVICE_NAME
     state = args["state"]
     if state == "rendered":
         return render(args, ctx)

@@ -17,14 +17,23 @@ import time
 
 import psutil
 
-from dflash_host import gpu as _gpu
-from dflash_host import vllm_metrics as M
-from dflash_host import vllm_probe as P
+from dflash_host.host.gpus import NoDriver, query_compute_apps
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.speed_state import last_speed, state_file_for
-from dflash_host.vllm_cluster import is_headless, local_workers, missing_workers
-from dflash_host.vllm_files import load_json, paths, read_env
-from dflash_host.vllm_process import server_for
+from dflash_host.speed.state import last_speed, state_file_for
+from dflash_host.vllm import (
+    acceptance,
+    base_url,
+    is_headless,
+    load_json,
+    local_workers,
+    missing_workers,
+    paths,
+    read_env,
+    request,
+    served_models,
+    server_for,
+    spec_decode_counters,
+)
 
 ARGS = {
     "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
@@ -44,8 +53,8 @@ EXIT_WAIT_S = 0.5
 def gpu_used_mib(cmd: str, pids: set) -> int | None:
     """MiB of GPU memory held by `pids` (compute-apps list); None without a usable driver."""
     try:
-        apps = _gpu.query_compute_apps(cmd)
-    except _gpu.NoDriver:
+        apps = query_compute_apps(cmd)
+    except NoDriver:
         return None
     return sum(a.get("used_mib") or 0 for a in apps if a.get("pid") in pids)
 
@@ -125,18 +134,18 @@ def _processes(now: dict, out: dict) -> tuple:
 
 def _probe(launch: dict, p: dict, timeout: float, out: dict) -> bool:
     """/health, then the served model and acceptance from /v1/models and /metrics; True when a probe failed."""
-    url = P.base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
-    health = P.request(url + "/health", timeout=timeout)
+    url = base_url(launch.get("host", "127.0.0.1"), launch.get("port", 8000))
+    health = request(url + "/health", timeout=timeout)
     out["health"] = "ok" if health.status == 200 else health.describe()
     if health.status != 200:
         return True
     api_key = read_env(p).get("VLLM_API_KEY")
-    names = P.served_models(P.request(url + "/v1/models", timeout=timeout, api_key=api_key))
+    names = served_models(request(url + "/v1/models", timeout=timeout, api_key=api_key))
     out["served_model"] = names[0] if len(names) == 1 else (names or None)
-    metrics = P.request(url + "/metrics", timeout=timeout)
+    metrics = request(url + "/metrics", timeout=timeout)
     if metrics.status != 200:
         return True
-    figures = M.acceptance(M.spec_decode_counters(metrics.body.decode("utf-8", "replace")))
+    figures = acceptance(spec_decode_counters(metrics.body.decode("utf-8", "replace")))
     out["acceptance_rate"] = figures["acceptance_rate"]
     out["mean_acceptance_length"] = figures["mean_acceptance_length"]
     out["draft_tokens"] = figures["draft_tokens"]

@@ -3,7 +3,7 @@
 `state: started` starts the configured launch (rendered by vllm_server) with one variation, `variant:
 baseline` (no speculative config) or `variant: K` (num_speculative_tokens K, at most the drafter's
 block_size - 1), on vllm_port + speed_port_offset, with its own pidfile and log under dfp_root
-(dflash_host.speed_variant), and proves it ready like the configured server (log, /health, /v1/models,
+(dflash_host.speed.variant), and proves it ready like the configured server (log, /health, /v1/models,
 smoke). Where memory does not allow a second server, the configured one is stopped first (placement
 `instead`, recorded) and `state: stopped` restarts and verifies it afterwards, reporting the downtime;
 otherwise the configured server is not touched (same PID). `stopped` stops the measurement server's whole
@@ -15,14 +15,23 @@ from __future__ import annotations
 import os
 import time
 
-from dflash_host import speed_variant as SV
-from dflash_host import vllm_render as R
-from dflash_host.files import atomic_write
+from dflash_host.host.files import atomic_write
+from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.paths import managed_path
-from dflash_host.vllm_files import dump, load_json, load_launch, paths, remove_tool_file
-from dflash_host.vllm_process import ProcessServer, server_for
-from dflash_host.vllm_start import start
+from dflash_host.speed.variant import (
+    STEM,
+    check_variant,
+    choose_placement,
+    copy_env_file,
+    drafter_max_k,
+    drop_configured_record,
+    is_variant_launch,
+    read_configured_record,
+    variant_launch,
+    variant_places,
+    write_configured_record,
+)
+from dflash_host.vllm import ProcessServer, check_places, dump, load_json, load_launch, paths, remove_tool_file, server_for, start
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["started", "stopped", "absent"],
@@ -51,12 +60,12 @@ def _configured(args: dict) -> tuple:
     """(the configured server's paths, its rendered launch, the measurement server's paths), places checked."""
     cp = paths(args["pidfile"])
     configured = load_launch(cp)
-    p = SV.variant_places(args["pidfile"], args["log"])
+    p = variant_places(args["pidfile"], args["log"])
     if os.path.abspath(p["pidfile"]) == os.path.abspath(cp["pidfile"]) or os.path.abspath(p["log"]) == os.path.abspath(args["log"]):
         raise ModuleError(f"the configured server's pidfile or log ({args['pidfile']}, {args['log']}) has the measurement "
-                          f"server's name ({SV.STEM}.*); rename vllm_pidfile / vllm_log so the two never share files")
+                          f"server's name ({STEM}.*); rename vllm_pidfile / vllm_log so the two never share files")
     root = args["root"] or configured.get("root")
-    R.check_places(p, p["log"], root)
+    check_places(p, p["log"], root)
     managed_path(p["configured"], "vllm_pidfile", root)
     return cp, configured, p
 
@@ -75,7 +84,7 @@ def refuse_cluster_node(configured: dict) -> None:
 
 def _drop_variant(p: dict, ctx: Context) -> dict | None:
     """Stop a measurement server left running (whole tree, by its pidfile) and remove its records."""
-    launch = load_json(p["launch"]) if SV.is_variant_launch(p["launch"]) else None
+    launch = load_json(p["launch"]) if is_variant_launch(p["launch"]) else None
     stopped = ProcessServer(launch or {"mode": "process"}, p).stop(ctx, float((launch or {}).get("stop_grace_s") or 30))
     for path, kind in ((p["running"], "running"), (p["pidfile"], "pidfile"), (p["env"], "env")):
         remove_tool_file(path, kind, False)
@@ -90,7 +99,7 @@ def _stop_configured(configured: dict, cp: dict, p: dict, now: dict, ctx: Contex
     if running.get("fingerprint") != configured.get("fingerprint"):
         raise ModuleError("the configured vLLM server runs an older launch than the rendered one, so stopping and "
                           "restoring it would change it; nothing was stopped. Run `invoke provision` first, then measure")
-    SV.write_configured_record(p, now["pid"], configured.get("fingerprint"))
+    write_configured_record(p, now["pid"], configured.get("fingerprint"))
     ctx.say(f"vLLM: stopping the configured server (PID {now['pid']}) for the measurement")
     stopped = server_for(configured, cp).stop(ctx, float(configured.get("stop_grace_s") or 30))
     if configured.get("mode") != "systemd":
@@ -102,17 +111,17 @@ def _stop_configured(configured: dict, cp: dict, p: dict, now: dict, ctx: Contex
 def restore_configured(args: dict, ctx: Context) -> dict | None:
     """Start the configured server again if a measurement stopped it, prove it serves, report the downtime."""
     cp, configured, p = _configured(args)
-    record = SV.read_configured_record(p)
+    record = read_configured_record(p)
     if record is None:
         return None
     server = server_for(configured, cp)
     now = server.inspect()
     if now["alive"]:
-        SV.drop_configured_record(p)
+        drop_configured_record(p)
         return {"pid": now["pid"], "downtime_s": None, "msg": f"the configured server runs already (PID {now['pid']})"}
     ctx.say("vLLM: restarting the configured server after the measurement")
     figures = start(configured, cp, ctx, server)
-    SV.drop_configured_record(p)
+    drop_configured_record(p)
     downtime = round(float(figures["ready_at"]) - float(record["stopped_at"]), 1)
     changed = "" if record.get("fingerprint") == configured.get("fingerprint") else " (its launch was re-rendered meanwhile)"
     return {"pid": figures["pid"], "previous_pid": record.get("configured_pid"), "downtime_s": downtime,
@@ -122,7 +131,7 @@ def restore_configured(args: dict, ctx: Context) -> dict | None:
 
 def _start_variant(launch: dict, p: dict, args: dict, ctx: Context, stopped_configured: bool) -> dict:
     """Start the measurement server; when it fails, the configured server is restored before the error."""
-    SV.copy_env_file(p)
+    copy_env_file(p)
     atomic_write(p["launch"], dump(launch), mode=0o600)
     try:
         return start(launch, p, ctx, ProcessServer(launch, p))
@@ -140,26 +149,26 @@ def start_measurement(args: dict, ctx: Context) -> dict:
     cp, configured, p = _configured(args)
     refuse_cluster_node(configured)
     spec = configured.get("speculative")
-    max_k = SV.drafter_max_k(spec)
-    k = SV.check_variant(args["variant"], spec, max_k)
+    max_k = drafter_max_k(spec)
+    k = check_variant(args["variant"], spec, max_k)
     port = int(configured["port"]) + int(args["port_offset"])
     if not 1 <= port <= 65535:
         raise ModuleError(f"vllm_port + speed_port_offset is {port}, outside 1-65535; choose another speed_port_offset")
-    launch = SV.variant_launch(configured, p, k, port)
+    launch = variant_launch(configured, p, k, port)
     base = {"variant": launch["variant"], "k": k, "max_k": max_k, "port": port, "host": configured.get("host"),
             "served_model_name": configured.get("served_model_name"), "pidfile": p["pidfile"], "log": p["log"]}
     if ctx.check:
         return {**base, "changed": True, "msg": f"would start a measurement server ({launch['variant']}) on port {port}"}
     _drop_variant(p, ctx)
     now = server_for(configured, cp).inspect()
-    record = SV.read_configured_record(p)
+    record = read_configured_record(p)
     if record is not None and now["alive"]:
-        SV.drop_configured_record(p)  # started again meanwhile (a provision): nothing is left to restore
+        drop_configured_record(p)  # started again meanwhile (a provision): nothing is left to restore
         record = None
     if record is not None:
         placement, why = "instead", f"the configured server stays stopped from an earlier measurement (PID {record['configured_pid']})"
     else:
-        placement, why = SV.choose_placement(args["placement"], configured, now, args["nvidia_smi"])
+        placement, why = choose_placement(args["placement"], configured, now, args["nvidia_smi"])
     stopped_now = placement == "instead" and record is None and now["alive"]
     if stopped_now:
         _stop_configured(configured, cp, p, now, ctx)
@@ -176,7 +185,7 @@ def start_measurement(args: dict, ctx: Context) -> dict:
 
 def stop_measurement(args: dict, ctx: Context) -> dict:
     cp, configured, p = _configured(args)
-    record = SV.read_configured_record(p)
+    record = read_configured_record(p)
     if ctx.check:
         return {"changed": True, "msg": "would stop the measurement server" + (" and restore the configured one" if record else "")}
     stopped = _drop_variant(p, ctx)
@@ -193,14 +202,14 @@ def stop_measurement(args: dict, ctx: Context) -> dict:
 
 def forget_measurement(args: dict, ctx: Context) -> dict:
     """Teardown: stop a measurement server left running and forget what it stopped (nothing is restarted)."""
-    p = SV.variant_places(args["pidfile"], args["log"])
+    p = variant_places(args["pidfile"], args["log"])
     managed_path(p["pidfile"], "vllm_pidfile", args["root"])
-    record = SV.read_configured_record(p)
+    record = read_configured_record(p)
     if ctx.check:
         return {"changed": record is not None or os.path.lexists(p["pidfile"]), "msg": "would stop any measurement server"}
     stopped = _drop_variant(p, ctx)
     if record is not None:
-        SV.drop_configured_record(p)
+        drop_configured_record(p)
     return {"changed": bool(stopped) or record is not None,
             "msg": "stopped the measurement server" if stopped else "no measurement server was running"}
 

@@ -49,7 +49,7 @@ def test_speed_advice_for_a_cluster_names_what_a_cluster_can_run():
 
 
 def test_the_gate_advises_tune_on_one_host_and_serving_cluster_on_a_cluster():
-    from dflash_host.speedup import gate
+    from dflash_host.speed.speedup import gate
 
     one = gate(0.7, 1.0, "warn")[1]
     many = gate(0.7, 1.0, "warn", cluster=True)[1]

@@ -66,15 +66,15 @@ def used_mib() -> int:
 
 def snapshot(tree_pids: dict) -> dict:
     """What nvidia-smi and the /proc fd scan see now, with our tree's names beside the PIDs."""
-    from dflash_host import gpu as _gpu
+    from dflash_host.host.gpus import parse_compute_apps, scan_device_fds
 
     names = {pid: name for name, pid in tree_pids.items()}
     apps = smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits")
-    fds, denied = _gpu.scan_device_fds()
+    fds, denied = scan_device_fds()
     return {
         "memory_used_mib": used_mib(),
         "compute_apps_raw": apps.strip().splitlines(),
-        "compute_apps_named": [dict(a, name=names.get(a["pid"], "(not in this tree)")) for a in _gpu.parse_compute_apps(apps)],
+        "compute_apps_named": [dict(a, name=names.get(a["pid"], "(not in this tree)")) for a in parse_compute_apps(apps)],
         "fd_scan": {str(pid): {"name": names.get(pid, "(other)"), "devices": devs} for pid, devs in sorted(fds.items())},
         "fd_scan_unreadable": denied,
     }
@@ -203,7 +203,7 @@ def start(gpu, node: dict, **kw):
 
 def phase_managed_tree(gpu, work: Path, gib: float) -> dict:
     """The managed tree: TERM-ignoring top, worker + grandchild in the group, a detached child."""
-    from dflash_host.proc import write_pidfile
+    from dflash_host.host.processes import write_pidfile
 
     ph: dict = {"name": "managed_tree"}
     node = {
@@ -241,7 +241,7 @@ def phase_managed_tree(gpu, work: Path, gib: float) -> dict:
 
 
 def phase_foreign(gpu, work: Path, gib: float) -> dict:
-    from dflash_host.proc import write_pidfile
+    from dflash_host.host.processes import write_pidfile
 
     ph: dict = {"name": "foreign_holder"}
     tree = start(gpu, {"name": "api", "cuda_gib": gib / 2, "children": [{"name": "engine", "cuda_gib": gib}]})
@@ -266,7 +266,7 @@ def phase_foreign(gpu, work: Path, gib: float) -> dict:
 
 def phase_orphan(gpu, work: Path, gib: float) -> dict:
     """SIGKILL to the top alone leaves the engine holding the GPU; the pidfile's tree still proves it."""
-    from dflash_host.proc import write_pidfile
+    from dflash_host.host.processes import write_pidfile
 
     ph: dict = {"name": "orphan_after_sigkill_to_top"}
     tree = start(gpu, {"name": "api", "cuda_gib": gib / 4, "children": [{"name": "engine", "cuda_gib": gib}]})

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _helpers import load_module, run_by_hand, run_module, snapshot
 
-from dflash_host import manifest as manifest_mod
+from dflash_host.host.manifest import check_manifest, extra_paths, plan_entries
 from dflash_host.module import ModuleError
 
 copy_mod = load_module("copy")
@@ -64,11 +64,11 @@ def test_plan_entries_separates_uploads_from_mode_fixes():
         "differs": {"sha256": b, "mode": 0o644},
         "modeonly": {"sha256": a, "mode": 0o644},
     }
-    assert manifest_mod.plan_entries(entries, found) == (["new", "differs"], ["modeonly"])
+    assert plan_entries(entries, found) == (["new", "differs"], ["modeonly"])
 
 
 def test_extra_paths_lists_unlisted_files_sorted():
-    assert manifest_mod.extra_paths(["z", "a/b", "keep"], ["keep"]) == ["a/b", "z"]
+    assert extra_paths(["z", "a/b", "keep"], ["keep"]) == ["a/b", "z"]
 
 
 @pytest.mark.parametrize(
@@ -86,11 +86,11 @@ def test_extra_paths_lists_unlisted_files_sorted():
 )
 def test_bad_manifest_is_refused_naming_the_entry(manifest, words):
     with pytest.raises(ModuleError, match=words):
-        manifest_mod.check_manifest(manifest, None)
+        check_manifest(manifest, None)
 
 
 def test_manifest_modes_accept_strings_and_ints():
-    got = manifest_mod.check_manifest(
+    got = check_manifest(
         [
             {"path": "a/./b", "sha256": "A" * 64, "mode": "0755"},
             {"path": "c", "sha256": "b" * 64, "mode": 0o600},

@@ -18,7 +18,16 @@ FIXTURES = ROOT / "tests" / "fixtures" / "drafter_configs"
 
 from make_checkpoint import drafter_tensors, drafter_tensors_for, write_sparse_safetensors  # noqa: E402
 
-from dflash_host import drafter_choices, drafter_shape, drafter_target, model_config  # noqa: E402
+from dflash_host.models.config import hub_cache_snapshot, is_multimodal_target  # noqa: E402
+from dflash_host.models.drafter_choices import (  # noqa: E402
+    choose_block_size,
+    choose_layer_ids,
+    choose_mask_token_id,
+    parse_layer_ids,
+    reference_layer_ids,
+)
+from dflash_host.models.drafter_shape import infer_drafter_shape  # noqa: E402
+from dflash_host.models.drafter_target import rope_theta_of, target_rope  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import drafter_config as dc  # noqa: E402
 
@@ -97,13 +106,13 @@ def call(args: dict, check: bool = False, diff: bool = False) -> dict:
     ],
 )
 def test_reference_layer_ids_reproduce_the_published_spacing(n, k, ids):
-    assert drafter_choices.reference_layer_ids(n, k) == ids
+    assert reference_layer_ids(n, k) == ids
 
 
 @pytest.mark.parametrize("n,k", [(2, 2), (4, 2), (7, 5)])
 def test_reference_spacing_on_a_too_shallow_target_asks_for_explicit_ids(n, k):
     with pytest.raises(ModuleError) as err:
-        drafter_choices.reference_layer_ids(n, k)
+        reference_layer_ids(n, k)
     assert f"at least {k + 3} layers" in err.value.msg
     assert f"N={n}" in err.value.msg
     assert "give the ids explicitly" in err.value.msg and "drafter_target_layer_ids" in err.value.msg
@@ -123,7 +132,7 @@ def test_reference_spacing_on_a_too_shallow_target_asks_for_explicit_ids(n, k):
     ],
 )
 def test_is_multimodal_target(config, expected):
-    assert model_config.is_multimodal_target(config) is expected
+    assert is_multimodal_target(config) is expected
 
 
 @pytest.mark.parametrize(
@@ -139,13 +148,13 @@ def test_is_multimodal_target(config, expected):
     ],
 )
 def test_parse_layer_ids_accepts_the_forms_yaml_and_extra_vars_give(value, expected):
-    assert drafter_choices.parse_layer_ids(value) == expected
+    assert parse_layer_ids(value) == expected
 
 
 @pytest.mark.parametrize("value", [[], ["a"], [True], [1.5], ["[1, x]"]])
 def test_parse_layer_ids_refuses_what_is_not_a_list_of_integers(value):
     with pytest.raises(ModuleError, match="target_layer_ids"):
-        drafter_choices.parse_layer_ids(value)
+        parse_layer_ids(value)
 
 
 @pytest.mark.parametrize(
@@ -185,7 +194,7 @@ def test_parse_layer_ids_refuses_what_is_not_a_list_of_integers(value):
     ],
 )
 def test_target_rope_gives_a_text_only_drafter_the_targets_rope(text, top, expected):
-    assert drafter_target.target_rope(text, top) == expected
+    assert target_rope(text, top) == expected
 
 
 @pytest.mark.parametrize(
@@ -198,7 +207,7 @@ def test_target_rope_gives_a_text_only_drafter_the_targets_rope(text, top, expec
     ],
 )
 def test_choose_layer_ids_prefers_argument_then_existing_then_reference(given, existing, expected):
-    assert drafter_choices.choose_layer_ids(given, existing, 8, 2) == expected
+    assert choose_layer_ids(given, existing, 8, 2) == expected
 
 
 @pytest.mark.parametrize(
@@ -211,7 +220,7 @@ def test_choose_layer_ids_prefers_argument_then_existing_then_reference(given, e
     ],
 )
 def test_choose_mask_token_id(given, existing, expected):
-    assert drafter_choices.choose_mask_token_id(given, existing) == expected
+    assert choose_mask_token_id(given, existing) == expected
 
 
 @pytest.mark.parametrize(
@@ -226,14 +235,14 @@ def test_choose_mask_token_id(given, existing, expected):
     ],
 )
 def test_choose_block_size_keeps_the_existing_layout(given, existing, expected):
-    assert drafter_choices.choose_block_size(given, existing) == expected
+    assert choose_block_size(given, existing) == expected
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_infer_drafter_shape_reads_the_published_numbers(name):
     published = load(f"{name}.json")
     table = {n: {"dtype": d, "shape": s} for n, (d, s) in drafter_tensors_for(published).items()}
-    shape = drafter_shape.infer_drafter_shape(table, "x")
+    shape = infer_drafter_shape(table, "x")
     for key in ("hidden_size", "num_hidden_layers", "head_dim", "intermediate_size"):
         assert shape[key] == published[key], key
     assert shape["q_proj_rows"] == published["num_attention_heads"] * published["head_dim"]
@@ -248,7 +257,7 @@ def test_infer_drafter_shape_reads_the_published_numbers(name):
 def test_infer_drafter_shape_accepts_model_prefix_and_vllm_aliases():
     table = tiny_table(prefix="model.")
     table["encoder.fc.weight"] = table.pop("model.fc.weight")
-    shape = drafter_shape.infer_drafter_shape({n: {"dtype": d, "shape": s} for n, (d, s) in table.items()}, "x")
+    shape = infer_drafter_shape({n: {"dtype": d, "shape": s} for n, (d, s) in table.items()}, "x")
     assert (shape["hidden_size"], shape["num_hidden_layers"], shape["head_dim"]) == (64, 1, 32)
 
 
@@ -300,12 +309,12 @@ def test_config_inferred_from_a_published_drafter_shape_matches_the_published_fi
     assert any("guessed by the reference spacing" in w for w in res["warnings"])
     published_block = published.get("block_size", published["dflash_config"].get("block_size"))
     assert cfg["block_size"] == published_block
-    assert drafter_target.rope_theta_of(cfg) == drafter_target.rope_theta_of(published)
+    assert rope_theta_of(cfg) == rope_theta_of(published)
     if "rope_parameters" in cfg:
-        assert cfg["rope_parameters"] == {"rope_theta": drafter_target.rope_theta_of(published), "rope_type": "default"}
+        assert cfg["rope_parameters"] == {"rope_theta": rope_theta_of(published), "rope_type": "default"}
     assert "layer_types" not in cfg
     assert cfg["target_hidden_size"] == published["hidden_size"]
-    assert res["multimodal_target"] is model_config.is_multimodal_target(load(PUBLISHED[name]))
+    assert res["multimodal_target"] is is_multimodal_target(load(PUBLISHED[name]))
     assert res["inferred"]["num_fused_target_layers"] == len(published["dflash_config"]["target_layer_ids"])
 
 
@@ -725,11 +734,11 @@ def test_hub_cache_snapshot_follows_refs_main_else_the_newest_snapshot(tmp_path)
     newest = tmp_path / "models--Qwen--Qwen3-4B" / "snapshots" / "new"
     newest.mkdir()
     os.utime(newest.parent / "old", (1, 1))
-    assert model_config.hub_cache_snapshot("z-lab/Qwen3-4B-DFlash-b16", env) == str(pinned)
-    assert model_config.hub_cache_snapshot("Qwen/Qwen3-4B", env) == str(newest)
-    assert model_config.hub_cache_snapshot("Qwen/Absent", env) is None
-    assert model_config.hub_cache_snapshot("not a hub id", env) is None
-    assert model_config.hub_cache_snapshot("Qwen/Qwen3-4B", {"HF_HOME": str(tmp_path / "nothing")}) is None
+    assert hub_cache_snapshot("z-lab/Qwen3-4B-DFlash-b16", env) == str(pinned)
+    assert hub_cache_snapshot("Qwen/Qwen3-4B", env) == str(newest)
+    assert hub_cache_snapshot("Qwen/Absent", env) is None
+    assert hub_cache_snapshot("not a hub id", env) is None
+    assert hub_cache_snapshot("Qwen/Qwen3-4B", {"HF_HOME": str(tmp_path / "nothing")}) is None
 
 
 def test_hub_ids_are_resolved_in_the_hosts_hugging_face_cache(tmp_path, monkeypatch):

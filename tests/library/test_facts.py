@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host import gpu as _gpu
+from dflash_host.host.gpus import parse_cuda_version, parse_gpu_csv
 from dflash_host.module import Context, check_args
 from library import facts
 from tests.fakes.gpu_holder import FakeGpu
@@ -92,12 +92,12 @@ def gather(**args) -> dict:
     ],
 )
 def test_gpu_query_parsing(text, expected):
-    assert _gpu.parse_gpu_csv(text) == expected
+    assert parse_gpu_csv(text) == expected
 
 
 def test_gpu_query_parsing_rejects_an_unexpected_format():
     with pytest.raises(ValueError):
-        _gpu.parse_gpu_csv("NVIDIA-SMI has failed\n")
+        parse_gpu_csv("NVIDIA-SMI has failed\n")
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_gpu_query_parsing_rejects_an_unexpected_format():
     ],
 )
 def test_cuda_version_from_version_output_or_table_header(text, expected):
-    assert _gpu.parse_cuda_version(text) == expected
+    assert parse_cuda_version(text) == expected
 
 
 def test_os_release_and_meminfo_parsing():

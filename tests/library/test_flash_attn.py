@@ -13,8 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from dflash_host import flash_attn_rules  # noqa: E402
-from dflash_host.installers import bootstrap_uv  # noqa: E402
+from dflash_host.env.flash_attn import choose_flash_attn, choose_wheel, parse_compute_capability, plan_actions, wheel_problems  # noqa: E402
+from dflash_host.env.installers import bootstrap_uv  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import flash_attn  # noqa: E402
 from tests.fakes.wheels import PY_TAG, fa2_sdist, fa2_wheel, fa4_wheel, simple_wheel, vllm_wheel  # noqa: E402
@@ -114,7 +114,7 @@ def imports(python: str, mod: str) -> bool:
     ],
 )
 def test_decision_table_per_gpu(cc, need, line, requirement, forbidden, error):
-    d = flash_attn_rules.choose_flash_attn(cc, "2.6.0+cu124", "12.4", need)
+    d = choose_flash_attn(cc, "2.6.0+cu124", "12.4", need)
     assert (d["line"], d["requirement"], d["forbidden"]) == (line, requirement, forbidden)
     assert d["reason"]
     if error:
@@ -124,9 +124,9 @@ def test_decision_table_per_gpu(cc, need, line, requirement, forbidden, error):
 
 
 def test_reasons_say_why():
-    assert "vllm_flash_attn" in flash_attn_rules.choose_flash_attn("9.0", "2.6.0", "12.4", False)["reason"]
-    assert "without flash_attn.ops" in flash_attn_rules.choose_flash_attn("8.0", "2.6.0", "12.4", True)["reason"]
-    assert "Blackwell" in flash_attn_rules.choose_flash_attn("10.0", "2.8.0", "12.8", True)["reason"]
+    assert "vllm_flash_attn" in choose_flash_attn("9.0", "2.6.0", "12.4", False)["reason"]
+    assert "without flash_attn.ops" in choose_flash_attn("8.0", "2.6.0", "12.4", True)["reason"]
+    assert "Blackwell" in choose_flash_attn("10.0", "2.8.0", "12.8", True)["reason"]
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_reasons_say_why():
     [(None, None, ["torch is not installed"]), ("2.13.0+cpu", None, ["CPU build", "vllm_flavor cuda"])],
 )
 def test_need_without_a_cuda_torch_is_an_error(torch_v, cuda_v, words):
-    d = flash_attn_rules.choose_flash_attn("9.0", torch_v, cuda_v, True)
+    d = choose_flash_attn("9.0", torch_v, cuda_v, True)
     for word in words:
         assert word in d["error"]
 
@@ -156,12 +156,12 @@ def test_need_without_a_cuda_torch_is_an_error(torch_v, cuda_v, words):
     ],
 )
 def test_compute_capability_forms(value, expected):
-    assert flash_attn_rules.parse_compute_capability(value) == expected
+    assert parse_compute_capability(value) == expected
 
 
 def test_compute_capability_garbage_is_a_clear_error():
     with pytest.raises(ModuleError) as err:
-        flash_attn_rules.parse_compute_capability("hopper")
+        parse_compute_capability("hopper")
     assert "'hopper'" in err.value.msg and "facts.gpus" in err.value.msg
 
 
@@ -188,7 +188,7 @@ ENV = {"torch_version": "2.6.0+cu124", "cuda_version": "12.4", "python_tag": "cp
     ],
 )
 def test_fa2_wheel_fit_by_torch_cuda_python_abi_and_platform(name, env, words):
-    problems = flash_attn_rules.wheel_problems(name, "fa2", env)
+    problems = wheel_problems(name, "fa2", env)
     assert bool(problems) == bool(words), problems
     for word in words:
         assert word in " ".join(problems)
@@ -202,11 +202,11 @@ def test_choose_wheel_takes_the_newest_fitting_one_and_says_why_others_do_not_fi
         "flash_attn_4-4.0.0b36-py3-none-any.whl",
         "README.txt",
     ]
-    best, rejected = flash_attn_rules.choose_wheel(names, "fa2", ENV)
+    best, rejected = choose_wheel(names, "fa2", ENV)
     assert best == names[1]
     assert list(rejected) == [names[2]]
-    assert flash_attn_rules.choose_wheel(names, "fa4", ENV)[0] == names[3]
-    assert flash_attn_rules.choose_wheel(names[2:3], "fa2", ENV)[0] is None
+    assert choose_wheel(names, "fa4", ENV)[0] == names[3]
+    assert choose_wheel(names[2:3], "fa2", ENV)[0] is None
 
 
 @pytest.mark.parametrize(
@@ -232,7 +232,7 @@ def test_choose_wheel_takes_the_newest_fitting_one_and_says_why_others_do_not_fi
 def test_plan_actions(line, installed, has_ops, orphan, expected):
     forbidden = {None: [FA4], "fa2": [FA4], "fa4": []}[line]
     decision = {"line": line, "forbidden": forbidden}
-    assert flash_attn_rules.plan_actions(decision, installed, has_ops, orphan) == expected
+    assert plan_actions(decision, installed, has_ops, orphan) == expected
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,11 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dflash_host import gpu as _gpu
-from dflash_host.gpu import busy, select_gpus
-from dflash_host.gpu_holders import blocked_by_foreign, foreign_decision, parse_kill_foreign
+from dflash_host.host.gpu_holders import blocked_by_foreign, foreign_decision, parse_kill_foreign
+from dflash_host.host.gpus import busy, parse_compute_apps, scan_device_fds, select_gpus
+from dflash_host.host.processes import write_pidfile
 from dflash_host.module import ModuleError
-from dflash_host.proc import write_pidfile
 from library.gpu_processes import check_numbers
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
@@ -137,7 +136,7 @@ def test_negative_numbers_are_rejected(t, timeout, grace):
     ],
 )
 def test_compute_apps_parsing(text, expected):
-    assert _gpu.parse_compute_apps(text) == expected
+    assert parse_compute_apps(text) == expected
 
 
 # ---------------------------------------------------------------- the module on real processes
@@ -323,7 +322,7 @@ def test_holders_hidden_from_nvidia_smi_are_found_by_the_fd_scan(gpu, tmp_path):
     tree, pidfile = start_server(gpu, tmp_path, node)
     foreign = gpu.start({"name": "container-job", "mib": 2048, "hidden": True, "device": True})
     assert gpu.smi("--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits") == ""
-    found, _ = _gpu.scan_device_fds(gpu.device_prefix)
+    found, _ = scan_device_fds(gpu.device_prefix)
     assert {tree.pids["top"], tree.pids["engine"], foreign.pids["container-job"]} <= set(found)
     res = run_module(base_args(gpu, pidfile, timeout_s=1), tmp_path)
     assert res["fd_scan"]["used"]
@@ -372,7 +371,7 @@ def test_gpus_argument_limits_which_gpus_must_be_free(gpu, tmp_path):
 def test_a_process_title_padded_with_blanks_reads_as_ps_shows_it():
     """Seen on the H200: vLLM's EngineCore sets its title over its old argv ("VLLM::EngineCore" and a run of
     blanks), which made the foreign-holder message end in a wall of spaces."""
-    from dflash_host.gpu_holders import describe_holders
+    from dflash_host.host.gpu_holders import describe_holders
 
     text = describe_holders([{"pid": 6611, "user": "root", "gpu": 0, "mib": 15012,
                               "cmdline": ["VLLM::EngineCore" + " " * 200]}])

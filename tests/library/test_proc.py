@@ -12,8 +12,7 @@ import time
 import psutil
 import pytest
 
-from dflash_host.module import Context, ModuleError
-from dflash_host.proc import (
+from dflash_host.host.processes import (
     START_TIME_TOLERANCE_S,
     examine,
     managed_processes,
@@ -24,6 +23,7 @@ from dflash_host.proc import (
     validate_record,
     write_pidfile,
 )
+from dflash_host.module import Context, ModuleError
 from tests.fakes.gpu_holder import SERVER_TREE
 
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py

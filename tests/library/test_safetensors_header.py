@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from make_checkpoint import drafter_tensors, write_sparse_safetensors  # noqa: E402
 
+from dflash_host.models.safetensors_header import read_checkpoint, read_header  # noqa: E402
 from dflash_host.module import ModuleError  # noqa: E402
-from dflash_host.st_header import read_checkpoint, read_header  # noqa: E402
 
 
 def rchar() -> int | None:

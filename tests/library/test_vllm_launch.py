@@ -1,4 +1,4 @@
-"""dflash_host.vllm_launch and vllm_unit: the rendered argv, environment file and systemd unit; bad input named by its variable."""
+"""dflash_host.vllm.launch and vllm_unit: the rendered argv, environment file and systemd unit; bad input named by its variable."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ import shlex
 
 import pytest
 
-from dflash_host import vllm_launch
 from dflash_host.module import ModuleError
-from dflash_host.vllm_launch import masked_env
-from dflash_host.vllm_unit import choose_mode, fingerprint, parse_env_file, render_env_file, render_unit
-from dflash_host.vllm_values import check_extra_args
+from dflash_host.vllm import launch
+from dflash_host.vllm.launch import masked_env
+from dflash_host.vllm.records import parse_env_file, render_env_file
+from dflash_host.vllm.render import fingerprint
+from dflash_host.vllm.systemd_unit import choose_mode, render_unit
+from dflash_host.vllm.values import check_extra_args
 from library.vllm_server import ARGS
 
 
 def resolve(args, is_multimodal=None):
-    """vllm_launch.resolve with the module's flag table (vllm_server's ARGS), as the module calls it."""
-    return vllm_launch.resolve(args, is_multimodal, ARGS)
+    """resolve with the module's flag table (vllm_server's ARGS), as the module calls it."""
+    return launch.resolve(args, is_multimodal, ARGS)
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def test_multimodal_target_gets_language_model_only(models):
     (target / "config.json").write_text(
         json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "text_config": {"num_hidden_layers": 64}})
     )
-    from dflash_host.model_config import is_multimodal_target
+    from dflash_host.models.config import is_multimodal_target
 
     assert "--language-model-only" in resolve(base(models), is_multimodal_target)["argv"]
     assert "--language-model-only" not in resolve(base(models, language_model_only=False), is_multimodal_target)["argv"]
@@ -240,6 +242,17 @@ def test_max_num_seqs_from_the_command_line_reaches_vllms_argv(models):
     assert "--max-num-seqs" not in resolve(base(models))["argv"]
     with pytest.raises(ModuleError, match="max_num_seqs is 0; it must be a whole number of at least 1"):
         resolve(base(models, max_num_seqs=0))
+
+
+def test_the_launch_keeps_its_checked_values_and_the_parts_its_argv_is_composed_of(models):
+    """What later steps need (speed.variant: the GPUs a server uses, its memory share) is kept as checked values,
+    also where vllm_extra_args set the flag, so nothing reads them back out of argv."""
+    spec = resolve(base(models, tensor_parallel_size="2", gpu_memory_utilization="0.8"))
+    assert spec["values"]["tensor_parallel_size"] == 2 and spec["values"]["gpu_memory_utilization"] == 0.8
+    spec = resolve(base(models, extra_args=["--tensor-parallel-size", "4", "--gpu-memory-utilization=0.5", "--enforce-eager"]))
+    assert spec["values"]["tensor_parallel_size"] == 4 and spec["values"]["gpu_memory_utilization"] == 0.5
+    assert spec["values"]["enforce_eager"] is True
+    assert launch.compose_argv(spec["argv_parts"], spec["host"], spec["port"], spec["speculative"]) == spec["argv"]
 
 
 def test_a_table_flag_in_extra_args_is_refused_only_when_the_launch_sets_it(models):

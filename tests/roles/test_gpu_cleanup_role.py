@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dflash_host.proc import write_pidfile
+from dflash_host.host.processes import write_pidfile
 from engine.api import run_playbook
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 

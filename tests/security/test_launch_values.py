@@ -19,9 +19,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from dflash_host.module import Context, ModuleError, execute
-from dflash_host.vllm_launch import resolve
-from dflash_host.vllm_unit import parse_env_file, render_env_file, render_unit
-from dflash_host.vllm_values import check_env
+from dflash_host.vllm.launch import resolve
+from dflash_host.vllm.records import parse_env_file, render_env_file
+from dflash_host.vllm.systemd_unit import render_unit
+from dflash_host.vllm.values import check_env
 from library import vllm_server
 
 # No example database and no explain phase: nothing is written into the checkout.

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, execute
-from dflash_host.paths import managed_path
-from dflash_host.vllm_log import marker_line, rotate, rotated_files
+from dflash_host.vllm.log import marker_line, rotate, rotated_files
 from engine.api import run_playbook
 from library import vllm_server
 from tests.fakes.vllm_processes import free_port, kill_leftovers
@@ -62,7 +62,7 @@ def tree(root: Path) -> dict:
     return {str(p.relative_to(root)): p.read_bytes() if p.is_file() and not p.is_symlink() else None for p in root.rglob("*")}
 
 
-# --------------------------------------------------------------------------- log rotation (dflash_host.vllm_log)
+# --------------------------------------------------------------------------- log rotation (dflash_host.vllm.log)
 
 
 def test_rotation_refuses_a_log_outside_dfp_root_and_leaves_it_untouched(tmp_path):

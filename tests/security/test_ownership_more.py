@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dflash_host.host.processes import describe
 from dflash_host.module import Context, execute
-from dflash_host.proc import describe
 from library import gpu_processes, vllm_server
 from tests.library._helpers import load_module
 

@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from make_checkpoint import drafter_tensors, write_sparse_safetensors
 
-from dflash_host import drafter_choices, drafter_shape
+from dflash_host.models.drafter_choices import parse_layer_ids
+from dflash_host.models.drafter_shape import infer_drafter_shape
+from dflash_host.models.safetensors_header import read_checkpoint, read_header
 from dflash_host.module import Context, ModuleError, execute
-from dflash_host.st_header import read_checkpoint, read_header
 from library import drafter_config as dc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,7 +293,7 @@ def test_a_5000_digit_layer_index_is_refused_by_the_reader_and_by_drafter_config
     res = run_module(drafter, target)
     assert res["failed"] and "5000 digits" in res["msg"]
     with pytest.raises(ModuleError, match="5000 digits"):  # and without the reader in front of it
-        drafter_shape.infer_drafter_shape({"fc.weight": {"dtype": "F32", "shape": [64, 128]}, f"layers.{huge}.x": {"shape": [1]}}, "here")
+        infer_drafter_shape({"fc.weight": {"dtype": "F32", "shape": [64, 128]}, f"layers.{huge}.x": {"shape": [1]}}, "here")
 
 
 def run_limited(argv: list, tmp_path: Path, limit_mib: int = 512) -> subprocess.CompletedProcess:
@@ -321,13 +322,13 @@ def test_a_layer_index_of_100_million_costs_no_memory(tmp_path):
     code = f"""
 import sys
 sys.path += [{str(ROOT)!r}, {str(ROOT / "tests" / "fixtures" / "drafter_configs")!r}]
-from dflash_host import drafter_shape
+from dflash_host.models.drafter_shape import infer_drafter_shape
 from dflash_host.module import ModuleError
 from make_checkpoint import drafter_tensors
 table = drafter_tensors(hidden=64, layers=1, heads=4, kv_heads=2, head_dim=32, intermediate=128, k=2, dtype="F32")
 table.update({{n.replace("layers.0.", "layers.100000000.", 1): v for n, v in table.items() if n.startswith("layers.0.")}})
 try:
-    drafter_shape.infer_drafter_shape({{n: {{"dtype": d, "shape": s}} for n, (d, s) in table.items()}}, "here")
+    infer_drafter_shape({{n: {{"dtype": d, "shape": s}} for n, (d, s) in table.items()}}, "here")
 except ModuleError as err:
     print(err.msg)
 """
@@ -399,7 +400,7 @@ def test_a_huge_block_size_in_the_existing_config_is_refused(tmp_path):
 
 def test_an_infinite_layer_id_is_refused_not_an_overflow_error():
     with pytest.raises(ModuleError, match="target_layer_ids"):  # YAML's .inf, given as drafter_target_layer_ids
-        drafter_choices.parse_layer_ids([float("inf")])
+        parse_layer_ids([float("inf")])
 
 
 @pytest.mark.parametrize(
@@ -438,7 +439,7 @@ def test_a_header_of_two_million_empty_lists_is_refused_before_it_is_built(tmp_p
 
 @pytest.mark.slow  # ~5 s: the 500,001-entry header is parsed before it is counted
 def test_more_tensors_than_any_checkpoint_has_are_refused(tmp_path):
-    from dflash_host.untrusted_json import MAX_TENSORS
+    from dflash_host.host.untrusted_json import MAX_TENSORS
 
     entry = b'{"dtype":"U8","shape":[0],"data_offsets":[0,0]}'
     body = b"{" + b",".join(b'"t%d":%s' % (i, entry) for i in range(MAX_TENSORS + 1)) + b"}"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_host.models.safetensors_header import read_header
 from dflash_host.module import Context, execute
-from dflash_host.speedup import speedups
-from dflash_host.st_header import read_header
+from dflash_host.speed.speedup import speedups
 from engine.api import run_playbook
 from library import serving_bench
 from tests.fakes.vllm_processes import free_port, kill_leftovers

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host import bench_result as R
 from dflash_host.module import Context, check_args, execute
-from dflash_host.speedup import speedups
+from dflash_host.speed.bench_result import percentile
+from dflash_host.speed.speedup import speedups
 from library import serving_bench
 from tests.fakes.vllm_processes import free_port
 
@@ -72,9 +72,9 @@ def fake_venv(tmp_path: Path, vllm_script: str | None) -> str:
 
 
 def test_percentiles_interpolate_like_numpy():
-    assert R.percentile([4, 1, 3, 2], 50) == 2.5
-    assert R.percentile(list(range(1, 11)), 99) == pytest.approx(9.91)
-    assert R.percentile([7.0], 99) == 7.0 and R.percentile([], 50) is None
+    assert percentile([4, 1, 3, 2], 50) == 2.5
+    assert percentile(list(range(1, 11)), 99) == pytest.approx(9.91)
+    assert percentile([7.0], 99) == 7.0 and percentile([], 50) is None
 
 
 def test_speedup_pairs_levels_and_skips_missing_ones():
@@ -242,7 +242,7 @@ def test_vllm_version_reads_a_vllm_staged_on_the_servers_pythonpath(tmp_path):
     """Seen on the H200: vLLM staged in a folder the launch puts on PYTHONPATH read as "unknown version"."""
     import sys
 
-    from dflash_host.vllm_bench import vllm_version
+    from dflash_host.speed.bench_serve import vllm_version
 
     dist = tmp_path / "site" / "vllm-9.9.9.dist-info"
     dist.mkdir(parents=True)

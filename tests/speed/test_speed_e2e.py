@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host.vllm_metrics import parse_samples
+from dflash_host.vllm.metrics import parse_samples
 from dfp_cli import speed_commands as SC
 from engine.api import run_playbook
 from tests.e2e.test_local_e2e import E2E_ROOT, host_vars, msgs

@@ -6,9 +6,9 @@ import os
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
-from dflash_host import prom_textfile
-from dflash_host.speedup import choose_k, gate, larger_k_cannot_pay, speedups
-from dflash_host.vllm_metrics import parse_samples
+from dflash_host.speed import prom_textfile
+from dflash_host.speed.speedup import choose_k, gate, larger_k_cannot_pay, speedups
+from dflash_host.vllm.metrics import parse_samples
 from dfp_cli.speed_html import host_page, index_page
 
 

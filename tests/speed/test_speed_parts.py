@@ -6,51 +6,64 @@ import json
 
 import pytest
 
-from dflash_host import speed_state as S
-from dflash_host import speed_variant as SV
 from dflash_host.module import Context, ModuleError
+from dflash_host.speed.state import last_speed
+from dflash_host.speed.variant import check_variant, drafter_max_k, read_configured_record, variant_argv, variant_places
+from dflash_host.vllm.launch import compose_argv
 from dfp_cli import speed_commands as SC
 from engine.errors import UserError
 from library import speed_gate, vllm_variant
 
 SPEC = {"method": "dflash", "model": "/m/d", "num_speculative_tokens": 3}
 ARGV = ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "/m/t", "--served-model-name", "t", "--host", "127.0.0.1",
-        "--port", "8000", "--speculative-config", json.dumps(SPEC), "--dtype", "float32"]
+        "--port", "8000", "--speculative-config", json.dumps(SPEC, separators=(",", ":")), "--dtype", "float32"]
+# The configured launch record as vllm_server writes it: the argv's parts and the checked values beside the argv.
+CONFIGURED = {"argv": ARGV, "argv_parts": {"head": ARGV[:7], "tail": ARGV[-2:]}, "host": "127.0.0.1", "port": 8000,
+              "speculative": SPEC, "values": {"dtype": "float32"}}
+
+
+def test_the_configured_argv_is_composed_from_the_records_parts():
+    assert compose_argv(CONFIGURED["argv_parts"], "127.0.0.1", 8000, SPEC) == ARGV
+
+
+def test_a_record_without_parts_or_values_asks_for_provision():
+    with pytest.raises(ModuleError, match="run provision again"):
+        variant_argv({"argv": ARGV, "speculative": SPEC}, 8010, None)
 
 
 def test_the_baseline_drops_the_speculative_config_and_moves_the_port():
-    argv = SV.variant_argv(ARGV, 8010, SPEC, None)
+    argv = variant_argv(CONFIGURED, 8010, None)
     assert "--speculative-config" not in argv and argv[argv.index("--port") + 1] == "8010"
     assert argv[-2:] == ["--dtype", "float32"] and len(argv) == len(ARGV) - 2
 
 
 def test_a_k_variant_rewrites_only_num_speculative_tokens():
-    argv = SV.variant_argv(ARGV, 8010, SPEC, 1)
+    argv = variant_argv(CONFIGURED, 8010, 1)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec == {**SPEC, "num_speculative_tokens": 1}
 
 
 def test_k_outside_the_drafters_block_is_refused():
     with pytest.raises(ModuleError, match="outside 1..3"):
-        SV.check_variant(4, SPEC, 3)
+        check_variant(4, SPEC, 3)
     with pytest.raises(ModuleError, match="serves none"):
-        SV.check_variant(2, None, None)
-    assert SV.check_variant("baseline", SPEC, 3) is None and SV.check_variant("2", SPEC, 3) == 2
+        check_variant(2, None, None)
+    assert check_variant("baseline", SPEC, 3) is None and check_variant("2", SPEC, 3) == 2
 
 
 def test_the_drafters_block_size_bounds_k(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"block_size": 4}))
-    assert SV.drafter_max_k({"model": str(tmp_path)}) == 3
+    assert drafter_max_k({"model": str(tmp_path)}) == 3
     (tmp_path / "config.json").write_text(json.dumps({"dflash_config": {"block_size": 16}}))
-    assert SV.drafter_max_k({"model": str(tmp_path)}) == 15
+    assert drafter_max_k({"model": str(tmp_path)}) == 15
 
 
 def test_a_foreign_record_of_a_stopped_server_is_left_alone(tmp_path):
-    p = SV.variant_places(str(tmp_path / "run" / "vllm.pid"), str(tmp_path / "logs" / "vllm.log"))
+    p = variant_places(str(tmp_path / "run" / "vllm.pid"), str(tmp_path / "logs" / "vllm.log"))
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "vllm-speed.configured.json").write_text('{"someone": "else"}')
     with pytest.raises(ModuleError, match="not the tool's record"):
-        SV.read_configured_record(p)
+        read_configured_record(p)
     assert (tmp_path / "run" / "vllm-speed.configured.json").read_text() == '{"someone": "else"}'
 
 
@@ -100,7 +113,7 @@ def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
     assert "SLOWER" in warn.warnings[0]
     (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f2", "speculative": SPEC}))
     assert speed_gate.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())["measure"]
-    assert S.last_speed(str(tmp_path / "state" / "speed.json"))["speedup"] == {"1": round(333 / 539, 3)}
+    assert last_speed(str(tmp_path / "state" / "speed.json"))["speedup"] == {"1": round(333 / 539, 3)}
 
 
 def test_tune_steps_and_choice_on_the_host(tmp_path):

@@ -1,0 +1,173 @@
+"""Files on the host: atomic writes, reads, modes and owners (what modules that write files share).
+
+JSON on the host is read one of two ways, by who wrote the file:
+- read_json: a record this tool wrote itself (an environment's marker, the build journal, a launch record);
+  None when it is missing, unreadable, not JSON or not an object: the caller reads that as "not ours".
+- a file nobody on the host vouches for (a checkpoint's header, a model's config.json) is read bounded in size
+  and nesting by dflash_host/host/untrusted_json.py (load_json_file raises saying what is wrong);
+  dflash_host/model_config.read_config_json turns that into a ModuleError naming the file and the fix.
+
+Standard library only; errors are ModuleErrors naming the path and the fix.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import time
+from typing import TYPE_CHECKING
+
+from dflash_host.module import ModuleError
+
+if TYPE_CHECKING:  # annotations only: typing costs import time per host per run
+    pass
+
+
+def parse_mode(mode: str | None) -> int | None:
+    if mode is None:
+        return None
+    try:
+        value = int(str(mode), 8)
+    except ValueError:
+        raise ModuleError(f'mode {mode!r} is not an octal number; write it quoted, e.g. mode: "0750"')
+    if not 0 <= value <= 0o7777:
+        raise ModuleError(f"mode {mode!r} is out of range 0000-7777")
+    return value
+
+
+def resolve_uid(owner: str | None) -> int | None:
+    if owner is None:
+        return None
+    if str(owner).isdigit():
+        return int(owner)
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise ModuleError(f"owner {owner!r} does not exist on this host; create the user or fix 'owner'")
+
+
+def resolve_gid(group: str | None) -> int | None:
+    if group is None:
+        return None
+    if str(group).isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ModuleError(f"group {group!r} does not exist on this host; create it or fix 'group'")
+
+
+def ensure_attributes(path: str, mode: int | None, uid: int | None, gid: int | None, check: bool) -> bool:
+    """Set ownership, then mode, where they differ; return whether anything differed.
+
+    Owner first: the kernel clears setuid/setgid bits on chown, so a chmod before it would not stick.
+    """
+    st = os.stat(path)
+    changed = False
+    if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
+        changed = True
+        if not check:
+            os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+    if mode is not None and (os.stat(path).st_mode & 0o7777 if not check else st.st_mode & 0o7777) != mode:
+        changed = True
+        if not check:
+            os.chmod(path, mode)
+    return changed
+
+
+def _write_failed(path: str, exc: OSError, size: int) -> ModuleError:
+    """atomic_write's one-paragraph error: what failed, that nothing changed, and the fix."""
+    import errno
+
+    folder = os.path.dirname(path)
+    why = (exc.strerror or str(exc)).lower()
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            st = os.statvfs(folder)
+            free = f"{st.f_bavail * st.f_frsize} bytes free"
+        except OSError:
+            free = "free space unknown"
+        fix = (
+            f"there is not enough space on the filesystem of {folder} ({free}, {size} needed); free space there "
+            "or point the path elsewhere"
+        )
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"fix the permissions of {folder} (or remount it writable), or point the path elsewhere"
+    else:
+        fix = f"check {folder} and the disk it lies on"
+    return ModuleError(
+        f"cannot write {path}: {why}; the file is unchanged and no temporary file was left. {fix[0].upper()}{fix[1:]}, "
+        "then run again",
+        path=path,
+        errno=exc.errno,
+    )
+
+
+def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool = False) -> str | None:
+    """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
+
+    A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
+    file keeps its mode (unless `mode` is given) and, when root writes it, its owner and group.
+    When the write fails (a full disk, permissions) the old file stays as it was, the temp file and a
+    backup made for this write are removed, and the error is a ModuleError naming the path and the fix.
+    """
+    import shutil
+    import tempfile
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    backup_path = tmp = None
+    try:
+        if backup and os.path.exists(path):
+            backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.bak"
+            n = 1
+            while os.path.exists(backup_path):
+                backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
+                n += 1
+            shutil.copy2(path, backup_path)
+        before = os.stat(path) if os.path.exists(path) else None
+        if mode is None and before is not None:
+            mode = before.st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if before is not None and os.geteuid() == 0:
+            # the rename makes a new inode owned by us: give it the old owner (before chmod, which
+            # chown would undo for setuid/setgid bits)
+            os.chown(tmp, before.st_uid, before.st_gid)
+        os.chmod(tmp, 0o644 if mode is None else mode)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        for leftover in (tmp, backup_path):
+            if leftover and os.path.lexists(leftover):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+        if isinstance(exc, OSError):
+            raise _write_failed(path, exc, len(data)) from None
+        raise
+    return backup_path
+
+
+def read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def read_json(path: str) -> dict | None:
+    """A JSON object the tool wrote itself at `path`, or None when there is none to trust (missing,
+    unreadable, not JSON, not an object): markers and records are proven the tool's by their content."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+

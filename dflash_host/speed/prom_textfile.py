@@ -1,0 +1,75 @@
+"""The last speed figures of a host as a Prometheus textfile (node_exporter's textfile collector).
+
+node_exporter reads every `*.prom` file of its `--collector.textfile.directory` on each scrape, so the
+file is written whole and renamed into place (a scrape never sees half a file). Names carry the
+`dflash_` prefix; gauges only (each value is the last measurement, not a count).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dflash_host.host.files import atomic_write
+
+HELP = {
+    "dflash_acceptance_rate": "Accepted draft tokens / drafted tokens in the last measurement",
+    "dflash_mean_acceptance_length": "Tokens per target step (1 + accepted / drafts) in the last measurement",
+    "dflash_speedup": "Output tokens/s with the drafter / without it, per concurrency, last measurement",
+    "dflash_output_tokens_per_second": "Output tokens/s in the last measurement, per concurrency and drafter use",
+    "dflash_num_speculative_tokens": "k the server was measured with (chosen by tune when it ran)",
+    "dflash_measurement_timestamp_seconds": "Unix time of the last measurement",
+}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _sample(name: str, labels: dict[str, Any], value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    number = float(value)
+    if math.isnan(number):
+        return None
+    text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{text}}} {number:.6g}" if text else f"{name} {number:.6g}"
+
+
+def render(figures: dict[str, Any], labels: dict[str, str]) -> str:
+    """figures: acceptance_rate, mean_acceptance_length, num_speculative_tokens, measured_at (unix s),
+    speedup {"<c>": x}, tokens_per_s {"<c>": {"drafter": x, "baseline": y}}."""
+    lines: list[str] = []
+
+    def family(name: str, samples: list[str | None]) -> None:
+        kept = [s for s in samples if s]
+        if kept:
+            lines.extend([f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge", *kept])
+
+    family("dflash_acceptance_rate", [_sample("dflash_acceptance_rate", labels, figures.get("acceptance_rate"))])
+    family("dflash_mean_acceptance_length",
+           [_sample("dflash_mean_acceptance_length", labels, figures.get("mean_acceptance_length"))])
+    family("dflash_speedup", [_sample("dflash_speedup", {**labels, "concurrency": c}, x)
+                              for c, x in sorted((figures.get("speedup") or {}).items(), key=lambda i: int(i[0]))])
+    family("dflash_output_tokens_per_second", [
+        _sample("dflash_output_tokens_per_second", {**labels, "concurrency": c, "drafter": side}, x)
+        for c, pair in sorted((figures.get("tokens_per_s") or {}).items(), key=lambda i: int(i[0]))
+        for side, x in sorted(pair.items())])
+    family("dflash_num_speculative_tokens",
+           [_sample("dflash_num_speculative_tokens", labels, figures.get("num_speculative_tokens"))])
+    family("dflash_measurement_timestamp_seconds",
+           [_sample("dflash_measurement_timestamp_seconds", labels, figures.get("measured_at"))])
+    return "\n".join(lines) + "\n"
+
+
+def write(path: str, figures: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Write the textfile atomically; True when its content changed."""
+    text = render(figures, labels)
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
+    except OSError:
+        pass
+    atomic_write(path, text.encode(), mode=0o644)
+    return True
