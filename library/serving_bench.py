@@ -36,12 +36,13 @@ from __future__ import annotations
 import os
 import time
 
-from dflash_host.host.untrusted_json import load_json_file
+from dflash_host.host.files import read_json
+from dflash_host.models.config import config_or_none
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.bench_result import load_from_requests, load_from_vllm_bench, run_row, summary
 from dflash_host.speed.bench_serve import BenchUnavailable, bench_env, run_level, vllm_cli, vllm_version
 from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
-from dflash_host.vllm import base_url, delta, load_json, paths, read_env, request, spec_decode_counters
+from dflash_host.vllm import base_url, delta, paths, read_env, request, spec_decode_counters
 
 ARGS = {
     "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
@@ -109,7 +110,7 @@ def server_from_args(args: dict) -> dict:
     launch, env = None, {}
     if args["pidfile"]:
         p = paths(args["pidfile"])
-        launch = load_json(p["launch"])
+        launch = read_json(p["launch"])
         if launch is not None:
             env = read_env(p)
     if launch is None and not args["url"]:
@@ -180,11 +181,7 @@ def settled_counters(url: str) -> tuple:
 def vocab_size(tokenizer: str | None) -> int:
     """The target's vocab_size from its config.json (for the built-in client's token-id prompts)."""
     if tokenizer and os.path.isfile(os.path.join(tokenizer, "config.json")):
-        try:
-            cfg = load_json_file(os.path.join(tokenizer, "config.json"))
-        except (OSError, ValueError):
-            cfg = None
-        size = cfg.get("vocab_size") if isinstance(cfg, dict) else None
+        size = (config_or_none(tokenizer) or {}).get("vocab_size")
         if isinstance(size, int) and size > 12:
             return size
     return DEFAULT_VOCAB
@@ -267,7 +264,7 @@ def headless_node(args: dict) -> dict | None:
     the cluster is measured at its head), else None."""
     if args["url"] or not args["pidfile"]:
         return None
-    cluster = (load_json(paths(args["pidfile"])["launch"]) or {}).get("cluster") or {}
+    cluster = (read_json(paths(args["pidfile"])["launch"]) or {}).get("cluster") or {}
     return cluster if cluster.get("role") == "worker" else None
 
 

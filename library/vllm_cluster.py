@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 
+from dflash_host.host.files import read_json
 from dflash_host.host.gpus import NoDriver, query_compute_apps
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.vllm import (
@@ -25,7 +26,6 @@ from dflash_host.vllm import (
     group_name,
     launch_state,
     lines_after_marker,
-    load_json,
     load_launch,
     local_workers,
     missing_workers,
@@ -194,7 +194,7 @@ def verify(args: dict, ctx: Context) -> dict:
                    msg=f"would verify {node_name(cluster)} after the run's restarts (now: {problem})")
         return out
     if problem:
-        pid = out["pid"] or (load_json(p["running"]) or {}).get("pid")
+        pid = out["pid"] or (read_json(p["running"]) or {}).get("pid")
         raise ModuleError(f"{node_name(cluster)}: {problem}.{_log_cause(launch, pid)} Fix: {_fix(cluster, problem)}", **out)
     if not ctx.check and launch.get("mode") != "systemd":
         launch_state(launch, p)["server"].ready()  # the workers join the pidfile's tree

@@ -33,6 +33,7 @@ import os
 from typing import Any
 
 from dflash_host.host import systemd
+from dflash_host.host.files import read_json
 from dflash_host.models.config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.vllm import (
@@ -47,7 +48,6 @@ from dflash_host.vllm import (
     is_headless,
     launch_record,
     launch_state,
-    load_json,
     load_launch,
     models_to_come,
     paths,
@@ -289,7 +289,7 @@ def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str) -> d
 def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     """started (force false) or restarted (force true): the rendered launch runs, proven serving."""
     p = paths(args["pidfile"])
-    if ctx.check and load_json(p["launch"]) is None:
+    if ctx.check and read_json(p["launch"]) is None:
         return {"changed": True, "msg": "would start vLLM once its launch is rendered"}
     launch = load_launch(p)
     state = launch_state(launch, p, args.get("fingerprint"))

@@ -17,6 +17,7 @@ import time
 
 import psutil
 
+from dflash_host.host.files import read_json
 from dflash_host.host.gpus import NoDriver, query_compute_apps
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.state import last_speed, state_file_for
@@ -24,7 +25,6 @@ from dflash_host.vllm import (
     acceptance,
     base_url,
     is_headless,
-    load_json,
     local_workers,
     missing_workers,
     paths,
@@ -206,7 +206,7 @@ def run(args: dict, ctx: Context) -> dict:
 
 def _status(args: dict) -> dict:
     p = paths(args["pidfile"])
-    launch = load_json(p["launch"])
+    launch = read_json(p["launch"])
     out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
                  "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None,
                  "provisioned": launch is not None}  # invoke status: "no such unit" (exit 4) when False
@@ -232,7 +232,7 @@ def _status(args: dict) -> dict:
         out.update(running=False, exited_pid=out["pid"], pid=None, uptime_s=None)
         out["msg"] = f"vLLM PID {out['exited_pid']} exited while its status was read (health {out['health']})"
         return out
-    running = load_json(p["running"]) or {}
+    running = read_json(p["running"]) or {}
     out["stale"] = bool(out["running"] and running.get("fingerprint") != launch.get("fingerprint"))
     out["msg"] = _running_msg(out)
     return out

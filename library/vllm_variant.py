@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from dflash_host.host.files import atomic_write
+from dflash_host.host.files import atomic_write, read_json
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.variant import (
@@ -31,7 +31,7 @@ from dflash_host.speed.variant import (
     variant_places,
     write_configured_record,
 )
-from dflash_host.vllm import ProcessServer, check_places, dump, load_json, load_launch, paths, remove_tool_file, server_for, start
+from dflash_host.vllm import ProcessServer, check_places, dump, load_launch, paths, remove_tool_file, server_for, start
 
 ARGS = {
     "state": {"type": "str", "default": "started", "choices": ["started", "stopped", "absent"],
@@ -84,7 +84,7 @@ def refuse_cluster_node(configured: dict) -> None:
 
 def _drop_variant(p: dict, ctx: Context) -> dict | None:
     """Stop a measurement server left running (whole tree, by its pidfile) and remove its records."""
-    launch = load_json(p["launch"]) if is_variant_launch(p["launch"]) else None
+    launch = read_json(p["launch"]) if is_variant_launch(p["launch"]) else None
     stopped = ProcessServer(launch or {"mode": "process"}, p).stop(ctx, float((launch or {}).get("stop_grace_s") or 30))
     for path, kind in ((p["running"], "running"), (p["pidfile"], "pidfile"), (p["env"], "env")):
         remove_tool_file(path, kind, False)
@@ -95,7 +95,7 @@ def _drop_variant(p: dict, ctx: Context) -> dict | None:
 
 def _stop_configured(configured: dict, cp: dict, p: dict, now: dict, ctx: Context) -> dict:
     """Stop the configured server for a measurement: recorded first, so that it is restored whatever happens."""
-    running = load_json(cp["running"]) or {}
+    running = read_json(cp["running"]) or {}
     if running.get("fingerprint") != configured.get("fingerprint"):
         raise ModuleError("the configured vLLM server runs an older launch than the rendered one, so stopping and "
                           "restoring it would change it; nothing was stopped. Run `invoke provision` first, then measure")

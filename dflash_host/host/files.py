@@ -17,7 +17,7 @@ import json
 import os
 import pwd
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dflash_host.module import ModuleError
 
@@ -161,12 +161,19 @@ def read_bytes(path: str) -> bytes | None:
         return None
 
 
+def load_json(path: str) -> Any:
+    """The JSON at `path`, a file the tool wrote itself; FileNotFoundError, OSError or ValueError (not UTF-8,
+    not JSON) say why there is none. The one reader of the tool's records (the pidfile's reader wants the why)."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    return json.loads(raw.decode("utf-8"))
+
+
 def read_json(path: str) -> dict | None:
     """A JSON object the tool wrote itself at `path`, or None when there is none to trust (missing,
     unreadable, not JSON, not an object): markers and records are proven the tool's by their content."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = load_json(path)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

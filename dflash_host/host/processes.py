@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from dflash_host.host.files import atomic_write
+from dflash_host.host.files import atomic_write, load_json
 from dflash_host.module import ModuleError
 
 # psutil's create_time is boot time + start ticks; boot time moves when the wall clock is stepped.
@@ -80,15 +80,12 @@ def validate_record(data: Any, path: str) -> dict:
 def read_pidfile(path: str) -> dict | None:
     """The pidfile's record, or None if there is no pidfile. ModuleError if it is garbage."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        data = load_json(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ModuleError(f"pidfile {path} cannot be read: {exc}; fix its permissions", pidfile=path)
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError is one) or not JSON
         raise _garbage(path, f"not JSON: {exc}")
     return validate_record(data, path)
 

@@ -125,6 +125,15 @@ def require_local(location: ModelLocation, var: str, what: str) -> str:
     raise ModuleError(f"{location.given}: no such file or folder{hint}; set {var} to the {what}")
 
 
+def config_or_none(folder: str) -> dict | None:
+    """A model folder's config.json as an object, or None where it has none that reads: for figures that
+    have a default without it (the drafter's block size, the target's vocabulary size)."""
+    try:
+        return read_config_json(os.path.join(folder, "config.json"), "config.json", "")
+    except ModuleError:
+        return None
+
+
 def read_config_json(path: str, what: str, fix: str) -> dict:
     """A model's config.json as an object; size and nesting bounded (a crafted one once raised RecursionError).
 

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from dflash_host.host.files import atomic_write, read_bytes
+from dflash_host.host.files import atomic_write, read_bytes, read_json
 from dflash_host.module import ModuleError
 from dflash_host.speed import prom_textfile
 from dflash_host.speed.speedup import by_concurrency, speedups
@@ -36,14 +36,10 @@ def state_file_for(root: str | None, given: str | None) -> str | None:
 
 def read_state(path: str) -> dict:
     """The recorded figures ({} when there are none); a file that is not the tool's is refused, untouched."""
-    raw = read_bytes(path)
-    if raw is None:
+    if not os.path.lexists(path):
         return {}
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        data = None
-    if not isinstance(data, dict) or data.get("tool") != TOOL_TAG:
+    data = read_json(path)
+    if data is None or data.get("tool") != TOOL_TAG:
         raise ModuleError(f"{path} exists but is not the tool's record of speed figures (no tag {TOOL_TAG!r}); it was "
                           "left untouched. Move it away, or set speed_state_file to a file of its own")
     return data

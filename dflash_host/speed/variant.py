@@ -24,13 +24,13 @@ from typing import Any
 
 import psutil
 
-from dflash_host.host.files import atomic_write, read_bytes
+from dflash_host.host.files import atomic_write, read_bytes, read_json
 from dflash_host.host.gpus import NoDriver, query_compute_apps, query_gpus
-from dflash_host.host.untrusted_json import load_json_file
+from dflash_host.models.config import config_or_none
 from dflash_host.models.drafter_choices import choose_block_size
 from dflash_host.module import ModuleError
 from dflash_host.vllm.launch import compose_argv
-from dflash_host.vllm.records import dump, is_tool_file, load_json, paths
+from dflash_host.vllm.records import dump, is_tool_file, paths
 
 STEM = "vllm-speed"
 CONFIGURED_RECORD_KEYS = {"tool", "configured_stopped", "configured_pid"}
@@ -53,11 +53,7 @@ def drafter_max_k(speculative: dict | None) -> int | None:
     """block_size - 1 of the configured drafter (its config.json), the largest k DFlash drafts; None without."""
     if not speculative or not speculative.get("model"):
         return None
-    try:
-        cfg = load_json_file(os.path.join(speculative["model"], "config.json"), 16 * 2**20, 64)
-    except (OSError, ValueError):
-        return None
-    size = choose_block_size(None, cfg if isinstance(cfg, dict) else {})[0]
+    size = choose_block_size(None, config_or_none(speculative["model"]) or {})[0]
     return int(size) - 1 if isinstance(size, int) and size > 1 else None
 
 
@@ -173,7 +169,7 @@ def choose_placement(wanted: str, configured: dict, now: dict, nvidia_smi: str |
 
 def read_configured_record(p: dict) -> dict | None:
     """What a measurement stopped (and must restore); None when nothing is recorded."""
-    data = load_json(p["configured"])
+    data = read_json(p["configured"])
     if data is not None and CONFIGURED_RECORD_KEYS <= set(data) and data.get("tool") == TOOL_TAG:
         return data
     if os.path.lexists(p["configured"]):
@@ -205,4 +201,4 @@ def copy_env_file(p: dict) -> None:
 
 
 def is_variant_launch(path: str) -> bool:
-    return is_tool_file(path, "launch") and (load_json(path) or {}).get("tool") == TOOL_TAG
+    return is_tool_file(path, "launch") and (read_json(path) or {}).get("tool") == TOOL_TAG

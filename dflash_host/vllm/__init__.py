@@ -34,7 +34,6 @@ from dflash_host.vllm.records import (
     dump,
     files_to_remove,
     launch_state,
-    load_json,
     load_launch,
     paths,
     read_env,
@@ -57,7 +56,7 @@ from dflash_host.vllm.systemd_unit import SERVICE_NAME, choose_mode, unsupervise
 __all__ = [
     "SERVICE_NAME", "ProcessServer", "ServerFailed", "acceptance", "base_url", "check_log", "check_places",
     "check_settings", "choose_mode", "delta", "dump", "files_to_remove", "files_wanted", "find_fatal", "group_name",
-    "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_json", "load_launch", "local_workers",
+    "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_launch", "local_workers",
     "missing_workers", "models_to_come", "node_name", "node_processes", "paths", "read_env", "refuse_foreign_targets",
     "refuse_leaving_cluster", "refuse_node", "remove_tool_file", "render_files", "rendered_launch", "request",
     "resolve", "root_cause", "served_models", "server_for", "spec_decode_counters", "start", "unsupervised_note",

@@ -15,8 +15,7 @@ import json
 import os
 from typing import Any
 
-from dflash_host.host.untrusted_json import load_json_file
-from dflash_host.models.config import locate_model, looks_like_path
+from dflash_host.models.config import locate_model, looks_like_path, read_config_json
 from dflash_host.module import ModuleError
 from dflash_host.vllm.cluster import check_node_address, cluster_settings
 from dflash_host.vllm.values import MANAGED_FLAGS, check_env, check_extra_args, check_launch_values, check_line, line_problem
@@ -38,8 +37,6 @@ FLAVOR_DEFAULTS["none"] = FLAVOR_DEFAULTS["cuda"]  # the venv role's flavor for 
 COMMON_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
-MAX_MODEL_CONFIG_BYTES = 16 * 2**20
-MAX_MODEL_CONFIG_DEPTH = 64
 
 
 def is_secret_name(name: str) -> bool:
@@ -76,16 +73,10 @@ def read_model_config(model: str, var: str) -> dict | None:
             f"there (for the local host: tiny_models: true generates one) or fix {var}"
         )
     cfg_path = os.path.join(path, "config.json")
-    try:
-        data = load_json_file(cfg_path, MAX_MODEL_CONFIG_BYTES, MAX_MODEL_CONFIG_DEPTH)
-    except FileNotFoundError:
+    if not os.path.lexists(cfg_path):
         hint = " (the drafter-config role writes it: run it before vllm-service)" if var == "drafter_model" else ""
         raise ModuleError(f"{var} {path} has no config.json; vLLM cannot load it{hint}")
-    except (OSError, ValueError) as exc:
-        raise ModuleError(f"{var}: {cfg_path} cannot be read as JSON ({exc}); fix or regenerate it")
-    if not isinstance(data, dict):
-        raise ModuleError(f"{var}: {cfg_path} is not a JSON object; fix or regenerate it")
-    return data
+    return read_config_json(cfg_path, f"{var}'s config.json", "fix or regenerate it")
 
 
 def model_stat(model: str) -> dict:

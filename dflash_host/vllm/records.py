@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from dflash_host.host.files import read_bytes
+from dflash_host.host.files import read_bytes, read_json
 from dflash_host.host.processes import read_pidfile
 from dflash_host.module import ModuleError
 from dflash_host.vllm.process import server_for
@@ -26,17 +26,6 @@ def paths(pidfile: str) -> dict:
         "running": os.path.join(folder, f"{stem}.running.json"),
         "env": os.path.join(folder, f"{stem}.env"),
     }
-
-
-def load_json(path: str) -> dict | None:
-    raw = read_bytes(path)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def dump(data: dict) -> bytes:
@@ -62,7 +51,7 @@ def is_tool_file(path: str, kind: str) -> bool:
         except ModuleError:
             return False
     if kind in RECORD_KEYS:
-        return RECORD_KEYS[kind] <= set(load_json(path) or {})
+        return RECORD_KEYS[kind] <= set(read_json(path) or {})
     return (read_bytes(path) or b"").startswith(TOOL_HEADER)  # env, unit
 
 
@@ -80,7 +69,7 @@ def remove_tool_file(path: str, kind: str, check: bool, foreign: list | None = N
 
 
 def load_launch(p: dict) -> dict:
-    launch = load_json(p["launch"])
+    launch = read_json(p["launch"])
     if launch is None:
         raise ModuleError(
             f"no rendered launch at {p['launch']}; provision the host first: `invoke provision`, or "
@@ -94,7 +83,7 @@ def rendered_launch(p: dict) -> dict | None:
     path = p["launch"]
     if os.path.islink(path) or not os.path.isfile(path):
         return None
-    launch = load_json(path)
+    launch = read_json(path)
     return launch if isinstance(launch, dict) and RECORD_KEYS["launch"] <= set(launch) else None
 
 
@@ -104,7 +93,7 @@ def launch_state(launch: dict, p: dict, want: str | None = None) -> dict:
     vllm_server decides restarts by it, library/vllm_cluster reports it (probe's `current`)."""
     server = server_for(launch, p)
     now = server.inspect()
-    running = load_json(p["running"]) or {}
+    running = read_json(p["running"]) or {}
     want = want or launch["fingerprint"]
     fresh = bool(now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"])
     return {"server": server, "now": now, "running": running, "want": want, "fresh": fresh}
