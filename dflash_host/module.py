@@ -13,6 +13,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from dflash_host.shared_args import UnknownInclude, resolve_entries
+
 if TYPE_CHECKING:  # annotations only: typing costs ~10 ms per host per run
     from typing import Any, Callable
 
@@ -97,7 +99,11 @@ def _coerce(name: str, value: Any, typ: str, module: str) -> Any:
 
 
 def check_args(spec: dict, args: dict, module: str) -> dict:
-    """Validate args against a module's ARGS spec; return them with defaults filled in."""
+    """Validate args against a module's ARGS spec (its shared entries included); return them with defaults filled in."""
+    try:
+        spec = resolve_entries(spec)
+    except UnknownInclude as exc:
+        raise ModuleError(f"module '{module}': {exc.args[0]}") from None
     unknown = sorted(set(args) - set(spec))
     if unknown:
         raise ModuleError(f"module '{module}': unknown argument(s) {', '.join(unknown)}; it accepts: {', '.join(sorted(spec))}")

@@ -7,6 +7,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from dflash_host.shared_args import UnknownInclude, resolve_entries
 from engine.errors import UserError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -78,5 +79,8 @@ def linked_vars(name: str) -> dict[str, str]:
 def module_args_spec(name: str) -> dict | None:
     spec = modules()[name]
     if spec.args is None and spec.path is not None:
-        spec.args = _read_args_literal(spec.path)
+        try:
+            spec.args = resolve_entries(_read_args_literal(spec.path))
+        except UnknownInclude as exc:
+            raise UserError(f"{spec.path}: ARGS {exc.args[0]}; fix the include") from None
     return spec.args

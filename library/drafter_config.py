@@ -51,12 +51,9 @@ ARGS = {
         "help": "the target model: its folder holding config.json, the config.json itself, or a Hub id found in "
         "the host's Hugging Face cache",
     },
-    "hf_home": {"type": "path", "default": None, "var": "hf_home",
-                "help": "the Hugging Face cache the models role fills; a Hub id is looked up there first"},
-    "target_revision": {"type": "str", "default": None, "var": "target_revision",
-                        "help": "the target's commit, branch or tag (none: main)"},
-    "drafter_revision": {"type": "str", "default": None, "var": "drafter_revision",
-                         "help": "the drafter's commit, branch or tag (none: main)"},
+    "hf_home": {"include": "hf_home"},
+    "target_revision": {"include": "target_revision"},
+    "drafter_revision": {"include": "drafter_revision"},
     "dest": {
         "type": "path",
         "default": None,

@@ -18,8 +18,7 @@ from dflash_host.host.gpus import NoDriver, query_cuda_version, query_gpus
 from dflash_host.module import Context, main
 
 ARGS = {
-    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
-                   "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
+    "nvidia_smi": {"include": "nvidia_smi"},
     "disk_paths": {"type": "list", "default": ["~"], "var": "facts_disk_paths",
                    "help": "paths whose filesystem's free and total MiB are reported (facts.disk)"},
 }

@@ -66,18 +66,8 @@ ARGS = {
         "help": "package index; none: pip's configuration (or PyPI)",
     },
     "extra_index_urls": {"type": "list", "default": None, "var": "extra_index_urls", "help": "more package indexes"},
-    "fallback_index_urls": {
-        "type": "list",
-        "default": None,
-        "var": "fallback_index_urls",
-        "help": "more package indexes used only when no find_links folder exists on the host (e.g. PyTorch's CPU index)",
-    },
-    "find_links": {
-        "type": "list",
-        "default": None,
-        "var": "find_links",
-        "help": "folders on the host or URLs holding wheels",
-    },
+    "fallback_index_urls": {"include": "fallback_index_urls"},
+    "find_links": {"include": "find_links", "help": "folders on the host or URLs holding wheels"},
     "wheelhouse": {
         "type": "path",
         "default": None,

@@ -32,8 +32,7 @@ from dflash_host.module import Context, ModuleError, main
 from dflash_host.vllm import server_for
 
 ARGS = {
-    "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
-                "help": "the managed server's pidfile (dflash_host/host/processes.py); its proven processes are stopped"},
+    "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile (dflash_host/host/processes.py); its proven processes are stopped"},
     "unit": {"type": "str", "default": None, "var": "vllm_service_name",
              "help": "the managed server's systemd unit (a system unit); used where systemd is PID 1"},
     "threshold_mib": {"type": "int", "default": 1024, "var": "gpu_free_threshold_mib",
@@ -50,8 +49,7 @@ ARGS = {
                      "help": "leave a running managed server alone (stop only leftovers of a dead one)"},
     "gpus": {"type": "list", "default": None, "var": "gpu_cleanup_gpus",
              "help": "GPU indices that must end up free; none: every GPU of the host"},
-    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
-                   "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
+    "nvidia_smi": {"include": "nvidia_smi"},
     "device_prefix": {"type": "str", "default": None,
                       "help": "device node prefix looked for in /proc/*/fd; none: /dev/nvidia"},
 }

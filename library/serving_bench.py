@@ -45,8 +45,7 @@ from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
 from dflash_host.vllm import base_url, delta, paths, read_env, request, spec_decode_counters
 
 ARGS = {
-    "pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
-                "help": "the managed server's pidfile: its launch record gives the address, served model, tokenizer and API key"},
+    "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile: its launch record gives the address, served model, tokenizer and API key"},
     "url": {"type": "str", "default": None,
             "help": "base URL of the server (http://HOST:PORT); none: the launch record's host and port"},
     "model": {"type": "str", "default": None,

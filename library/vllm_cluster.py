@@ -43,13 +43,11 @@ ARGS = {
                "help": "probe: does this node run the rendered launch (current); verify: its workers and their link to "
                "the head; one_host: refuse a one-host playbook (provision, restart-server, rebuild) on a cluster node, "
                "before it stops or builds anything"},
-    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
-                "help": "the node's pidfile (vllm_server's); the launch files sit beside it"},
+    "pidfile": {"include": "vllm_pidfile", "required": True, "help": "the node's pidfile (vllm_server's); the launch files sit beside it"},
     "fingerprint": {"type": "str", "default": None,
                     "help": "probe, and verify in check mode: the launch wanted (the render task's; in check mode it "
                     "may differ from the file)"},
-    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
-                   "help": "the nvidia-smi command (verify lists the node's processes holding a GPU); none: from PATH"},
+    "nvidia_smi": {"include": "nvidia_smi", "help": "the nvidia-smi command (verify lists the node's processes holding a GPU); none: from PATH"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "verify: seconds for the head's /health probe"},
     "inventory_name": {"type": "str", "default": None, "var": "inventory_hostname",
                        "help": "one_host: this host's inventory name (named in the refusal)"},

@@ -36,12 +36,10 @@ from dflash_host.vllm import (
 )
 
 ARGS = {
-    "pidfile": {"type": "path", "required": True, "var": "vllm_pidfile",
-                "help": "the server's pidfile; the launch files sit beside it"},
-    "nvidia_smi": {"type": "str", "default": None, "var": "nvidia_smi",
-                   "help": "the nvidia-smi command; none: nvidia-smi from PATH"},
+    "pidfile": {"include": "vllm_pidfile", "required": True, "help": "the server's pidfile; the launch files sit beside it"},
+    "nvidia_smi": {"include": "nvidia_smi"},
     "timeout_s": {"type": "float", "default": 2.0, "help": "seconds per HTTP probe"},
-    "root": {"type": "path", "default": None, "var": "dfp_root", "help": "dfp_root: the state file lies inside it"},
+    "root": {"include": "dfp_root", "help": "dfp_root: the state file lies inside it"},
     "state_file": {"type": "path", "default": None, "var": "speed_state_file",
                    "help": "the host's speed record; none: <dfp_root>/state/speed.json"},
 }
