@@ -27,6 +27,7 @@ from engine.keywords import (
 )
 from engine.modulespec import LIBRARY, PROJECT_ROOT, module_args_spec, modules  # noqa: F401 - LIBRARY, PROJECT_ROOT re-exported
 from engine.roles import load_role, role_tasks
+from engine.templating import Templar
 from engine.yamlfile import check_variable_names, describe_name, load_yaml
 
 
@@ -285,8 +286,25 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     where = f"{source} ({key} {file})"
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    _inherit(tasks, when, tags, variables_of(raw.get("vars"), where), become_of(raw, where))
+    import_vars = variables_of(raw.get("vars"), where)
+    _inherit(tasks, when, tags, import_vars, become_of(raw, where))
+    _name_with(walk_tasks(tasks), import_vars)
     return tasks
+
+
+def _name_with(tasks, import_vars: dict) -> None:
+    """Task names of an imported file that use the import's vars, rendered with them when the file is read (as
+    Ansible shows them), so one file imported twice reads as two steps. A name needing anything else stays
+    as written."""
+    if not import_vars:
+        return
+    templar = Templar()
+    for task in tasks:
+        if "{{" in task.name:
+            try:
+                task.name = str(templar.render_value(task.name, templar.view(dict(import_vars))))
+            except Exception:  # noqa: S112 - a name with other variables is shown as written, like Ansible's
+                continue
 
 
 def _task_file(file: str, source: str, ctx: ParseContext) -> Path:

@@ -18,6 +18,7 @@ if _FIXTURES not in sys.path:
 
 from tests import sshd_harness  # noqa: E402
 from tests.fakes.hub import LocalHub, ensure_olah  # noqa: E402
+from tests.helpers import isolate_pip  # noqa: E402
 from tests.sshd_harness import SshdPool, write_inventory  # noqa: E402,F401
 
 
@@ -48,6 +49,12 @@ def ssh_hosts(sshd_pool):
 @pytest.fixture
 def ssh_host(ssh_hosts):
     return ssh_hosts[0]
+
+
+@pytest.fixture
+def clean_pip_config(monkeypatch):
+    """This machine's pip and uv configuration (find-links, indexes, an active venv) kept out of the test's builds."""
+    isolate_pip(monkeypatch)
 
 
 @pytest.fixture

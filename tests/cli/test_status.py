@@ -12,8 +12,9 @@ import psutil
 import pytest
 
 from tests.cli.helpers import invoke
-from tests.fakes.served import PLAYBOOKS, SERVICE, START, msgs, paths_of, play, result_of, server_vars
+from tests.fakes.served import PLAYBOOKS, SERVICE, START, msgs, paths_of, result_of, server_vars
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 
 def status(inv, host="local", *more):

@@ -9,6 +9,7 @@ PP 1 is the layout tested on CPU. The environment is the ssh end-to-end test's (
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 import signal
@@ -17,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.api import run_playbook
 from tests.e2e.test_local_e2e import E2E_ROOT, msgs, result, server_sessions
 from tests.fakes.vllm_processes import free_port, kill_leftovers
+from tests.helpers import play
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -86,15 +87,14 @@ def write_cluster_inventory(ssh_hosts, inventory_file, head_vars: dict | None = 
     return inv, head.name, node.name
 
 
-def play(name: str, inventory: Path, **kw):
-    return run_playbook(str(ROOT / "playbooks" / f"{name}.yaml"), inventory=str(inventory), limit="cluster", **kw)
+play_on_cluster = functools.partial(play, limit="cluster")  # every playbook on the cluster's group
 
 
 def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cluster_roots):
     inv, head, node = cluster_inventory
     logs = [r / "logs" for r in cluster_roots]
     try:
-        first = play("serving-cluster", inv)
+        first = play_on_cluster("serving-cluster", inv)
         assert first.exit_code == 0, msgs(first)
         served = result(first, HEAD_START, head)
         assert served["resolved_architectures"] == ["Qwen3ForCausalLM", "DFlashDraftModel"], served
@@ -113,14 +113,14 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
             assert all(w["connected"] for w in joined["local_workers"]), joined
         assert server_sessions(cluster_roots[0]) and server_sessions(cluster_roots[1])
 
-        again = play("serving-cluster", inv)
+        again = play_on_cluster("serving-cluster", inv)
         assert again.exit_code == 0, msgs(again)
         assert again.recap[head]["changed"] == 0 and again.recap[node]["changed"] == 0, msgs(again)
         assert result(again, HEAD_START, head)["pid"] == served["pid"]
         assert result(again, GATE, head)["speedup"] == gate["speedup"]  # the cached verdict, nothing measured
 
         # The cluster is measured as it serves, at its head (a baseline without the drafter is refused).
-        bench = play("serving-bench", inv, extra_vars={"speed_concurrency": [2], "speed_requests": 4,
+        bench = play_on_cluster("serving-bench", inv, extra_vars={"speed_concurrency": [2], "speed_requests": 4,
                                                        "speed_max_tokens": 16, "speed_load_generator": "builtin"})
         assert bench.exit_code == 0, msgs(bench)
         run = result(bench, "Measure the configured server (with its drafter) under closed-loop load", head)["runs"][0]
@@ -133,16 +133,16 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
         os.kill(worker["pid"], signal.SIGKILL)
         psutil.wait_procs([psutil.Process(worker["pid"])], timeout=10)
         assert all(psutil.pid_exists(p) for p in orphans)
-        status = play("status", inv)
+        status = play_on_cluster("status", inv)
         node_report = result(status, "Report the vLLM server's status", node)
         assert node_report["running"] is False and node_report.get("role") == "worker", node_report
-        healed = play("serving-cluster", inv)
+        healed = play_on_cluster("serving-cluster", inv)
         assert healed.exit_code == 0, msgs(healed)
         assert result(healed, HEAD_START, head)["pid"] != served["pid"]
         assert result(healed, NODE_START, node)["pid"] != worker["pid"]
         assert not [p for p in orphans if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
-        down = play("teardown", inv)
+        down = play_on_cluster("teardown", inv)
         assert down.exit_code == 0, msgs(down)
         assert not server_sessions(cluster_roots[0]) and not server_sessions(cluster_roots[1])
     finally:
@@ -156,7 +156,7 @@ def test_a_head_that_does_not_start_stops_every_node(ssh_hosts, inventory_file, 
     inv, head, node = write_cluster_inventory(ssh_hosts, inventory_file, head_vars={"max_model_len": 100000})
     logs = [r / "logs" for r in cluster_roots]
     try:
-        res = play("serving-cluster", inv)
+        res = play_on_cluster("serving-cluster", inv)
         assert res.exit_code == 2, msgs(res)
         assert res.find(NODE_START, node)[-1].status == "changed"  # the node had started
         assert res.find(HEAD_START, head)[-1].status == "failed"

@@ -20,8 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.api import run_playbook
 from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive, started_pids
+from tests.helpers import play
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -70,10 +70,6 @@ def result(res, task: str, host: str) -> dict:
     found = res.find(task, host)
     assert found, f"{task!r} did not run on {host}: {msgs(res)}"
     return found[-1].result
-
-
-def play(name: str, inventory: Path, **kw):
-    return run_playbook(str(ROOT / "playbooks" / f"{name}.yaml"), inventory=str(inventory), **kw)
 
 
 def server_sessions(dfp_root: Path) -> list:

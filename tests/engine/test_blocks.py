@@ -7,7 +7,7 @@ import yaml
 from engine.api import run_playbook
 
 
-def play(tmp_path, tasks, roles_dir=None, **play_kw):
+def run_tasks(tmp_path, tasks, roles_dir=None, **play_kw):
     pb = tmp_path / "pb.yaml"
     pb.write_text(yaml.safe_dump([dict({"hosts": "all", "gather_facts": False, "tasks": tasks}, **play_kw)]))
     inv = tmp_path / "inv.yaml"
@@ -20,7 +20,7 @@ def ran(res) -> list[tuple[str, str]]:
 
 
 def test_rescue_and_always_after_a_failure(tmp_path):
-    res = play(tmp_path, [
+    res = run_tasks(tmp_path, [
         {"block": [{"name": "breaks", "command": {"argv": ["false"]}}, {"name": "not reached", "debug": {"msg": "x"}}],
          "rescue": [{"name": "rescue sees the failure", "debug": {"msg": "{{ ansible_failed_task.name }}"}}],
          "always": [{"name": "always", "debug": {"msg": "cleanup"}}]},
@@ -34,7 +34,7 @@ def test_rescue_and_always_after_a_failure(tmp_path):
 
 
 def test_always_runs_and_the_host_stays_failed_without_rescue(tmp_path):
-    res = play(tmp_path, [
+    res = run_tasks(tmp_path, [
         {"block": [{"name": "breaks", "command": {"argv": ["false"]}}],
          "always": [{"name": "always", "debug": {"msg": "cleanup"}}]},
         {"name": "after", "debug": {"msg": "after"}},
@@ -45,7 +45,7 @@ def test_always_runs_and_the_host_stays_failed_without_rescue(tmp_path):
 
 
 def test_a_failing_rescue_fails_the_host_and_always_still_runs(tmp_path):
-    res = play(tmp_path, [
+    res = run_tasks(tmp_path, [
         {"block": [{"name": "breaks", "command": {"argv": ["false"]}}],
          "rescue": [{"name": "rescue breaks too", "fail": {"msg": "no luck"}}],
          "always": [{"name": "always", "debug": {"msg": "cleanup"}}]},
@@ -55,7 +55,7 @@ def test_a_failing_rescue_fails_the_host_and_always_still_runs(tmp_path):
 
 
 def test_block_when_tags_and_vars_reach_its_tasks(tmp_path):
-    res = play(tmp_path, [
+    res = run_tasks(tmp_path, [
         {"name": "skipped block", "when": "false", "block": [{"name": "a", "debug": {"msg": "a"}}]},
         {"name": "vars block", "vars": {"word": "from-block"},
          "block": [{"name": "b", "debug": {"msg": "{{ word }}"}},
@@ -73,12 +73,12 @@ def test_import_role_inside_a_block_brings_defaults_and_handlers(tmp_path):
     (role / "tasks.yaml").write_text(yaml.safe_dump([
         {"name": "greet", "command": {"argv": ["echo", "{{ greeting }} {{ who }}"]}, "notify": "said"}]))
     (role / "handlers.yaml").write_text(yaml.safe_dump([{"name": "said", "debug": {"msg": "handled"}}]))
-    res = play(tmp_path, [{"block": [{"import_role": {"name": "greeter"}, "vars": {"who": "world"}}],
+    res = run_tasks(tmp_path, [{"block": [{"import_role": {"name": "greeter"}, "vars": {"who": "world"}}],
                            "rescue": [{"name": "never", "debug": {"msg": "x"}}]}])
     assert res.exit_code == 0, res.tasks
     assert ran(res) == [("greet", "changed"), ("said", "ok")]
 
 
 def test_unknown_block_keyword_is_bad_input(tmp_path):
-    res = play(tmp_path, [{"block": [{"name": "a", "debug": {"msg": "a"}}], "rescu": []}])
+    res = run_tasks(tmp_path, [{"block": [{"name": "a", "debug": {"msg": "a"}}], "rescu": []}])
     assert res.exit_code == 4 and "rescu" in res.error

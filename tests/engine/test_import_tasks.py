@@ -60,3 +60,15 @@ def test_bad_imports_are_refused_at_load_naming_the_file(tmp_path, entry, needle
     book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [entry]}])
     res = run_playbook(str(book), inventory=INV)
     assert res.exit_code == 4 and needle in res.error, res.error
+
+
+def test_a_name_using_the_imports_vars_is_rendered_with_them_so_one_file_reads_as_two_steps(tmp_path):
+    write(tmp_path / "tasks" / "step.yaml", [{"name": "Start {{ what }}", "debug": {"msg": "{{ what }}"}},
+                                             {"name": "Then {{ not_an_import_var }}", "debug": {"msg": "x"}}])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "vars": {"not_an_import_var": "y"},
+                                         "tasks": [{"import_tasks": "step.yaml", "vars": {"what": "the nodes"}},
+                                                   {"import_tasks": "step.yaml", "vars": {"what": "the head"}}]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 0, messages(res)
+    assert [t["task"] for t in res.tasks] == ["Start the nodes", "Then {{ not_an_import_var }}", "Start the head",
+                                              "Then {{ not_an_import_var }}"]

@@ -218,12 +218,3 @@ class Gate:
 
 
 FETCH = "Fetch and verify the Hub models (target and drafter) into the tool's Hugging Face cache"  # the models role's task
-
-
-def play_roles(tmp_path: Path, inventory: Path, roles: list, **kw):
-    """Run a playbook of just these roles (common-vars first) over `inventory`; the engine's RunResult."""
-    from engine.api import run_playbook
-
-    book = tmp_path / "models.yaml"
-    book.write_text("- name: models\n  hosts: all\n  gather_facts: false\n  roles: [" + ", ".join(["common-vars", *roles]) + "]\n")
-    return run_playbook(str(book), inventory=str(inventory), **kw)

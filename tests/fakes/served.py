@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.api import run_playbook
 from tests.fakes.vllm_processes import free_port, session_alive, started_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,18 +80,6 @@ def paths_of(hv: dict) -> dict:
         "log": root / "logs" / "vllm.log",
         "logs": root / "logs",
     }
-
-
-def play(book: str | Path, inventory: Path, tmp_path: Path, **kw):
-    """run_playbook on a playbook file, or on playbook text (written into tmp_path first)."""
-    if isinstance(book, str) and "\n" in book:
-        path = tmp_path / "fault-play.yaml"
-        path.write_text(book)
-        book = path
-    from dfp_cli import rebuild_report  # the section the CLI registers for the nightly rebuild's reports
-
-    kw.setdefault("report_sections", {rebuild_report.NAME: rebuild_report})
-    return run_playbook(str(book), inventory=str(inventory), **kw)
 
 
 def msgs(res) -> list:

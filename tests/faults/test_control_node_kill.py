@@ -22,10 +22,11 @@ import psutil
 import pytest
 import yaml
 
-from tests.fakes.served import ROOT, SERVICE, START, alive_servers, msgs, paths_of, play, result_of, server_vars
+from tests.fakes.served import ROOT, SERVICE, START, alive_servers, msgs, paths_of, result_of, server_vars
 from tests.fakes.slow_index import SlowIndex
 from tests.fakes.vllm_processes import kill_leftovers, started_pids
 from tests.fakes.wheels import simple_wheel
+from tests.helpers import play
 
 ENV_MARKER = ".dfp-env.json"
 BUILD = "Build the serving environment beside the current one, verify it by import and switch to it"

@@ -20,8 +20,9 @@ import pytest
 from make_checkpoint import TINY_TARGET_CONFIG, drafter_tensors
 from safetensors.numpy import save_file
 
-from tests.fakes.served import PLAYBOOKS, SERVICE, START, alive_servers, msgs, paths_of, play, result_of, server_vars
+from tests.fakes.served import PLAYBOOKS, SERVICE, START, alive_servers, msgs, paths_of, result_of, server_vars
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 OLD = "old contents: must survive a failed write\n"
 

@@ -12,8 +12,9 @@ import os
 
 import pytest
 
-from tests.fakes.served import PLAYBOOKS, SERVICE, START, invoke_status, msgs, paths_of, play, result_of, server_vars
+from tests.fakes.served import PLAYBOOKS, SERVICE, START, invoke_status, msgs, paths_of, result_of, server_vars
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 
 @pytest.fixture

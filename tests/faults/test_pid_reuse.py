@@ -21,8 +21,9 @@ import time
 import psutil
 import pytest
 
-from tests.fakes.served import PLAYBOOKS, START, msgs, paths_of, play, result_of, server_vars
+from tests.fakes.served import PLAYBOOKS, START, msgs, paths_of, result_of, server_vars
 from tests.fakes.vllm_processes import kill_leftovers, session_alive
+from tests.helpers import play
 
 CLEANUP = "Stop the managed server's whole process tree and wait until GPU memory is free"
 PROVISION = """\

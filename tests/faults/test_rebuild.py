@@ -22,21 +22,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.fakes.served import PLAYBOOKS, START, msgs, play, server_vars
+from tests.fakes.served import PLAYBOOKS, START, msgs, server_vars
 from tests.fakes.vllm_processes import kill_leftovers
 from tests.fakes.wheels import simple_wheel
+from tests.helpers import play
+
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
 FAIL = "Fail the rebuild when the new environment had to be rolled back"
 BUILD = "Build the serving environment beside the current one, verify it by import and switch to it"
 SWITCH = "Switch `current` to the new environment now that the server serves on it"
-
-
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    """The control node's own pip configuration must not leak into the local host's builds."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "VIRTUAL_ENV"):
-        monkeypatch.delenv(var, raising=False)
 
 
 @pytest.fixture

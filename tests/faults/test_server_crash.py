@@ -22,11 +22,11 @@ from tests.fakes.served import (
     invoke_status,
     msgs,
     paths_of,
-    play,
     result_of,
     server_vars,
 )
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import base64
 import csv
 import hashlib
 import io
-import os
 import platform
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.wheels import build_wheel, simple_wheel
+
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
 SCRIPT = Path(__file__).resolve().parent / "wheelhouse_from_stage.py"
 TAG = f"cp38-abi3-linux_{platform.machine()}"
@@ -30,14 +31,6 @@ REQUIRES = [
     'dfp-win; sys_platform == "win32"',  # not for this platform: left alone
     'dfp-bench; extra == "bench"',  # an extra nobody asks for: left alone
 ]
-
-
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    """This machine's pip configuration (find-links, indexes) must not help the offline install."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "VIRTUAL_ENV"):
-        monkeypatch.delenv(var, raising=False)
 
 
 def staged_tree(tmp_path: Path) -> Path:

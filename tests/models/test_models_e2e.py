@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_local_e2e import E2E_ROOT, START, host_vars, msgs, play, result
+from tests.e2e.test_local_e2e import E2E_ROOT, START, host_vars, msgs, result
 from tests.fakes.hub import FETCH
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

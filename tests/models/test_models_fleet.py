@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.hub import FETCH, play_roles
+from tests.fakes.hub import FETCH
+from tests.helpers import play_roles
 
 pytestmark = [pytest.mark.ssh]
 
 FILES = {"config.json": json.dumps({"architectures": ["Qwen3ForCausalLM"]}).encode(),
          "model-00001-of-00002.safetensors": os.urandom(400_000), "model-00002-of-00002.safetensors": os.urandom(300_000),
          "tokenizer.json": b'{"version": "1.0"}'}
-
-
-def play(tmp_path: Path, inventory: Path, **kw):
-    return play_roles(tmp_path, inventory, ["models"], **kw)
 
 
 def fleet_inventory(inventory_file, hosts, tmp_path: Path, tag: str, **common) -> Path:
@@ -46,7 +43,7 @@ def test_eight_hosts_take_each_file_from_the_upstream_once(hub, ssh_hosts, inven
     hub.publish("dfp/fleet", FILES)
     inv = fleet_inventory(inventory_file, hosts, tmp_path, "relay", target_model="dfp/fleet", hf_endpoint=hub.endpoint,
                           models_via="control_node")
-    first = play(tmp_path, inv)
+    first = play_roles(tmp_path, inv, ["models"])
     assert first.exit_code == 0, [t["msg"] for t in first.tasks if t["status"] == "failed"]
     served = {name: hub.served("dfp/fleet", name) for name in FILES}
     assert served == {name: 1 for name in FILES}, served  # once for the whole fleet
@@ -54,7 +51,7 @@ def test_eight_hosts_take_each_file_from_the_upstream_once(hub, ssh_hosts, inven
     assert len({r["models"]["target"]["commit"] for r in got.values()}) == 1
     assert all(r["bytes_sent"] == sum(map(len, FILES.values())) and r["changed"] for r in got.values())
 
-    second = play(tmp_path, inv)
+    second = play_roles(tmp_path, inv, ["models"])
     assert second.exit_code == 0 and all(second.recap[h.name]["changed"] == 0 for h in hosts)
     assert all(r["bytes_sent"] == 0 for r in snapshots(second, hosts).values())
     assert {name: hub.served("dfp/fleet", name) for name in FILES} == served
@@ -65,7 +62,7 @@ def test_each_host_on_its_own_takes_every_file_itself(hub, ssh_hosts, inventory_
     hosts = ssh_hosts[:3]
     hub.publish("dfp/fleet-direct", FILES)
     inv = fleet_inventory(inventory_file, hosts, tmp_path, "direct", target_model="dfp/fleet-direct", hf_endpoint=hub.endpoint)
-    assert play(tmp_path, inv).exit_code == 0
+    assert play_roles(tmp_path, inv, ["models"]).exit_code == 0
     assert {name: hub.served("dfp/fleet-direct", name) for name in FILES} == {name: 3 for name in FILES}
 
 
@@ -79,7 +76,7 @@ def test_the_air_gapped_push_sends_only_what_a_host_lacks(ssh_hosts, inventory_f
     (repo / "notes.bin").write_bytes(b"pickle")  # pickled: never pushed unless asked
     inv = fleet_inventory(inventory_file, hosts, tmp_path, "airgap", target_model="dfp/airgap", models_source_dir=str(source),
                           hf_endpoint="http://127.0.0.1:9")  # nothing listens there: the push needs no Hub
-    first = play(tmp_path, inv)
+    first = play_roles(tmp_path, inv, ["models"])
     assert first.exit_code == 0, [t["msg"] for t in first.tasks if t["status"] == "failed"]
     got = snapshots(first, hosts)
     assert all(r["bytes_sent"] == sum(map(len, FILES.values())) for r in got.values())
@@ -88,12 +85,12 @@ def test_the_air_gapped_push_sends_only_what_a_host_lacks(ssh_hosts, inventory_f
     assert sorted(p.name for p in snap.iterdir()) == sorted(FILES)
     assert (snap / "model-00001-of-00002.safetensors").read_bytes() == FILES["model-00001-of-00002.safetensors"]
 
-    second = play(tmp_path, inv)
+    second = play_roles(tmp_path, inv, ["models"])
     assert second.exit_code == 0 and all(r["bytes_sent"] == 0 for r in snapshots(second, hosts).values())
     assert all(second.recap[h.name]["changed"] == 0 for h in hosts)
 
     (repo / "config.json").write_bytes(b'{"architectures": ["Qwen3ForCausalLM"], "v": 2}')
-    third = snapshots(play(tmp_path, inv), hosts)
+    third = snapshots(play_roles(tmp_path, inv, ["models"]), hosts)
     assert all(r["bytes_sent"] == len((repo / "config.json").read_bytes()) for r in third.values())
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from engine.api import run_playbook
+from tests.helpers import play
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "drafter_configs"
@@ -50,19 +50,13 @@ def give_to(user: str, *folders: Path) -> None:
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
-def play(tmp_path: Path, inventory: Path, **kw):
-    book = tmp_path / "drafter.yaml"
-    book.write_text(PLAYBOOK)
-    return run_playbook(str(book), inventory=str(inventory), **kw)
-
-
 def test_role_writes_the_config_on_local_and_a_second_run_changes_nothing(tmp_path, inventory_file):
     drafter, target = make_models(tmp_path)
     inv = inventory_file(
         local=True,
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 3},
     )
-    first = play(tmp_path, inv)
+    first = play(PLAYBOOK, inv, tmp_path)
     assert first.exit_code == 0, [t["msg"] for t in first.tasks]
     assert first.recap["local"]["changed"] == 1
     written = first.find(WRITE, "local")[0]
@@ -74,7 +68,7 @@ def test_role_writes_the_config_on_local_and_a_second_run_changes_nothing(tmp_pa
     said = first.find(SAY, "local")[0].msg
     assert "target_layer_ids [1, 5] (reference)" in said and "mask_token_id 3 (given)" in said
 
-    second = play(tmp_path, inv)
+    second = play(PLAYBOOK, inv, tmp_path)
     assert second.exit_code == 0 and second.recap["local"]["changed"] == 0
     assert second.find(WRITE, "local")[0].result["layer_ids_rule"] == "existing"
 
@@ -85,7 +79,7 @@ def test_role_check_mode_reports_the_change_and_writes_nothing(tmp_path, invento
         local=True,
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 3},
     )
-    res = play(tmp_path, inv, check=True, diff=True)
+    res = play(PLAYBOOK, inv, tmp_path, check=True, diff=True)
     assert res.exit_code == 0 and res.recap["local"]["changed"] == 1
     assert not (drafter / "config.json").exists()
     assert json.loads(res.find(WRITE, "local")[0].result["diff"]["after"])["num_target_layers"] == 8
@@ -101,7 +95,7 @@ def test_role_variables_choose_ids_block_size_and_destination(tmp_path, inventor
         "drafter_block_size": 8,
         "drafter_config_dest": str(dest),
     }
-    res = play(tmp_path, inv, extra_vars=extra)
+    res = play(PLAYBOOK, inv, tmp_path, extra_vars=extra)
     assert res.exit_code == 0, [t["msg"] for t in res.tasks]
     cfg = json.loads(dest.read_text())
     assert cfg["dflash_config"]["target_layer_ids"] == [0, 7] and cfg["block_size"] == 8
@@ -112,7 +106,7 @@ def test_role_variables_choose_ids_block_size_and_destination(tmp_path, inventor
 def test_role_stops_with_a_clear_message_when_the_mask_token_is_unknown(tmp_path, inventory_file):
     drafter, target = make_models(tmp_path)
     inv = inventory_file(local=True, vars={"drafter_model": str(drafter), "target_model": str(target)})
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 2 and res.recap["local"]["failed"] == 1
     msg = res.find(WRITE, "local")[0].msg
     assert "mask_token_id is needed" in msg and "drafter_mask_token_id" in msg
@@ -130,13 +124,13 @@ def test_role_over_ssh_reads_the_header_on_the_host_and_a_second_run_changes_not
         hosts=[ssh_host],
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 3},
     )
-    first = play(tmp_path, inv)
+    first = play(PLAYBOOK, inv, tmp_path)
     assert first.exit_code == 0, [t["msg"] for t in first.tasks]
     assert first.recap[ssh_host.name]["changed"] == 1
     config = drafter / "config.json"
     assert config.stat().st_uid == pwd.getpwnam(ssh_host.user).pw_uid  # written on the host, by its user
     assert json.loads(config.read_text())["dflash_config"]["target_layer_ids"] == [1, 5]
-    second = play(tmp_path, inv)
+    second = play(PLAYBOOK, inv, tmp_path)
     assert second.exit_code == 0 and second.recap[ssh_host.name]["changed"] == 0
 
 
@@ -154,7 +148,7 @@ def test_role_over_ssh_reads_a_multi_gb_checkpoint_header_in_milliseconds(tmp_pa
         hosts=[ssh_host],
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_mask_token_id": 248070},
     )
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 0, [t["msg"] for t in res.tasks]
     result = res.find(WRITE, ssh_host.name)[0].result
     assert result["header_bytes_read"] < 10_000 and result["header_read_ms"] < 50

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from dflash_host.host.processes import write_pidfile
-from engine.api import run_playbook
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
+from tests.helpers import play
 
 STOP = "Stop the managed server's whole process tree and wait until GPU memory is free"
 SAY = "Say why there is no GPU to free on this host"
@@ -25,12 +25,6 @@ PLAYBOOK = """\
     - gpu-cleanup
 """
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
-
-
-def play(tmp_path: Path, inventory: Path, **kw):
-    book = tmp_path / "gpu-cleanup.yaml"
-    book.write_text(PLAYBOOK)
-    return run_playbook(str(book), inventory=str(inventory), **kw)
 
 
 def role_vars(gpu: FakeGpu, pidfile: Path, **extra) -> dict:
@@ -75,21 +69,21 @@ def test_role_frees_the_gpu_on_local_and_a_second_run_changes_nothing(tmp_path, 
     pidfile = tmp_path / "run" / "vllm.pid"
     tree = start_server(gpu, pidfile)
     inv = inventory_file(local=True, vars=role_vars(gpu, pidfile))
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 0, res.tasks
     r = stop_result(res, "local")
     assert r.status == "changed"
     assert r.result["gpus"][0]["before_mib"] == 3584 and r.result["gpus"][0]["after_mib"] == 0
     assert all(gone(p) for p in tree.procs.values())
     assert not pidfile.exists()
-    again = play(tmp_path, inv)
+    again = play(PLAYBOOK, inv, tmp_path)
     assert again.exit_code == 0 and again.recap["local"]["changed"] == 0, again.tasks
 
 
 def test_role_check_mode_lists_what_would_be_stopped(tmp_path, inventory_file, gpu):
     pidfile = tmp_path / "run" / "vllm.pid"
     tree = start_server(gpu, pidfile)
-    res = play(tmp_path, inventory_file(local=True, vars=role_vars(gpu, pidfile)), check=True)
+    res = play(PLAYBOOK, inventory_file(local=True, vars=role_vars(gpu, pidfile)), tmp_path, check=True)
     assert res.exit_code == 0, res.tasks
     r = stop_result(res, "local")
     assert r.status == "changed" and set(r.result["would_stop"]) == set(tree.pids.values())
@@ -100,7 +94,7 @@ def test_role_fails_listing_a_foreign_holder_that_keeps_the_gpu_busy_and_leaves_
     pidfile = tmp_path / "run" / "vllm.pid"
     tree = start_server(gpu, pidfile)
     foreign = gpu.start({"name": "foreign", "mib": 4096})
-    res = play(tmp_path, inventory_file(local=True, vars=role_vars(gpu, pidfile)))
+    res = play(PLAYBOOK, inventory_file(local=True, vars=role_vars(gpu, pidfile)), tmp_path)
     assert res.exit_code == 2
     r = stop_result(res, "local")
     assert r.status == "failed"
@@ -111,7 +105,7 @@ def test_role_fails_listing_a_foreign_holder_that_keeps_the_gpu_busy_and_leaves_
 
 def test_role_skips_with_the_reason_on_a_host_without_driver(tmp_path, inventory_file, gpu):
     gpu.configure(driver=False)
-    res = play(tmp_path, inventory_file(local=True, vars=role_vars(gpu, tmp_path / "vllm.pid")))
+    res = play(PLAYBOOK, inventory_file(local=True, vars=role_vars(gpu, tmp_path / "vllm.pid")), tmp_path)
     assert res.exit_code == 0, res.tasks
     [say] = res.find(SAY, "local")
     assert "couldn't communicate with the NVIDIA driver" in say.msg
@@ -130,7 +124,7 @@ def test_role_over_ssh_kills_exactly_the_users_tree_and_a_second_run_changes_not
     tree = start_server(gpu, pidfile, user=ssh_host.user)
     bystander = gpu.start({"name": "bystander", "mib": 200}, user=ssh_host.user)  # same user, not ours
     inv = inventory_file(hosts=[ssh_host], vars=role_vars(gpu, pidfile))
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 0, res.tasks
     r = stop_result(res, ssh_host.name)
     assert r.status == "changed", r.msg
@@ -138,7 +132,7 @@ def test_role_over_ssh_kills_exactly_the_users_tree_and_a_second_run_changes_not
     assert bystander.procs["bystander"].is_running()
     assert [f["pid"] for f in r.result["foreign"]] == [bystander.pids["bystander"]]
     assert not pidfile.exists()
-    again = play(tmp_path, inv)
+    again = play(PLAYBOOK, inv, tmp_path)
     assert again.exit_code == 0 and again.recap[ssh_host.name]["changed"] == 0, again.tasks
 
 
@@ -149,7 +143,7 @@ def test_role_over_ssh_never_stops_another_users_holder_even_when_named(tmp_path
     foreign = gpu.start({"name": "root-job", "mib": 2048})  # root's: another user for the ssh user
     pid = foreign.pids["root-job"]
     inv = inventory_file(hosts=[ssh_host], vars=role_vars(gpu, pidfile, gpu_cleanup_kill_foreign=[pid]))
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 2
     r = stop_result(res, ssh_host.name)
     assert f"pid {pid} (user root, GPU 0, 2048 MiB)" in r.msg
@@ -162,7 +156,7 @@ def test_role_rejects_a_threshold_that_is_not_a_number_and_kills_nothing(tmp_pat
     pidfile = tmp_path / "run" / "vllm.pid"
     tree = start_server(gpu, pidfile)
     inv = inventory_file(local=True, vars=role_vars(gpu, pidfile, gpu_free_threshold_mib="1 GiB"))
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 2
     r = stop_result(res, "local")
     assert r.status == "failed" and "threshold_mib" in r.msg and "1 GiB" in r.msg
@@ -175,7 +169,7 @@ def test_role_over_ssh_says_so_when_the_server_belongs_to_another_user(tmp_path,
     tree = gpu.start({"name": "root-server", "children": [{"name": "engine", "mib": 2048}]})  # started by root
     pidfile.parent.mkdir()
     write_pidfile(str(pidfile), tree.procs["root-server"])
-    res = play(tmp_path, inventory_file(hosts=[ssh_host], vars=role_vars(gpu, pidfile)))
+    res = play(PLAYBOOK, inventory_file(hosts=[ssh_host], vars=role_vars(gpu, pidfile)), tmp_path)
     assert res.exit_code == 2
     r = stop_result(res, ssh_host.name)
     assert "could not be signalled" in r.msg and "run the play as the server's user or as root" in r.msg

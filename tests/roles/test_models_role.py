@@ -8,12 +8,9 @@ import json
 import os
 from pathlib import Path
 
-from tests.fakes.hub import FETCH, Gate, play_roles
+from tests.fakes.hub import FETCH, Gate
+from tests.helpers import play_roles
 from tests.roles.test_drafter_config_role import TARGET, WRITE, make_models
-
-
-def play(tmp_path: Path, inventory: Path, **kw):
-    return play_roles(tmp_path, inventory, ["models", "drafter-config"], **kw)
 
 
 def publish_pair(hub, tmp_path: Path, name: str, with_config: dict | None = None) -> tuple[str, str]:
@@ -36,7 +33,7 @@ def test_hub_ids_are_fetched_and_the_drafter_config_is_written_beside_the_verifi
     (tmp_path / "src").mkdir()
     target_id, drafter_id = publish_pair(hub, tmp_path, "noconfig")
     inv = inventory_file(local=True, vars=host_vars(tmp_path, hub.endpoint, target_id, drafter_id))
-    first = play(tmp_path, inv)
+    first = play_roles(tmp_path, inv, ["models", "drafter-config"])
     assert first.exit_code == 0, [t["msg"] for t in first.tasks]
     fetched = first.find(FETCH, "local")[0].result
     snap = Path(fetched["drafter_path"])
@@ -44,7 +41,7 @@ def test_hub_ids_are_fetched_and_the_drafter_config_is_written_beside_the_verifi
     written = first.find(WRITE, "local")[0].result
     assert written["path"] == str(snap / "config.json") and not (snap / "config.json").is_symlink()
     assert (snap / "model.safetensors").is_symlink()  # the verified file is untouched
-    second = play(tmp_path, inv)
+    second = play_roles(tmp_path, inv, ["models", "drafter-config"])
     assert second.exit_code == 0 and second.recap["local"]["changed"] == 0, [t["msg"] for t in second.tasks]
 
 
@@ -56,12 +53,12 @@ def test_a_published_drafter_config_is_kept_as_fetched_and_checked(hub, tmp_path
     seed_inv = inventory_file(local=True, name="seed.yaml", vars={"dfp_root": str(tmp_path / "seed"), "drafter_model": str(local_drafter),
                                                                    "target_model": str(local_target),
                                                                    "drafter_mask_token_id": 3})
-    assert play(tmp_path, seed_inv).exit_code == 0
+    assert play_roles(tmp_path, seed_inv, ["models", "drafter-config"]).exit_code == 0
     published = json.loads((local_drafter / "config.json").read_text())
     target_id, drafter_id = publish_pair(hub, tmp_path, "published", with_config=published)
 
     inv = inventory_file(local=True, vars=host_vars(tmp_path, hub.endpoint, target_id, drafter_id))
-    res = play(tmp_path, inv)
+    res = play_roles(tmp_path, inv, ["models", "drafter-config"])
     assert res.exit_code == 0, [t["msg"] for t in res.tasks]
     kept = res.find(WRITE, "local")[0].result
     assert not kept["changed"] and kept["published"] and "kept as fetched" in kept["msg"]
@@ -70,7 +67,7 @@ def test_a_published_drafter_config_is_kept_as_fetched_and_checked(hub, tmp_path
 
     asks_other = inventory_file(local=True, name="other.yaml", vars=host_vars(
         tmp_path, hub.endpoint, target_id, drafter_id, drafter_target_layer_ids=[0, 3]))
-    refused = play(tmp_path, asks_other)
+    refused = play_roles(tmp_path, asks_other, ["models", "drafter-config"])
     assert refused.exit_code != 0
     msg = refused.find(WRITE, "local")[0].msg
     assert "published config.json" in msg and "does not alter a verified snapshot" in msg and "dflash_config" in msg
@@ -85,7 +82,7 @@ def test_the_token_reaches_the_gated_mirror_and_no_output(hub, tmp_path, invento
     try:
         inv = inventory_file(local=True, vars=host_vars(tmp_path, gate.endpoint, target_id, drafter_id, hf_token=token))
         report = tmp_path / "report.json"
-        res = play(tmp_path, inv, report=str(report), verbose=3, quiet=False, diff=True)
+        res = play_roles(tmp_path, inv, ["models", "drafter-config"], report=str(report), verbose=3, quiet=False, diff=True)
         assert res.exit_code == 0, [t["msg"] for t in res.tasks]
         assert f"Bearer {token}" in gate.auth_seen
         out = capsys.readouterr()

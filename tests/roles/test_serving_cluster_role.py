@@ -14,8 +14,9 @@ import psutil
 import pytest
 import yaml
 
-from tests.fakes.served import PLAYBOOKS, fake_env, make_models, msgs, play, result_of
+from tests.fakes.served import PLAYBOOKS, fake_env, make_models, msgs, result_of
 from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive
+from tests.helpers import play
 
 BOOK = """\
 - name: cluster

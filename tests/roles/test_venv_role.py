@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import run_playbook
 from tests.fakes.gpu_holder import FakeGpu
 from tests.fakes.wheels import fa4_wheel, simple_wheel
+from tests.helpers import play
+
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
 BUILD = "Build the serving environment beside the current one, verify it by import and switch to it"
 PUSH = "Push the wheelhouse from the control node for an offline install"
@@ -32,14 +34,6 @@ PLAYBOOK = """\
 A100 = [{"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-a100-0000", "compute_cap": "8.0", "total_mib": 81920}]
 
 
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    """The control node's own pip configuration must not leak into the local host's builds."""
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "VIRTUAL_ENV"):
-        monkeypatch.delenv(var, raising=False)
-
-
 @pytest.fixture
 def ampere():
     fake = FakeGpu(gpus=A100)
@@ -53,12 +47,6 @@ def wheelhouse(tmp_path):
     simple_wheel(wh, "dfp-a", "1.0")
     fa4_wheel(wh)
     return wh
-
-
-def play(tmp_path: Path, inventory: Path, **kw):
-    book = tmp_path / "venv.yaml"
-    book.write_text(PLAYBOOK)
-    return run_playbook(str(book), inventory=str(inventory), **kw)
 
 
 def role_vars(root: Path, wheelhouse: Path, gpu: FakeGpu, **extra) -> dict:
@@ -103,14 +91,14 @@ def check_built_and_pinned(first, host: str, root: Path) -> dict:
 def test_roles_build_offline_pin_by_gpu_and_a_second_run_changes_nothing(tmp_path, inventory_file, wheelhouse, ampere):
     root = tmp_path / "venv"
     inv = inventory_file(local=True, vars=role_vars(root, wheelhouse, ampere))
-    first = play(tmp_path, inv)
+    first = play(PLAYBOOK, inv, tmp_path)
     env = check_built_and_pinned(first, "local", root)
     assert first.find(PUSH, "local")[0].status == "changed"
     assert sorted(os.listdir(root / "wheelhouse")) == sorted(os.listdir(wheelhouse))
     dists = env_dists(str(root / "current" / "bin" / "python"))
     assert dists["dfp-a"] == "1.0" and "flash-attn-4" not in dists
 
-    second = play(tmp_path, inv)
+    second = play(PLAYBOOK, inv, tmp_path)
     assert second.exit_code == 0 and second.recap["local"]["changed"] == 0, msgs(second)
     assert "nothing to do" in second.find(BUILD, "local")[0].msg
     assert second.find(BUILD, "local")[0].result["hash"] == env["hash"]
@@ -119,7 +107,7 @@ def test_roles_build_offline_pin_by_gpu_and_a_second_run_changes_nothing(tmp_pat
 def test_check_mode_on_a_fresh_host_changes_nothing(tmp_path, inventory_file, wheelhouse, ampere):
     root = tmp_path / "venv"
     inv = inventory_file(local=True, vars=role_vars(root, wheelhouse, ampere))
-    res = play(tmp_path, inv, check=True, diff=True)
+    res = play(PLAYBOOK, inv, tmp_path, check=True, diff=True)
     assert res.exit_code == 0, msgs(res)
     build = res.find(BUILD, "local")[0]
     assert build.status == "changed" and "would build" in build.msg
@@ -131,10 +119,10 @@ def test_check_mode_on_a_fresh_host_changes_nothing(tmp_path, inventory_file, wh
 def test_unknown_flavor_fails_clearly_and_keeps_the_current_environment(tmp_path, inventory_file, wheelhouse, ampere):
     root = tmp_path / "venv"
     inv = inventory_file(local=True, vars=role_vars(root, wheelhouse, ampere, extra_requirements=["dfp-a==1.0"]))
-    first = play(tmp_path, inv)
+    first = play(PLAYBOOK, inv, tmp_path)
     assert first.exit_code == 0, msgs(first)
     before = os.readlink(root / "current")
-    bad = play(tmp_path, inv, extra_vars={"vllm_flavor": "rocm"})
+    bad = play(PLAYBOOK, inv, tmp_path, extra_vars={"vllm_flavor": "rocm"})
     assert bad.exit_code == 2
     [build] = bad.find(BUILD, "local")
     assert build.status == "failed" and "'rocm'" in build.msg and "cuda, cpu, none" in build.msg
@@ -145,7 +133,7 @@ def test_unknown_flavor_fails_clearly_and_keeps_the_current_environment(tmp_path
 def test_missing_package_in_the_pushed_wheelhouse_names_it(tmp_path, inventory_file, wheelhouse, ampere):
     root = tmp_path / "venv"
     inv = inventory_file(local=True, vars=role_vars(root, wheelhouse, ampere, extra_requirements=["dfp-absent==2.0"]))
-    res = play(tmp_path, inv)
+    res = play(PLAYBOOK, inv, tmp_path)
     assert res.exit_code == 2
     msg = res.find(BUILD, "local")[0].msg
     assert "dfp-absent==2.0" in msg and "wheelhouse" in msg and "pip download" in msg
@@ -159,11 +147,11 @@ def test_roles_over_ssh_build_as_the_hosts_user_and_a_second_run_changes_nothing
 ):
     root = shared_tmp / "venv"
     inv = inventory_file(hosts=[ssh_host], vars=role_vars(root, wheelhouse, ampere))
-    first = play(tmp_path, inv)
+    first = play(PLAYBOOK, inv, tmp_path)
     env = check_built_and_pinned(first, ssh_host.name, root)
     assert os.stat(Path(env["path"]) / ".dfp-env.json").st_uid == pwd.getpwnam(ssh_host.user).pw_uid
     dists = env_dists(str(root / "current" / "bin" / "python"), user=ssh_host.user)
     assert dists["dfp-a"] == "1.0" and "flash-attn-4" not in dists
 
-    second = play(tmp_path, inv)
+    second = play(PLAYBOOK, inv, tmp_path)
     assert second.exit_code == 0 and second.recap[ssh_host.name]["changed"] == 0, msgs(second)

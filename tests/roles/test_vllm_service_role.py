@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine.api import run_playbook
 from tests.fakes.vllm_processes import free_port, kill_leftovers, session_alive
+from tests.helpers import play
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PKG = ROOT / "tests" / "fakes" / "vllm_pkg"
@@ -65,14 +65,6 @@ def host_vars(base: Path, mode: str = "normal", user: str | None = None, **over)
     v.update(make_models(base, user))
     v.update(over)
     return v
-
-
-def play(book: str | Path, inventory: Path, tmp_path: Path, **kw):
-    if isinstance(book, str) and "\n" in book:
-        path = tmp_path / "vllm-service.yaml"
-        path.write_text(book)
-        book = path
-    return run_playbook(str(book), inventory=str(inventory), **kw)
 
 
 def msgs(res) -> list:

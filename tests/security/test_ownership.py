@@ -24,6 +24,7 @@ from dflash_host.vllm.log import marker_line, rotate, rotated_files
 from engine.api import run_playbook
 from library import vllm_server
 from tests.fakes.vllm_processes import free_port, kill_leftovers
+from tests.helpers import play
 from tests.library._helpers import load_module
 from tests.roles.test_vllm_service_role import RENDER, START, host_vars, msgs, one
 
@@ -282,24 +283,18 @@ COMMON = "- name: common\n  hosts: all\n  roles:\n    - common\n"
 SERVICE = "- name: vllm service\n  hosts: all\n  roles:\n    - common\n    - vllm-service\n"
 
 
-def play(tmp_path: Path, book: str, inventory: Path, **kw):
-    path = tmp_path / "play.yaml"
-    path.write_text(book)
-    return run_playbook(str(path), inventory=str(inventory), **kw)
-
-
 @pytest.mark.parametrize("mode", [0o700, 0o1777])
 def test_common_role_keeps_the_mode_of_an_existing_dfp_root(tmp_path, inventory_file, mode):
     root = tmp_path / "dflash"
     root.mkdir()
     os.chmod(root, mode)
     inv = inventory_file(local=True, host_vars={"local": {"dfp_root": str(root), "nvidia_smi": "/nonexistent/nvidia-smi"}})
-    res = play(tmp_path, COMMON, inv)
+    res = play(COMMON, inv, tmp_path)
     assert res.exit_code == 0, res.tasks
     assert mode_of(root) == mode
     assert mode_of(root / "run") == mode_of(root / "logs") == 0o755 & ~umask()
     os.chmod(root / "logs", 0o750)  # an admin's choice on a folder that exists: kept on the next run
-    again = play(tmp_path, COMMON, inv)
+    again = play(COMMON, inv, tmp_path)
     assert again.exit_code == 0 and again.recap["local"]["changed"] == 0 and mode_of(root / "logs") == 0o750
 
 
@@ -314,7 +309,7 @@ def test_vllm_service_role_leaves_a_foreign_log_alone(tmp_path, inventory_file, 
         hv["vllm_log"] = str(foreign)
     inv = inventory_file(local=True, host_vars={"local": hv})
     try:
-        res = play(tmp_path, SERVICE, inv)
+        res = play(SERVICE, inv, tmp_path)
         assert res.exit_code != 0
         failed = one(res, RENDER, "local")
         assert failed["failed"] and str(foreign) in failed["msg"], msgs(res)
@@ -335,7 +330,7 @@ def test_vllm_service_role_keeps_the_mode_of_existing_folders(tmp_path, inventor
     hv["vllm_cache_root"] = str(cache)
     inv = inventory_file(local=True, host_vars={"local": hv})
     try:
-        res = play(tmp_path, SERVICE, inv)
+        res = play(SERVICE, inv, tmp_path)
         assert res.exit_code == 0, msgs(res)
         assert [mode_of(d) for d in (root, root / "logs", root / "run", cache)] == [0o700] * 4
     finally:

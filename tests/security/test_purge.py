@@ -22,9 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.served import PLAYBOOKS, SERVICE, START, msgs, play, result_of, server_vars
+from tests.fakes.served import PLAYBOOKS, SERVICE, START, msgs, result_of, server_vars
 from tests.fakes.vllm_processes import kill_leftovers
 from tests.fakes.wheels import simple_wheel
+from tests.helpers import play
+
+pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
 PURGE = "Remove the serving environments the tool built (purge; anything else under venv_root is left and named)"
 REFUSE = "Check that venv_root is a folder whose environments the tool may purge, before anything is stopped"
@@ -35,13 +38,6 @@ VENV = """\
     - common-vars
     - venv
 """
-
-
-@pytest.fixture(autouse=True)
-def clean_pip_config(monkeypatch):
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
-    for var in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "VIRTUAL_ENV"):
-        monkeypatch.delenv(var, raising=False)
 
 
 @pytest.fixture

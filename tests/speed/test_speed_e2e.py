@@ -18,19 +18,14 @@ import pytest
 
 from dflash_host.vllm.metrics import parse_samples
 from dfp_cli import speed_commands as SC
-from engine.api import run_playbook
 from tests.e2e.test_local_e2e import E2E_ROOT, host_vars, msgs
 from tests.fakes.vllm_processes import kill_leftovers
+from tests.helpers import play
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = {"speed_concurrency": [1, 4], "speed_requests": 8, "speed_max_tokens": 32}
-
-
-def play(name, inv, **kw):
-    path = name if str(name).endswith(".yaml") else str(ROOT / "playbooks" / f"{name}.yaml")
-    return run_playbook(path, inventory=str(inv), **kw)
 
 
 def launch_of(dfp_root: Path) -> dict:

@@ -1,0 +1,46 @@
+"""What the test files share: running a playbook as the CLI runs it, a playbook of a few roles, and builds kept
+apart from this machine's own pip and uv configuration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.api import run_playbook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# This machine's package configuration (find-links, local indexes, an active venv) must not help or hinder a
+# host's build in a test: the tests set what they need themselves.
+PIP_VARS = ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_CONSTRAINT", "UV_INDEX_URL",
+            "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_INDEX", "UV_DEFAULT_INDEX", "VIRTUAL_ENV")
+
+
+def isolate_pip(monkeypatch) -> None:
+    """No pip configuration file and none of PIP_VARS for the rest of the test."""
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for var in PIP_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def play(book: str | Path, inventory: str | Path, tmp_path: Path | None = None, **kw):
+    """run_playbook as `invoke` runs it (with the report sections the CLI registers) on a project playbook named
+    by its name ("provision"), a playbook file, or playbook text (written into tmp_path first)."""
+    from dfp_cli import rebuild_report  # the section the CLI registers for the nightly rebuild's reports
+
+    if isinstance(book, str) and "\n" in book:
+        if tmp_path is None:
+            raise ValueError("playbook text needs tmp_path to be written into")
+        path = tmp_path / "play.yaml"
+        path.write_text(book)
+        book = path
+    elif isinstance(book, str) and "/" not in book and not book.endswith(".yaml"):
+        book = ROOT / "playbooks" / f"{book}.yaml"
+    kw.setdefault("report_sections", {rebuild_report.NAME: rebuild_report})
+    return run_playbook(str(book), inventory=str(inventory), **kw)
+
+
+def play_roles(tmp_path: Path, inventory: str | Path, roles: list, **kw):
+    """A playbook of just these roles (common-vars first) over `inventory`; the engine's RunResult."""
+    book = "- name: roles\n  hosts: all\n  gather_facts: false\n  roles: [" + ", ".join(["common-vars", *roles]) + "]\n"
+    return play(book, inventory, tmp_path, **kw)
