@@ -21,7 +21,7 @@ from pathlib import Path
 from bench.timing import log
 
 HOSTS = 8
-PLAYBOOK = "- name: models\n  hosts: all\n  gather_facts: false\n  roles: [common-vars, models]\n"
+PLAYBOOK = "- name: models\n  hosts: all\n  gather_facts: false\n  pre_tasks: [{import_role: {name: common, tasks_from: variables}}]\n  roles: [models]\n"
 REPO = "bench/big"
 
 

@@ -319,14 +319,16 @@ def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
 
 
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
-    """`- import_role: {name: ROLE}` with optional vars/when/tags: the role's tasks here, its defaults and
-    handlers added to the play, as Ansible's static import does."""
+    """`- import_role: {name: ROLE, tasks_from: FILE}` with optional vars/when/tags: the role's tasks (or those of
+    its FILE) here, its defaults and handlers added to the play, as Ansible's static import does."""
     spec = raw["import_role"]
     bad = sorted(map(str, set(raw) - {"import_role", "name", "vars", "when", "tags", *BECOME_KEYWORDS}))
-    if bad or not (isinstance(spec, dict) and set(spec) == {"name"}):
-        raise UserError(f"{source}: write import_role as `- import_role: {{name: ROLE}}` with optional vars, when "
-                        f"and tags beside it{'; unknown: ' + ', '.join(bad) if bad else ''}")
+    if bad or not (isinstance(spec, dict) and "name" in spec and set(spec) <= {"name", "tasks_from"}):
+        raise UserError(f"{source}: write import_role as `- import_role: {{name: ROLE}}` (optionally with tasks_from: "
+                        f"FILE) and vars, when and tags beside it{'; unknown: ' + ', '.join(bad) if bad else ''}")
     entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags", *BECOME_KEYWORDS) if k in raw}}
+    if "tasks_from" in spec:
+        entry["tasks_from"] = spec["tasks_from"]
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
     return role_tasks(entry, ctx.playbook, source, ctx.play)
 

@@ -49,7 +49,7 @@ def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
         raise wrong(where, "role", "a role name (a string)", name, "venv")
     where = f"{where}: role '{name}'"
     params = dict(variables_of(entry.get("vars"), where))
-    extra = {k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when", *BECOME_KEYWORDS)}
+    extra = {k: v for k, v in entry.items() if k not in ("role", "vars", "tags", "when", "tasks_from", *BECOME_KEYWORDS)}
     check_variable_names(extra, f"{where}: parameters")
     params.update(extra)
     tags = set(names(entry["tags"], where, "tags")) if "tags" in entry else set()
@@ -70,6 +70,22 @@ def _role_defaults(role_dir: Path) -> dict:
     return defaults
 
 
+def _tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
+    """import_role's tasks_from: a task file of the role (FILE, FILE.yaml or FILE.yml, in the role's folder or its
+    tasks/), as Ansible finds it; a name that is not a plain file name, or no such file, is refused at load."""
+    stem = entry["tasks_from"]
+    if not (isinstance(stem, str) and stem.strip()) or "/" in stem or stem.startswith(".") or "{{" in stem:
+        raise wrong(where, "tasks_from", "the name of a task file of the role", stem, "variables")
+    for folder in (role_dir, role_dir / "tasks"):
+        if (folder / stem).is_file() and stem.endswith((".yaml", ".yml")):
+            return folder / stem
+        found = _role_file(folder, stem)
+        if found:
+            return found
+    raise UserError(f"{where}: tasks_from: role '{role_dir.name}' has no task file '{stem}' (looked for {stem}.yaml "
+                    f"in {role_dir} and {role_dir / 'tasks'}); fix tasks_from")
+
+
 def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
     """A role's tasks (for the play or an import_role), its defaults and handlers added to the play."""
     from engine.playbook import ParseContext, parse_tasks, walk_tasks  # the playbook parser reads role files too
@@ -78,7 +94,8 @@ def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
     role_dir = find_role(name, playbook, where)
     play.defaults.update(_role_defaults(role_dir))
     ctx = ParseContext(playbook, play, name, role_dir)
-    tasks_file = _role_file(role_dir, "tasks")
+    tasks_file = _tasks_from(entry, role_dir, where) if isinstance(entry, dict) and "tasks_from" in entry else \
+        _role_file(role_dir, "tasks")
     tasks = parse_tasks(load_yaml(tasks_file, "role tasks"), tasks_file, ctx) if tasks_file else []
     handlers_file = _role_file(role_dir, "handlers")
     handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file,

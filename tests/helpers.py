@@ -41,6 +41,8 @@ def play(book: str | Path, inventory: str | Path, tmp_path: Path | None = None, 
 
 
 def play_roles(tmp_path: Path, inventory: str | Path, roles: list, **kw):
-    """A playbook of just these roles (common-vars first) over `inventory`; the engine's RunResult."""
-    book = "- name: roles\n  hosts: all\n  gather_facts: false\n  roles: [" + ", ".join(["common-vars", *roles]) + "]\n"
+    """A playbook of just these roles (common's defaults first) over `inventory`; the engine's RunResult."""
+    book = ("- name: roles\n  hosts: all\n  gather_facts: false\n"
+            "  pre_tasks: [{import_role: {name: common, tasks_from: variables}}]\n"
+            "  roles: [" + ", ".join(roles) + "]\n")
     return play(book, inventory, tmp_path, **kw)

@@ -72,3 +72,27 @@ def test_a_name_using_the_imports_vars_is_rendered_with_them_so_one_file_reads_a
     assert res.exit_code == 0, messages(res)
     assert [t["task"] for t in res.tasks] == ["Start the nodes", "Then {{ not_an_import_var }}", "Start the head",
                                               "Then {{ not_an_import_var }}"]
+
+
+def test_import_role_tasks_from_runs_that_file_with_the_roles_defaults(tmp_path):
+    write(tmp_path / "roles" / "r" / "defaults.yaml", {"greeting": "hello"})
+    write(tmp_path / "roles" / "r" / "tasks.yaml", [{"name": "main tasks", "fail": {"msg": "not these"}}])
+    write(tmp_path / "roles" / "r" / "tasks" / "other.yaml", [{"name": "other", "debug": {"msg": "{{ greeting }}"}}])
+    write(tmp_path / "roles" / "r" / "variables.yaml", [])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"import_role": {"name": "r", "tasks_from": "variables"}},
+        {"import_role": {"name": "r", "tasks_from": "other"}},
+        {"name": "the defaults are there", "debug": {"msg": "{{ greeting }} again"}},
+    ]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 0, messages(res)
+    assert [(t["task"], t["msg"]) for t in res.tasks] == [("other", "hello"), ("the defaults are there", "hello again")]
+
+
+@pytest.mark.parametrize("tasks_from, why", [("nothere", "has no task file 'nothere'"), ("../x", "'tasks_from' must be the name of a task file")])
+def test_a_tasks_from_that_is_not_a_file_of_the_role_is_refused_at_load(tmp_path, tasks_from, why):
+    write(tmp_path / "roles" / "r" / "tasks.yaml", [{"name": "t", "debug": {"msg": "x"}}])
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"import_role": {"name": "r", "tasks_from": tasks_from}}]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code != 0 and why in res.error, res.error

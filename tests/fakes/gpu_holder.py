@@ -10,7 +10,7 @@ NODE_JSON describes this process and, recursively, the processes it starts:
      "device": false,           keeps REG/dev/nvidia<gpu> open (for the /proc/*/fd scan)
      "ignore_term": false,      SIGTERM ignored (only SIGKILL stops it)
      "children": [NODE, ...],   started as children in this process group
-     "cuda_gib": 0,             allocates this much real GPU memory with torch (tests/gpu/ only)
+     "cuda_gib": 0,             allocates this much real GPU memory with torch (tools/gpu/ only)
      "detach": false}           (on a child) started by a double fork: the grandchild calls
                                 setsid(), leaving the group, and the intermediate process exits once
                                 DIR/release exists, orphaning it; the test records the pidfile tree

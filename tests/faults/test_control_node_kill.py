@@ -34,8 +34,9 @@ VENV = """\
 - name: serving environment
   hosts: all
   gather_facts: false
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - venv
 """
 

@@ -75,7 +75,7 @@ def test_drafter_config_on_a_full_disk_keeps_the_old_config(tmp_path, small_disk
     save_file({n: np.zeros(s, dtype=np.float32) for n, (_, s) in table.items()}, str(drafter / "model.safetensors"))
     (target / "config.json").write_text(json.dumps(TINY_TARGET_CONFIG))
     dest = disk / "config.json"
-    book = "- hosts: all\n  gather_facts: false\n  roles: [common-vars, drafter-config]\n"
+    book = "- hosts: all\n  gather_facts: false\n  pre_tasks: [{import_role: {name: common, tasks_from: variables}}]\n  roles: [drafter-config]\n"
     inv = inventory_file(
         local=True,
         vars={"drafter_model": str(drafter), "target_model": str(target), "drafter_config_dest": str(dest)},
@@ -125,7 +125,7 @@ def test_a_full_disk_under_the_pidfile_fails_the_start_and_leaves_no_server(tmp_
     p["pidfile"].parent.mkdir(parents=True)
     subprocess.run(["mount", "--bind", str(disk), str(p["pidfile"].parent)], check=True)  # run/ is the small disk
     inv = inventory_file(local=True, host_vars={"local": hv})
-    stop = "- hosts: all\n  roles: [common-vars]\n  tasks:\n    - vllm_server: {state: stopped, pidfile: '{{ vllm_pidfile }}'}\n"
+    stop = "- hosts: all\n  pre_tasks: [{import_role: {name: common, tasks_from: variables}}]\n  tasks:\n    - vllm_server: {state: stopped, pidfile: '{{ vllm_pidfile }}'}\n"
     try:
         first = play(SERVICE, inv, tmp_path)  # launch files written while there is room
         assert first.exit_code == 0, msgs(first)

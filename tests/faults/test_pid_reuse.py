@@ -39,8 +39,9 @@ PROVISION = """\
 GPU_CLEANUP = """\
 - name: gpu cleanup
   hosts: all
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - gpu-cleanup
 """
 # The unrelated job: a session leader (so its PGID is the reused PID, like the server's was) with a child.

@@ -25,8 +25,9 @@ PLAYBOOK = """\
 - name: drafter config
   hosts: all
   gather_facts: false
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - drafter-config
 """
 

@@ -20,8 +20,9 @@ SAY = "Say why there is no GPU to free on this host"
 PLAYBOOK = """\
 - name: gpu cleanup
   hosts: all
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - gpu-cleanup
 """
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py

@@ -26,8 +26,9 @@ PLAYBOOK = """\
 - name: serving environment
   hosts: all
   gather_facts: true
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - venv
     - flash-attn-pinning
 """

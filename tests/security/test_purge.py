@@ -34,8 +34,9 @@ REFUSE = "Check that venv_root is a folder whose environments the tool may purge
 VENV = """\
 - name: serving environment
   hosts: all
+  pre_tasks:
+    - import_role: {name: common, tasks_from: variables}
   roles:
-    - common-vars
     - venv
 """
 

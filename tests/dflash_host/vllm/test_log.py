@@ -31,7 +31,7 @@ from dflash_host.vllm.log import (
 )
 
 NO_PID = 999999999  # start markers of logs no process wrote (beyond pid_max: never a live PID)
-LOGS = Path(__file__).resolve().parent.parent / "fakes" / "vllm_logs"
+LOGS = Path(__file__).resolve().parents[2] / "fakes" / "vllm_logs"
 
 
 def lines(name: str) -> list:

@@ -21,7 +21,7 @@ if [ ! -d /tmp/site/vllm ]; then
   chmod +x "$(dirname "$PY")/vllm"
 fi
 export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-INV=(-i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
+INV=(-i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
 DEADLINE=$(( T_START + ${BUDGET_S:-570} ))  # the device call's limit is 600 s: keep time to pack what came
 step() { name=$1; shift; local left=$(( DEADLINE - $(date +%s) )); [ $left -gt 20 ] || { echo "$name skipped (no time)" | tee -a "$R/steps.txt"; return; }
          local t0=$(date +%s.%N); timeout $left python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
@@ -30,12 +30,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 if [ "$PHASE" = bench ]; then
   step provision provision "${INV[@]}" --skip-tags venv --report "$R/provision.json"
   step serving-bench serving-bench "${INV[@]}" --compare-baseline --concurrency 1,16 --max-tokens 256 --json "$R/bench.json" --html "$R/html"
-  step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
+  step status status -i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >> "$R/gpu.txt"
 elif [ "$PHASE" = tune ]; then
   step tune tune "${INV[@]}" -k "$KS" --concurrency 16 --max-tokens 256 --json "$R/tune.json" --html "$R/html"
-  cp tests/gpu/host_vars/h200.yaml "$R/host_vars-h200.yaml" 2>/dev/null
-  step status status -i tests/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
+  cp tools/gpu/host_vars/h200.yaml "$R/host_vars-h200.yaml" 2>/dev/null
+  step status status -i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
 fi
 cat "$R/steps.txt"; tail -5 /tmp/dflash-h200/logs/vllm.log > "$R/vllm-log-tail.txt" 2>/dev/null
 finish

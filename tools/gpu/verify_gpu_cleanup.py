@@ -6,7 +6,7 @@ holder owned by another user).
 
 Run from the repository root on the GPU machine (python3 with torch + CUDA, and psutil):
 
-    python3 tests/gpu/verify_gpu_cleanup.py [--gib 2] [--out DIR]
+    python3 tools/gpu/verify_gpu_cleanup.py [--gib 2] [--out DIR]
 
 tenacity (pure Python, used by the module) is not preinstalled there: put it on PYTHONPATH, e.g.
 carry a folder holding the `tenacity` package and run with PYTHONPATH=that/folder. The script checks

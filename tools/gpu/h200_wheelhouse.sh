@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The air-gapped recipe on the lent H200, through the project's own commands, in one device call. Before it,
-# on the same warm machine: `bash tests/gpu/h200_speed.sh stage` with .gpu-stage/xfer1 carried (gpu-kit's
+# on the same warm machine: `bash tools/gpu/h200_speed.sh stage` with .gpu-stage/xfer1 carried (gpu-kit's
 # xfer1 into /tmp/stage). This call carries .gpu-stage/xfer2 and .whl (the tool's invoke and tenacity; in
 # .whl/serving, wheels the slim stage lacks, e.g. supervisor).
 #   1. the slim vLLM tree unpacked to /tmp/slimtree (on no PYTHONPATH), repacked with the stage's wheels into the
-#      wheelhouse /tmp/wheelhouse over the image's python3 (tests/gpu/wheelhouse_from_stage.py)
+#      wheelhouse /tmp/wheelhouse over the image's python3 (tools/gpu/wheelhouse_from_stage.py)
 #   2. provision --tags venv: the venv role pushes the wheelhouse and builds the env with --no-index over python3
 #      (venv_system_site_packages), verified by import, versions and from_base recorded
 #   3. a stand-in flash-attn-4 (the Blackwell-only line, tests/fakes/wheels) planted in that env
@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/h200-out}; R="$OUT/wheelhouse"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 DEADLINE=$(( T_START + ${BUDGET_S:-560} ))  # the device call's limit is 600 s: keep time to pack what came
 ENV_PY=/tmp/dflash-h200/venv/current/bin/python
-INV=(-i tests/gpu/h200-wheelhouse-inventory.yaml --host h200)
+INV=(-i tools/gpu/h200-wheelhouse-inventory.yaml --host h200)
 finish() { tar -czf "$OUT/wheelhouse.tgz" -C "$OUT" wheelhouse && rm -rf "$R"; }
 # step NAME CMD...: run CMD (a command: with what is left of the budget, less RESERVE s kept for the teardown;
 # a function of this script: as it is), its output in NAME.out, its rc and duration in steps.txt.
@@ -46,7 +46,7 @@ export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE
 # 1. the wheelhouse
 MORE=(); [ -d .whl/serving ] && MORE=(--more-wheels .whl/serving)
 rm -rf /tmp/wheelhouse
-step wheelhouse python3 tests/gpu/wheelhouse_from_stage.py /tmp/slimtree /tmp/stage/wheels /tmp/wheelhouse --base-python python3 "${MORE[@]}"
+step wheelhouse python3 tools/gpu/wheelhouse_from_stage.py /tmp/slimtree /tmp/stage/wheels /tmp/wheelhouse --base-python python3 "${MORE[@]}"
 cp /tmp/wheelhouse/*.txt "$R/" 2>/dev/null; ls -l /tmp/wheelhouse > "$R/wheelhouse-files.txt" 2>&1
 
 # 2. the env, built by the venv role alone

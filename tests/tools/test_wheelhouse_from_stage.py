@@ -1,4 +1,4 @@
-"""tests/gpu/wheelhouse_from_stage.py on CPU: a staged wheel unpacked minus a "kernel" (as gpu-kit stages vLLM)
+"""tools/gpu/wheelhouse_from_stage.py on CPU: a staged wheel unpacked minus a "kernel" (as gpu-kit stages vLLM)
 is packed again into a wheel whose RECORD verifies, and pip installs it offline from the wheelhouse into a real
 venv whose own packages count as the base; what neither can meet is dropped and listed, what a dependency
 wheel lacks is reported and stops the command."""
@@ -21,7 +21,7 @@ from tests.fakes.wheels import build_wheel, simple_wheel
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
-SCRIPT = Path(__file__).resolve().parent / "wheelhouse_from_stage.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "gpu" / "wheelhouse_from_stage.py"
 TAG = f"cp38-abi3-linux_{platform.machine()}"
 REQUIRES = [
     "dfp-base>=1.0",  # on the base

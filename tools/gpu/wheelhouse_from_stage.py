@@ -1,6 +1,6 @@
 """Turn gpu-kit's slim vLLM stage into a wheelhouse the venv role installs offline (--no-index).
 
-    python3 tests/gpu/wheelhouse_from_stage.py SITE_OR_TREE WHEELS_DIR OUT_DIR [--base-python PY]
+    python3 tools/gpu/wheelhouse_from_stage.py SITE_OR_TREE WHEELS_DIR OUT_DIR [--base-python PY]
         [--more-wheels DIR]... [--name vllm]
 
 SITE_OR_TREE holds an unpacked wheel (vllm/ and vllm-0.26.0.dist-info/, as ../shared/gpu-kit/build.sh stages
