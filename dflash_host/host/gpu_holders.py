@@ -2,7 +2,7 @@
 
 A holder is a process nvidia-smi lists as a compute app, or (when that list is empty or names PIDs this
 namespace cannot see, while memory is used) one with an NVIDIA device node open. The tool's own holders
-are proven by the pidfile or the unit (dflash_host/host/processes.py, gpu_processes); every other one is foreign
+are proven by the pidfile or the unit (dflash_host/host/processes.py, gpu_cleanup); every other one is foreign
 and is stopped only when named in kill_foreign by exact PID or exact command line, and only when it
 belongs to this user (or allow_other_users). Never by a name pattern.
 """

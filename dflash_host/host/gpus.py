@@ -1,6 +1,6 @@
 """What the NVIDIA driver says about GPUs and their holders: nvidia-smi queries and a /proc fd scan.
 
-Shared by `facts` (inventory of GPUs) and `gpu_processes` (who holds GPU memory, and waiting until it is
+Shared by `facts` (inventory of GPUs) and `gpu_cleanup` (who holds GPU memory, and waiting until it is
 released). Parsing is done by small pure functions over nvidia-smi's CSV text so it can be tested as
 tables; the I/O wrappers run nvidia-smi with an argv list and a timeout and turn every way it can fail
 into `NoDriver(reason)`. Standard library only (facts must stay fast: no psutil import here; tenacity

@@ -203,7 +203,7 @@ class SystemdServer:
 
 def server_for(launch: dict, p: dict) -> ProcessServer | SystemdServer:
     """The managed server of a rendered launch (its mode picks the kind): the one way to inspect, start and
-    stop it (vllm_server, vllm_status, and gpu_processes stopping the tool's server)."""
+    stop it (vllm_server, vllm_status, and gpu_cleanup stopping the tool's server)."""
     return SystemdServer(launch, p) if launch.get("mode") == "systemd" else ProcessServer(launch, p)
 
 

@@ -255,7 +255,7 @@ def test_gpu_cleanup_as_root_stops_the_login_users_named_holder_but_not_another_
     theirs = gpu.start({"name": "theirs", "mib": 2048}, user=TARGET_USER).procs["theirs"]
     args = {"pidfile": str(shared_tmp / "none.pid"), "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5, "timeout_s": 3,
             "device_prefix": gpu.device_prefix, "kill_foreign": [mine.pid, theirs.pid]}
-    pb = playbook(tmp_path, [{"name": "cleanup", "gpu_processes": args, "become": True}])
+    pb = playbook(tmp_path, [{"name": "cleanup", "gpu_cleanup": args, "become": True}])
     res = run_playbook(pb, inventory(tmp_path, become_users.host_vars(NOPASSWD_USER)))
     [r] = res.find("cleanup")
     actions = {f["pid"]: (f["action"], f["reason"]) for f in r.result["foreign"]}

@@ -27,7 +27,7 @@ def test_the_engine_and_the_host_see_the_same_table(name):
 def test_an_include_is_the_shared_entry_with_the_modules_own_keys_over_it():
     table = module_args_spec("vllm_server")
     assert table["pidfile"]["var"] == SHARED["vllm_pidfile"]["var"] and table["pidfile"]["required"] is True
-    assert module_args_spec("gpu_processes")["pidfile"]["default"] is None  # optional there
+    assert module_args_spec("gpu_cleanup")["pidfile"]["default"] is None  # optional there
     assert module_args_spec("models")["target_revision"]["default"] == "main"  # the module's own default wins
     shared_users = [n for n in task_modules() if "nvidia_smi" in (module_args_spec(n) or {})]
     assert len(shared_users) >= 4  # one entry, several modules

@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from library import gpu_processes
+from library import gpu_cleanup
 from tests.fakes.gpu_holder import FakeGpu, start_ticks, write_json
 from tests.library.test_vllm_cluster import alive, call, nodes  # noqa: F401  (nodes: the fixture)
 
@@ -33,7 +33,7 @@ def test_a_dead_nodes_orphaned_workers_are_stopped_and_a_foreign_holder_is_left(
         time.sleep(0.3)
         assert alive(orphans) == orphans
 
-        res = call(gpu_processes, {"pidfile": str(worker.pidfile), "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5,
+        res = call(gpu_cleanup, {"pidfile": str(worker.pidfile), "nvidia_smi": gpu.nvidia_smi, "grace_s": 0.5,
                                    "timeout_s": 3, "device_prefix": gpu.device_prefix})
         assert res["failed"], res["msg"]  # the foreign holder keeps the GPU busy
         assert not alive(orphans), res["msg"]  # ... but the node's workers were the tool's, and are gone

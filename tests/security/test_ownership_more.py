@@ -1,5 +1,5 @@
 """More of "what the tool deletes, renames or chmods must be provably its own": copy's delete_extra,
-gpu_processes' stale pidfile, and vllm_server stopping with a pidfile whose PID was reused.
+gpu_cleanup' stale pidfile, and vllm_server stopping with a pidfile whose PID was reused.
 
 Real modules on real files and real processes in a temp folder. The dangerous targets are look-alikes
 inside the temp folder (a fake $HOME, `x/../y`, a relative name in a temp cwd). `/` and real system
@@ -22,7 +22,7 @@ import pytest
 
 from dflash_host.host.processes import describe
 from dflash_host.module import Context, execute
-from library import gpu_processes, vllm_server
+from library import gpu_cleanup, vllm_server
 from tests.library._helpers import load_module
 
 COPY = load_module("copy")
@@ -112,11 +112,11 @@ def test_copy_delete_extra_still_cleans_a_folder_of_its_own(tmp_path):
     assert sorted(os.listdir(dest)) == ["keep.txt"]
 
 
-# --------------------------------------------------------------------------- gpu_processes: stale pidfile
+# --------------------------------------------------------------------------- gpu_cleanup: stale pidfile
 
 
 def stale_pidfile(path: Path) -> bytes:
-    """A valid record of a process that has exited (a crash left it): gpu_processes removes such a file."""
+    """A valid record of a process that has exited (a crash left it): gpu_cleanup removes such a file."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
         record = describe(psutil.Process(proc.pid))
@@ -137,7 +137,7 @@ def test_gpu_cleanup_refuses_a_pidfile_path_it_cannot_own_and_keeps_the_file(gpu
     monkeypatch.chdir(tmp_path)
     pidfile = {"dotdot": f"{tmp_path}/x/../run/vllm.pid", "relative": "run/vllm.pid"}[kind]
     args = {"pidfile": pidfile, "nvidia_smi": gpu.nvidia_smi, "device_prefix": gpu.device_prefix, "timeout_s": 5}
-    res = run(gpu_processes, args, name="gpu_processes")
+    res = run(gpu_cleanup, args, name="gpu_cleanup")
     assert res["failed"] and "pidfile=" in res["msg"] and "the tool only changes its own files" in res["msg"], res
     assert (tmp_path / "run" / "vllm.pid").read_bytes() == data
 
@@ -146,7 +146,7 @@ def test_gpu_cleanup_still_removes_its_own_stale_pidfile(gpu, tmp_path):
     pidfile = tmp_path / "dflash" / "run" / "vllm.pid"
     stale_pidfile(pidfile)
     args = {"pidfile": str(pidfile), "nvidia_smi": gpu.nvidia_smi, "device_prefix": gpu.device_prefix, "timeout_s": 5}
-    res = run(gpu_processes, args, name="gpu_processes")
+    res = run(gpu_cleanup, args, name="gpu_cleanup")
     assert not res["failed"] and res["pidfile_removed"] == str(pidfile) and not pidfile.exists(), res
 
 

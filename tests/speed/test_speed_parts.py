@@ -12,7 +12,7 @@ from dflash_host.speed.variant import check_variant, drafter_max_k, read_configu
 from dflash_host.vllm.launch import compose_argv
 from dfp_cli import speed_commands as SC
 from engine.errors import UserError
-from library import speed_gate, vllm_variant
+from library import speed_record, vllm_variant
 
 SPEC = {"method": "dflash", "model": "/m/d", "num_speculative_tokens": 3}
 ARGV = ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "/m/t", "--served-model-name", "t", "--host", "127.0.0.1",
@@ -76,7 +76,7 @@ def test_without_a_rendered_launch_the_measurement_server_says_what_to_run(tmp_p
 
 
 def _gate_args(tmp_path, **kw):
-    args = {name: spec.get("default") for name, spec in speed_gate.ARGS.items()}
+    args = {name: spec.get("default") for name, spec in speed_record.ARGS.items()}
     args.update(pidfile=str(tmp_path / "run" / "vllm.pid"), root=str(tmp_path), host_label="h1")
     args.update(kw)
     return args
@@ -90,12 +90,12 @@ def test_a_foreign_state_file_or_textfile_is_never_overwritten(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "speed.json").write_text('{"mine": true}')
     with pytest.raises(ModuleError, match="not the tool's record of speed figures"):
-        speed_gate.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
+        speed_record.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
     (tmp_path / "state" / "speed.json").unlink()
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "dflash.prom").write_text("node_load1 3\n")
     with pytest.raises(ModuleError, match="not written by dflash-provision"):
-        speed_gate.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
+        speed_record.run(_gate_args(tmp_path, runs=[run_(1, 10.0)]), Context())
     assert (tmp_path / "metrics" / "dflash.prom").read_text() == "node_load1 3\n"
 
 
@@ -105,23 +105,23 @@ def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
     args = _gate_args(tmp_path, action="gate", mode="fail", concurrency=1, runs=[run_(1, 333.0, 0.002)],
                       baseline_runs=[run_(1, 539.0)])
     with pytest.raises(ModuleError, match=r"SLOWER.*333.0 tokens/s with the drafter \(k=3\), 539.0 without it"):
-        speed_gate.run(args, Context())
-    plan = speed_gate.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())
+        speed_record.run(args, Context())
+    plan = speed_record.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())
     assert plan["hit"] and not plan["measure"] and plan["cached"]["speedup"] == round(333 / 539, 3)
     warn = Context()
-    speed_gate.run(_gate_args(tmp_path, action="gate", mode="warn", concurrency=1), warn)  # from the cache
+    speed_record.run(_gate_args(tmp_path, action="gate", mode="warn", concurrency=1), warn)  # from the cache
     assert "SLOWER" in warn.warnings[0]
     (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f2", "speculative": SPEC}))
-    assert speed_gate.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())["measure"]
+    assert speed_record.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())["measure"]
     assert last_speed(str(tmp_path / "state" / "speed.json"))["speedup"] == {"1": round(333 / 539, 3)}
 
 
 def test_tune_steps_and_choice_on_the_host(tmp_path):
     step = _gate_args(tmp_path, action="tune_step", concurrency=1)
-    speed_gate.run({**step, "variant": "baseline", "runs": [run_(1, 500.0)]}, Context())
-    speed_gate.run({**step, "variant": 1, "runs": [run_(1, 700.0, 0.9)]}, Context())
-    speed_gate.run({**step, "variant": 3, "runs": [run_(1, 900.0, 0.8)]}, Context())
-    out = speed_gate.run(_gate_args(tmp_path, action="tune_choose", concurrency=1), Context())
+    speed_record.run({**step, "variant": "baseline", "runs": [run_(1, 500.0)]}, Context())
+    speed_record.run({**step, "variant": 1, "runs": [run_(1, 700.0, 0.9)]}, Context())
+    speed_record.run({**step, "variant": 3, "runs": [run_(1, 900.0, 0.8)]}, Context())
+    out = speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=1), Context())
     assert out["choice"]["chosen_k"] == 3 and set(out["by_k"]) == {"1", "3"}
     prom = (tmp_path / "metrics" / "dflash.prom").read_text()
     assert 'dflash_num_speculative_tokens{host="h1"} 3' in prom and 'dflash_speedup{concurrency="1",host="h1"} 1.8' in prom

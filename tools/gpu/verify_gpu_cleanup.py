@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU truth for gpu-cleanup: library/gpu_processes.py by hand against the real nvidia-smi and real
+"""GPU truth for gpu-cleanup: library/gpu_cleanup.py by hand against the real nvidia-smi and real
 CUDA memory held by torch processes (a tree with a SIGTERM-ignoring parent, a grandchild and a
 double-forked child out of the group; a foreign holder; an orphan left by SIGKILL to the top; a
 holder owned by another user).
@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-MODULE = "library.gpu_processes"  # run by hand: python3 -m MODULE, from ROOT
+MODULE = "library.gpu_cleanup"  # run by hand: python3 -m MODULE, from ROOT
 FACTS = "library.facts"
 OTHER_USER = "dfp-gpu-other"
 THRESHOLD = 1024

@@ -1,6 +1,6 @@
-"""gpu_processes: free the GPU of the managed tree, leave (and list) everything else.
+"""gpu_cleanup: free the GPU of the managed tree, leave (and list) everything else.
 
-Pure decisions are tested as tables; the module itself runs by hand (`python3 -m library.gpu_processes
+Pure decisions are tested as tables; the module itself runs by hand (`python3 -m library.gpu_cleanup
 ARGS.json`) against real process trees that a stand-in nvidia-smi reports as GPU holders.
 """
 
@@ -21,11 +21,11 @@ from dflash_host.host.gpu_holders import blocked_by_foreign, foreign_decision, p
 from dflash_host.host.gpus import busy, parse_compute_apps, scan_device_fds, select_gpus
 from dflash_host.host.processes import write_pidfile
 from dflash_host.module import ModuleError
-from library.gpu_processes import check_numbers
+from library.gpu_cleanup import check_numbers
 from tests.fakes.gpu_holder import SERVER_TREE, FakeGpu
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = "library.gpu_processes"  # run by hand: python3 -m MODULE, from ROOT
+MODULE = "library.gpu_cleanup"  # run by hand: python3 -m MODULE, from ROOT
 OTHER_USER = "dfp-gpu-other"
 
 TREE = SERVER_TREE  # a vLLM-like tree: tests/fakes/gpu_holder.py
