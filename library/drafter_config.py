@@ -6,8 +6,8 @@ safetensors header of the drafter (never the weights) and the target's config.js
 shape, chooses target_layer_ids and mask_token_id, validates everything against the target, and
 writes the config atomically, keeping a timestamped backup of the one it replaces.
 
-Helpers (dflash_host): model_config finds the models (a folder or a Hub id in the host's Hugging Face
-cache), st_header reads the header, drafter_shape infers the drafter's shape, drafter_target checks it
+Helpers (dflash_host.models): config finds the models (a folder or a Hub id in the host's Hugging Face
+cache), safetensors_header reads the header, drafter_shape infers the drafter's shape, drafter_target checks it
 against the target's config, drafter_choices picks the ids, mask token and block size.
 """
 

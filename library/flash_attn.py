@@ -86,7 +86,7 @@ ARGS = {
     "tool_dir": {
         "type": "path",
         "default": None,
-        "help": "where python_env put uv; none: ~/.cache/dflash-provision/tools (pyenv.DEFAULT_TOOL_DIR)",
+        "help": "where python_env put uv; none: ~/.cache/dflash-provision/tools (env.interpreter.DEFAULT_TOOL_DIR)",
     },
     "verify_imports": {"type": "list", "default": [], "help": "more modules that must import afterwards"},
     "timeout_s": {"type": "int", "default": 3600, "help": "seconds one installer run may take"},

@@ -119,7 +119,7 @@ ARGS = {
     "tool_dir": {
         "type": "path",
         "default": None,
-        "help": "where uv is installed when missing; none: ~/.cache/dflash-provision/tools (pyenv.DEFAULT_TOOL_DIR)",
+        "help": "where uv is installed when missing; none: ~/.cache/dflash-provision/tools (env.interpreter.DEFAULT_TOOL_DIR)",
     },
     "compile_bytecode": {
         "type": "bool",

@@ -5,7 +5,7 @@ JSON on the host is read one of two ways, by who wrote the file:
   None when it is missing, unreadable, not JSON or not an object: the caller reads that as "not ours".
 - a file nobody on the host vouches for (a checkpoint's header, a model's config.json) is read bounded in size
   and nesting by dflash_host/host/untrusted_json.py (load_json_file raises saying what is wrong);
-  dflash_host/model_config.read_config_json turns that into a ModuleError naming the file and the fix.
+  dflash_host.models.config.read_config_json turns that into a ModuleError naming the file and the fix.
 
 Standard library only; errors are ModuleErrors naming the path and the fix.
 """

@@ -2,7 +2,7 @@
 
 Size, nesting, entry counts, number lengths and duplicate keys are bounded before json.loads builds
 anything, so a hostile file costs neither memory nor a RecursionError; what is wrong is said in words
-(UnsafeJSON). Used by st_header (safetensors headers) and by modules reading a model's config.json.
+(UnsafeJSON). Used by models.safetensors_header and by modules reading a model's config.json.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The one place that turns a model variable (target_model, drafter_model: a local 
 Hugging Face Hub id) into local files: `locate_model` finds the folder (the path itself, or the Hub
 id's snapshot in this host's Hugging Face cache, never downloading), `config_json_path` its
 config.json, `read_config_json` reads that file bounded, and `require_local` says in one sentence
-what is missing. The safetensors files of a located checkpoint are `st_header.read_checkpoint(path)`.
+what is missing. The safetensors files of a located checkpoint are `safetensors_header.read_checkpoint(path)`.
 Used by drafter_config (and meant for the vLLM launch, which passes an uncached Hub id on to vLLM).
 """
 

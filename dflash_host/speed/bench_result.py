@@ -1,7 +1,7 @@
 """The serving benchmark's figures: percentiles, one run's row, and the speed-up against a baseline.
 
 A run's row joins what the load generator measured (output tokens/s, TTFT and TPOT per request) with
-what the server counted while the load ran (the spec-decode `_total` counters' deltas, vllm_metrics).
+what the server counted while the load ran (the spec-decode `_total` counters' deltas, vllm.metrics).
 Both load generators (vllm bench serve's saved JSON, the built-in client's per-request records) are
 reduced to the same `load` dict here, so a row means the same whichever produced it:
 
@@ -85,7 +85,7 @@ def load_from_vllm_bench(data: dict, requests: int) -> dict:
 def run_row(concurrency: int, load: dict, counters: dict | None, generator: str) -> dict:
     """One concurrency level's row: the load's figures plus acceptance from the counters' deltas.
 
-    counters: vllm_metrics.delta() of the spec-decode counters over the run (None: the server exports
+    counters: vllm.metrics.delta() of the spec-decode counters over the run (None: the server exports
     none, i.e. it runs without a drafter; the acceptance fields are then None / empty)."""
     figures = acceptance(counters)
     row: dict = {"concurrency": concurrency}

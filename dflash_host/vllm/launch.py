@@ -5,8 +5,8 @@ line and environment should run, and is the input sane? Secrets (API key, HF tok
 the environment file (mode 0600), never into argv, the unit, a message or a diff.
 
 Every value that reaches the unit, the environment file or argv is one line of text, checked in
-`resolve` (through vllm_values) before anything is written. The environment file and the unit are
-rendered by vllm_unit. Standard library only; used by vllm_server.
+`resolve` (through vllm.values) before anything is written. The environment file and the unit are
+rendered by vllm.records and vllm.systemd_unit. Standard library only; used by vllm_server.
 """
 
 from __future__ import annotations

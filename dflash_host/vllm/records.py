@@ -33,7 +33,7 @@ def dump(data: dict) -> bytes:
 
 
 # What the tool writes, and how each kind of file proves it is the tool's (the env file and the unit
-# start with vllm_unit's "# Managed by dflash-provision" header line).
+# start with vllm.systemd_unit's "# Managed by dflash-provision" header line).
 TOOL_HEADER = b"# Managed by dflash-provision"
 RECORD_KEYS = {
     "launch": {"fingerprint", "launch_id", "argv", "env_file", "mode"},

@@ -1,7 +1,7 @@
 """The vLLM server's systemd unit: its text, and whether the server runs under one (the mode).
 
 Pure text: no file is written here (vllm.render writes what these return). Every value placed in the
-unit is one line (vllm_values.line_problem) with systemd's specifiers and variables escaped.
+unit is one line (vllm.values.line_problem) with systemd's specifiers and variables escaped.
 Standard library only.
 """
 

@@ -2,7 +2,7 @@
 
 A newline in served_model_name once added an `ExecStartPre=` to the unit, and systemd's EnvironmentFile=
 parser also breaks lines at a carriage return: every such value is checked here, naming the variable
-and never the value, before anything is written. Used by vllm_launch and vllm_unit; standard library only.
+and never the value, before anything is written. Used by vllm.launch and vllm.systemd_unit; standard library only.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dflash_host.module import ModuleError
 
 # Flags the launch always sets itself: giving them in vllm_extra_args would fight the rendered ones. The
 # flags of vllm_server's table (dtype, max_model_len, ...) are refused there too whenever the launch sets them
-# (vllm_launch.resolve adds them); left unset, they may be given in vllm_extra_args.
+# (vllm.launch.resolve adds them); left unset, they may be given in vllm_extra_args.
 MANAGED_FLAGS = {
     "--model": "target_model",
     "--served-model-name": "served_model_name",

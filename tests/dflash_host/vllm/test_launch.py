@@ -1,4 +1,4 @@
-"""dflash_host.vllm.launch and vllm_unit: the rendered argv, environment file and systemd unit; bad input named by its variable."""
+"""dflash_host.vllm.launch, records and systemd_unit: the rendered argv, environment file and systemd unit; bad input named by its variable."""
 
 from __future__ import annotations
 
