@@ -31,3 +31,31 @@ def imported_names(path: Path) -> set[str]:
 @pytest.mark.parametrize("path", TASK_MODULES, ids=lambda p: p.stem)
 def test_a_task_module_imports_helpers_only_from_dflash_host(path):
     assert imported_names(path) - ALLOWED == set()
+
+
+def dflash_host_imports(path: Path) -> set[str]:
+    """The dflash_host modules a file imports from (`from dflash_host.vllm.log import x` gives dflash_host.vllm.log)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dflash_host"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("dflash_host")}
+    return found
+
+
+@pytest.mark.parametrize("path", TASK_MODULES, ids=lambda p: p.stem)
+def test_a_task_module_reaches_the_vllm_server_only_through_its_front(path):
+    parts = sorted(m for m in dflash_host_imports(path) if m.startswith("dflash_host.vllm."))
+    assert not parts, f"{path.name} imports {parts}: import those names from dflash_host.vllm (the front) instead"
+
+
+def test_no_import_renames_a_module_of_the_project():
+    """One import convention: names from their module, a module only under its own name (no `as` aliases)."""
+    root = LIBRARY.parent
+    renamed = []
+    for path in sorted(root.glob("library/*.py")) + sorted((root / "dflash_host").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dflash_host"):
+                renamed += [f"{path.relative_to(root)}: {a.name} as {a.asname}" for a in node.names if a.asname]
+    assert not renamed, renamed
