@@ -1,47 +1,34 @@
-"""Measure the running vLLM server under closed-loop load: tokens/s, TTFT, TPOT and the drafter's acceptance.
+"""Measure the running vLLM server under closed-loop load: tokens/s, TTFT, TPOT and the drafter's acceptance,
+repeated, and (with baseline_pidfile) interleaved with the same launch without its drafter.
 
-A measurement: the server is never started, stopped or reconfigured (changed is always False; check
-mode measures nothing). For each concurrency level C, `requests` greedy completions of `input_len`
-prompt tokens and exactly `max_tokens` output tokens (ignore_eos) are sent with at most C in flight;
-/metrics is read before and after (after it has settled), and the spec-decode `_total` counters'
-deltas give that level's acceptance. Levels run one after the other, in the order given.
+A measurement: no server is started, stopped or reconfigured here (changed is always False; check mode measures
+nothing). For each concurrency level C: a warm-up (discarded; it also sizes the repetitions), then `repetitions`
+repetitions of at least `min_seconds` (or `requests` requests), each with at most C requests in flight. With a
+baseline server the two take turns (A B A B ...), so drift of the machine hits both. /metrics is read around each
+repetition; the spec-decode `_total` counters' deltas give the acceptance. A level's row holds the medians over
+its repetitions and each repetition's tokens/s; `comparison` gives, per level, the speed-up with its 95 %
+interval and the verdict (pays, slower, inconclusive: dflash_host/speed/stats.py).
 
-The load comes from vLLM's own `vllm bench serve` (random dataset, no downloads) run from the serving
-environment (the `vllm` beside venv_python), or from the built-in client (dflash_host/speed/load_client.py)
-where that cannot run. load_generator: auto (vllm bench serve, falling back per level to the built-in
-client when it is missing or fails, saying why), vllm (fail instead of falling back), builtin.
-
-The server: `url` when given, else the launch record beside `pidfile` (host, port), which also gives
-the served model name, the tokenizer (the target model) and the API key (VLLM_API_KEY of the launch's
-0600 environment file; it goes to the load generator through its environment or a header, never argv
-or the result). `model`/`tokenizer` override those.
-
-Result (JSON): changed False, msg (tokens/s and acceptance per level), url, model, tokenizer,
-speculative (the launch's speculative config or None: null for a server without a drafter, e.g. the
-baseline run), settings {input_len, max_tokens, temperature 0, ignore_eos true, concurrency [...]},
-load_generator ("vllm bench serve (vLLM X)" or "built-in client (why)"), vllm_version, and runs, one per
-level in the order given:
-  concurrency, requests, completed, failed, duration_s, output_tokens, output_tokens_per_s,
-  ttft_ms_p50, ttft_ms_p99, tpot_ms_p50, tpot_ms_p99,
-  spec_decode (the server exports spec-decode counters), acceptance_rate (accepted / draft tokens),
-  mean_acceptance_length (1 + accepted / drafts), per_position_acceptance (accepted at position i /
-  drafts), drafts, draft_tokens, accepted_tokens, per_position_accepted (raw counts), load_generator.
-Acceptance fields are None (lists empty) without a drafter. A baseline comparison is the caller's:
-run this once against the server with the drafter and once without, then
-dflash_host.speed.speedup.speedups(runs, baseline_runs) -> {"1": x, "16": y}.
+The workload (dflash_host/speed/workload.py): the operator's prompts file (pushed to the host, `prompts_file`),
+the built-in mixed workload, or random tokens; each result names it. `check_only` checks the workload against
+the configured server (every request fits max_model_len, through its /tokenize) and measures nothing: the
+playbook runs it before any server is touched. The load comes from `vllm bench serve` or the built-in client
+(dflash_host/speed/generator.py). The API key goes to the load generator through its environment or a header,
+never argv or the result.
 """
 
 from __future__ import annotations
 
-import os
+import json
+import math
 import time
 
-from dflash_host.host.files import read_json
-from dflash_host.models.config import config_or_none
+from dflash_host.host.files import read_bytes, read_json
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.speed.bench_result import load_from_requests, load_from_vllm_bench, run_row, summary
-from dflash_host.speed.bench_serve import BenchUnavailable, bench_env, run_level, vllm_cli, vllm_version
-from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
+from dflash_host.speed.bench_result import aggregate_row, summary
+from dflash_host.speed.generator import LoadGenerator
+from dflash_host.speed.stats import describe, paired_interval, verdict
+from dflash_host.speed.workload import WorkloadError, builtin_requests, cycle, describe_builtin, describe_file, parse_prompts
 from dflash_host.vllm import base_url, delta, paths, read_env, request, spec_decode_counters
 
 ARGS = {
@@ -65,11 +52,32 @@ ARGS = {
                        "help": "auto: vllm bench serve, else the built-in client (saying why); vllm: only vllm bench "
                        "serve; builtin: only the built-in client"},
     "seed": {"type": "int", "default": 0, "help": "seed of the random prompts"},
+    "baseline_pidfile": {"type": "path", "default": None,
+                         "help": "a measurement server without the drafter (vllm_variant's pidfile): measured in turns "
+                         "with this one (A B A B), the speed-up and its interval in `comparison`"},
+    "workload": {"type": "str", "default": None, "choices": ["builtin", "random", "file"], "var": "speed_workload",
+                 "help": "what is sent: file (prompts_file), builtin (mixed chat, code, math, summaries) or random "
+                 "tokens; none: file when prompts_file is given, else builtin"},
+    "prompts_file": {"type": "path", "default": None,
+                     "help": "the operator's prompts (JSONL) on the host; the playbook pushes speed_prompts there"},
+    "prompts_source": {"type": "str", "default": None, "help": "the prompts file's name on the control node (reported)"},
+    "temperature": {"type": "float", "default": 0.0, "var": "speed_temperature",
+                    "help": "sampling temperature of every request (0: greedy), as the operator serves"},
+    "repetitions": {"type": "int", "default": 3, "var": "speed_repetitions",
+                    "help": "measured repetitions per level (after a discarded warm-up); the interval needs 2 or more"},
+    "min_seconds": {"type": "float", "default": 20.0, "var": "speed_min_seconds",
+                    "help": "each repetition lasts at least this long (sized from the warm-up), or `requests` requests"},
+    "warmup": {"type": "bool", "default": True, "var": "speed_warmup", "help": "run a discarded warm-up per level"},
+    "min_speedup": {"type": "float", "default": 1.0, "var": "min_speedup",
+                    "help": "the speed-up a verdict of `pays` needs over its whole interval"},
+    "check_only": {"type": "bool", "default": False,
+                   "help": "check the workload against the server (max_model_len) and measure nothing"},
     "timeout_s": {"type": "float", "default": 1800, "help": "limit per concurrency level, in seconds"},
 }
 
 SETTLE_S = 3.0  # the last steps' counters reach /metrics shortly after the last response
-DEFAULT_VOCAB = 32000
+MAX_SIZE_FACTOR = 50  # a repetition sized from the warm-up sends at most this many times `requests`
+BUILTIN_COUNT = 256
 
 
 def concurrency_levels(value: list) -> list:
@@ -89,14 +97,6 @@ def concurrency_levels(value: list) -> list:
     if not levels:
         raise ModuleError("serving_bench: concurrency is empty; give at least one level, e.g. [1, 16]")
     return levels
-
-
-def check_sizes(args: dict) -> None:
-    for name in ("max_tokens", "input_len", "requests"):
-        if args[name] is not None and args[name] < 1:
-            raise ModuleError(f"serving_bench: {name} is {args[name]}; it must be at least 1")
-    if args["timeout_s"] <= 0:
-        raise ModuleError(f"serving_bench: timeout_s is {args['timeout_s']}; it must be more than 0")
 
 
 def _target_path(launch: dict) -> str | None:
@@ -130,8 +130,8 @@ def server_from_args(args: dict) -> dict:
     }
 
 
-def check_serving(server: dict, args: dict) -> None:
-    """The server answers /health and serves a model; the prompt and output fit its context."""
+def check_serving(server: dict, args: dict) -> int | None:
+    """The server answers /health and serves the model (chosen into server["model"]); its max_model_len."""
     health = request(server["url"] + "/health", timeout=5)
     if health.status != 200:
         raise ModuleError(
@@ -149,11 +149,7 @@ def check_serving(server: dict, args: dict) -> None:
         raise ModuleError(f"serving_bench: the server serves {names}, not {server['model']!r}; fix model (served_model_name)")
     server["model"] = chosen.get("id")
     limit = chosen.get("max_model_len")
-    if isinstance(limit, int) and args["input_len"] + args["max_tokens"] > limit:
-        raise ModuleError(
-            f"serving_bench: input_len {args['input_len']} + max_tokens {args['max_tokens']} exceed the server's "
-            f"max_model_len {limit}; lower them"
-        )
+    return limit if isinstance(limit, int) else None
 
 
 def read_counters(url: str) -> tuple:
@@ -177,85 +173,107 @@ def settled_counters(url: str) -> tuple:
     return ok, last
 
 
-def vocab_size(tokenizer: str | None) -> int:
-    """The target's vocab_size from its config.json (for the built-in client's token-id prompts)."""
-    if tokenizer and os.path.isfile(os.path.join(tokenizer, "config.json")):
-        size = (config_or_none(tokenizer) or {}).get("vocab_size")
-        if isinstance(size, int) and size > 12:
-            return size
-    return DEFAULT_VOCAB
-
-
-class LoadGenerator:
-    """Which load generator runs the next level: vllm bench serve until it cannot (auto), then the built-in client."""
-
-    def __init__(self, mode: str, venv_python: str | None, server: dict, timeout_s: float) -> None:
-        self.mode, self.server, self.timeout_s = mode, server, timeout_s
-        self.cli, self.version, self.fallback = None, None, None
-        if mode == "builtin":
-            self.fallback = "load_generator=builtin"
-            return
+def load_workload(args: dict) -> dict:
+    """{name, items, description} of what is sent; WorkloadError (a clear message) for a bad prompts file."""
+    name = args["workload"] or ("file" if args["prompts_file"] else "builtin")
+    if name == "file":
+        if not args["prompts_file"]:
+            raise ModuleError("serving_bench: workload file needs prompts_file (set speed_prompts to a JSONL file on the "
+                              "control node; the playbook pushes it)")
+        raw = read_bytes(args["prompts_file"])
+        if raw is None:
+            raise ModuleError(f"serving_bench: {args['prompts_file']}: no such file; set speed_prompts to a JSONL file")
+        shown = args["prompts_source"] or args["prompts_file"]
         try:
-            self.cli = vllm_cli(venv_python)
-        except BenchUnavailable as exc:
-            self.unavailable(str(exc))
+            items = parse_prompts(raw, shown)
+        except WorkloadError as exc:
+            raise ModuleError(f"serving_bench: {exc}") from None
+        return {"name": "file", "items": items, "description": describe_file(raw, items, shown)}
+    if name == "builtin":
+        items = builtin_requests(BUILTIN_COUNT)
+        return {"name": "builtin", "items": items, "description": describe_builtin(items)}
+    return {"name": "random", "items": [], "description": {"name": "random", "input_len": args["input_len"]}}
+
+
+def check_lengths(server: dict, workload: dict, args: dict, limit: int | None) -> None:
+    """Every request's prompt (as the server tokenizes it, chat template included) plus its max_tokens fits
+    max_model_len; the first that does not is named. Skipped (said) where the server has no /tokenize."""
+    if workload["name"] == "random":
+        if isinstance(limit, int) and args["input_len"] + args["max_tokens"] > limit:
+            raise ModuleError(f"serving_bench: input_len {args['input_len']} + max_tokens {args['max_tokens']} exceed "
+                              f"the server's max_model_len {limit}; lower them")
+        return
+    shown = workload["description"].get("file") or "the built-in workload"
+    for item in {json.dumps(i, sort_keys=True): i for i in workload["items"]}.values():
+        body = {"model": server["model"], **({"messages": item["messages"]} if "messages" in item else {"prompt": item["prompt"]})}
+        res = request(server["url"] + "/tokenize", body, timeout=30, api_key=server["api_key"])
+        data = res.json() if res.status == 200 else None
+        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             return
-        self.version = vllm_version(venv_python or "", self.server.get("server_env"))
-        if not self.server["tokenizer"]:
-            self.unavailable("no tokenizer is known (no launch record names the target): give tokenizer")
-
-    def unavailable(self, reason: str) -> None:
-        if self.mode == "vllm":
-            raise ModuleError(f"serving_bench: vllm bench serve cannot run: {reason}; fix it or use load_generator=auto|builtin")
-        self.cli, self.fallback = None, f"vllm bench serve unavailable: {reason}"
-
-    @property
-    def label(self) -> str:
-        if self.cli:
-            return f"vllm bench serve (vLLM {self.version or 'unknown version'})"
-        return f"built-in client ({self.fallback})"
-
-    def run(self, level: dict) -> dict:
-        """One level's load dict, from vllm bench serve or (falling back) the built-in client."""
-        if self.cli:
-            try:
-                data = run_level(self.cli, level, self._bench_env(), self.timeout_s)
-                load = load_from_vllm_bench(data, level["requests"])
-                if load["completed"] > 0:
-                    return load
-                raise BenchUnavailable("vllm bench serve completed no request")
-            except BenchUnavailable as exc:
-                self.unavailable(f"at concurrency {level['concurrency']}: {exc}")
-        return self._builtin(level)
-
-    def _bench_env(self) -> dict:
-        env = bench_env(self.server["api_key"], self.server["server_env"])
-        if self.server["tokenizer"] and os.path.isdir(self.server["tokenizer"]):
-            env["HF_HUB_OFFLINE"] = "1"  # a local tokenizer: never ask the hub
-        return env
-
-    def _builtin(self, level: dict) -> dict:
-        endpoint = Endpoint(level["url"], self.server["api_key"], self.timeout_s)
-        prompts = token_prompts(level["requests"], level["input_len"], vocab_size(self.server["tokenizer"]), level["seed"])
-        records, wall = closed_loop(endpoint, level["model"], prompts, level["max_tokens"], level["concurrency"])
-        load = load_from_requests(records, wall)
-        if load["completed"] == 0:
-            first = next((r["error"] for r in records if r.get("error")), "no answer")
-            raise ModuleError(f"serving_bench: no request completed at concurrency {level['concurrency']} ({first})")
-        return load
+        most = data.get("max_model_len") if isinstance(data.get("max_model_len"), int) else limit
+        wanted = item.get("max_tokens") or args["max_tokens"]
+        if isinstance(most, int) and data["count"] + wanted > most:
+            where = f"{shown} line {item['line']}" if item.get("line") else shown
+            raise ModuleError(f"serving_bench: {where}: the prompt is {data['count']} tokens and asks for {wanted} more, "
+                              f"beyond the server's max_model_len {most}; shorten it or lower max_tokens")
 
 
-def measure_level(gen: LoadGenerator, level: dict, ctx: Context) -> dict:
-    """/metrics before, the load, /metrics after: one run row."""
+def measure_once(gen: LoadGenerator, level: dict, ctx: Context) -> tuple:
+    """/metrics before, one repetition's load, /metrics after: (load, counters delta or None)."""
     ok_before, before = settled_counters(level["url"])
     load = gen.run(level)
     ok_after, after = settled_counters(level["url"])
     if not (ok_before and ok_after):
-        ctx.warn(f"/metrics did not answer around concurrency {level['concurrency']}: its acceptance is unknown")
-    counters = delta(after, before) if ok_before and ok_after else None
+        ctx.warn(f"/metrics of {level['url']} did not answer around concurrency {level['concurrency']}: its acceptance is unknown")
     if load["failed"]:
-        ctx.warn(f"{load['failed']} of {load['requests']} requests failed at concurrency {level['concurrency']}")
-    return run_row(level["concurrency"], load, counters, gen.label)
+        ctx.warn(f"{load['failed']} of {load['requests']} requests failed at concurrency {level['concurrency']} ({level['url']})")
+    return load, (delta(after, before) if ok_before and ok_after else None)
+
+
+def sized_requests(warm: list, args: dict, base: int) -> int:
+    """Requests per repetition: enough for every server to last min_seconds at its warm-up rate, at least `base`."""
+    rates = [w["completed"] / w["duration_s"] for w in warm if w.get("duration_s") and w.get("completed")]
+    if not rates:
+        return base
+    return min(base * MAX_SIZE_FACTOR, max(base, math.ceil(args["min_seconds"] * max(rates))))
+
+
+def measure_level(targets: list, c: int, args: dict, workload: dict, ctx: Context) -> dict:
+    """Warm-up, then the repetitions of every target in turns: {target name: aggregated row}."""
+    base = args["requests"] or max(8, 4 * c)
+    level = {"concurrency": c, "input_len": args["input_len"], "max_tokens": args["max_tokens"], "seed": args["seed"],
+             "temperature": args["temperature"], "requests": base}
+
+    def at(target: dict, count: int, start: int) -> dict:
+        server = target["server"]
+        return dict(level, url=server["url"], model=server["model"], tokenizer=server["tokenizer"], requests=count,
+                    items=cycle(workload["items"], count, start) if workload["items"] else [])
+
+    warm = [measure_once(t["gen"], at(t, base, 0), ctx)[0] for t in targets] if args["warmup"] else []
+    count = sized_requests(warm, args, base)
+    loads: dict = {t["name"]: ([], []) for t in targets}
+    for r in range(args["repetitions"]):
+        for t in targets:
+            ctx.say(f"serving_bench: concurrency {c}, {t['name']} the drafter, repetition {r + 1} of "
+                    f"{args['repetitions']}, {count} requests ({t['gen'].label})")
+            load, counters = measure_once(t["gen"], at(t, count, base + r * count), ctx)
+            loads[t["name"]][0].append(load)
+            loads[t["name"]][1].append(counters)
+    return {t["name"]: aggregate_row(c, *loads[t["name"]], t["gen"].label) for t in targets}
+
+
+def compare(runs: list, baseline_runs: list, threshold: float) -> dict:
+    """{concurrency: speed-up, its interval over the paired repetitions, the verdict and its sentence}."""
+    base = {r["concurrency"]: r for r in baseline_runs}
+    out = {}
+    for run_ in runs:
+        other = base.get(run_["concurrency"])
+        if other is None:
+            continue
+        interval = paired_interval(run_.get("samples_tokens_per_s") or [], other.get("samples_tokens_per_s") or [])
+        word = verdict(interval, threshold)
+        out[str(run_["concurrency"])] = dict(interval, verdict=word, threshold=threshold, says=describe(interval, word))
+    return out
 
 
 def headless_node(args: dict) -> dict | None:
@@ -267,6 +285,26 @@ def headless_node(args: dict) -> dict | None:
     return cluster if cluster.get("role") == "worker" else None
 
 
+def targets_for(args: dict, server: dict, workload: dict) -> list:
+    """The configured server ("with") and, given baseline_pidfile, the measurement server without it."""
+    out = [{"name": "with", "server": server}]
+    if args["baseline_pidfile"]:
+        other = server_from_args(dict(args, pidfile=args["baseline_pidfile"], url=None))
+        check_serving(other, args)
+        out.append({"name": "without", "server": other})
+    for t in out:
+        t["gen"] = LoadGenerator(args["load_generator"], args["venv_python"], t["server"], args["timeout_s"], workload)
+    return out
+
+
+def check_sizes(args: dict) -> None:
+    for name in ("max_tokens", "input_len", "requests", "repetitions"):
+        if args[name] is not None and args[name] < 1:
+            raise ModuleError(f"serving_bench: {name} is {args[name]}; it must be at least 1")
+    if args["timeout_s"] <= 0 or args["min_seconds"] < 0 or args["temperature"] < 0:
+        raise ModuleError("serving_bench: timeout_s must be more than 0, min_seconds and temperature at least 0")
+
+
 def run(args: dict, ctx: Context) -> dict:
     levels = concurrency_levels(args["concurrency"])
     check_sizes(args)
@@ -275,25 +313,37 @@ def run(args: dict, ctx: Context) -> dict:
         return {"changed": False, "headless_node": True, "runs": [],
                 "msg": f"headless node rank {node.get('node_rank')} of a serving cluster: no API here; the cluster is "
                 f"measured at its head ({node.get('master_addr')})"}
+    workload = load_workload(args)
     server = server_from_args(args)
-    settings = {"input_len": args["input_len"], "max_tokens": args["max_tokens"], "temperature": 0,
-                "ignore_eos": True, "concurrency": levels}
-    out = {"changed": False, "url": server["url"], "speculative": server["speculative"], "settings": settings}
+    settings = {"input_len": args["input_len"], "max_tokens": args["max_tokens"], "temperature": args["temperature"],
+                "ignore_eos": workload["name"] == "random", "concurrency": levels, "repetitions": args["repetitions"],
+                "min_seconds": args["min_seconds"], "warmup": args["warmup"],
+                "interleaved": bool(args["baseline_pidfile"])}
+    out = {"changed": False, "url": server["url"], "speculative": server["speculative"], "settings": settings,
+           "workload": workload["description"]}
     if ctx.check:
         out.update(msg=f"would measure {server['url']} at concurrency {', '.join(map(str, levels))} (check mode: "
                    "nothing measured)", runs=[])
         return out
-    check_serving(server, args)
-    gen = LoadGenerator(args["load_generator"], args["venv_python"], server, args["timeout_s"])
-    runs = []
-    for c in levels:
-        level = {"url": server["url"], "model": server["model"], "tokenizer": server["tokenizer"], "concurrency": c,
-                 "requests": args["requests"] or max(8, 4 * c), "input_len": args["input_len"],
-                 "max_tokens": args["max_tokens"], "seed": args["seed"]}
-        ctx.say(f"serving_bench: concurrency {c}, {level['requests']} requests ({gen.label})")
-        runs.append(measure_level(gen, level, ctx))
+    limit = check_serving(server, args)
+    check_lengths(server, workload, args, limit)
+    if args["check_only"]:
+        out.update(runs=[], msg=f"the workload ({workload['description']['name']}, {len(workload['items']) or 'random'} "
+                   "requests) fits the server")
+        return out
+    started = time.monotonic()
+    targets = targets_for(args, server, workload)
+    rows = [measure_level(targets, c, args, workload, ctx) for c in levels]
+    runs = [r["with"] for r in rows]
+    baseline_runs = [r["without"] for r in rows if "without" in r]
+    gen = targets[0]["gen"]
     out.update(model=server["model"], tokenizer=server["tokenizer"], load_generator=gen.label,
-               vllm_version=gen.version, runs=runs, msg=f"{server['url']}: {summary(runs)} ({gen.label})")
+               vllm_version=gen.version, dynamic_k=gen.facts.get("dynamic_k"), runs=runs,
+               duration_s=round(time.monotonic() - started, 1), msg=f"{server['url']}: {summary(runs)} ({gen.label})")
+    if baseline_runs:
+        out.update(baseline_runs=baseline_runs, comparison=compare(runs, baseline_runs, args["min_speedup"]))
+        out["msg"] += "; " + "; ".join(f"c={c}: {v['says']}" for c, v in out["comparison"].items())
+    out["msg"] += f"; measured in {out['duration_s']:.0f} s"
     return out
 
 

@@ -16,10 +16,12 @@ by the control side that compares a run with a baseline run.
 
 from __future__ import annotations
 
+from dflash_host.speed.stats import median
 from dflash_host.vllm.metrics import acceptance, per_position_counts
 
-LOAD_KEYS = ("requests", "completed", "failed", "duration_s", "output_tokens", "output_tokens_per_s",
+LOAD_KEYS = ("requests", "completed", "failed", "duration_s", "input_tokens", "output_tokens", "output_tokens_per_s",
              "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")
+SUMMED = ("requests", "completed", "failed", "duration_s", "input_tokens", "output_tokens")  # over repetitions
 
 
 def percentile(values: list, p: float) -> float | None:
@@ -43,7 +45,9 @@ def load_from_requests(records: list, duration_s: float) -> dict:
     ttfts = [r["ttft_s"] * 1000.0 for r in done]
     tpots = [(r["latency_s"] - r["ttft_s"]) * 1000.0 / (r["output_tokens"] - 1) for r in done if r["output_tokens"] > 1]
     tokens = sum(r["output_tokens"] for r in done)
+    prompt_tokens = [r.get("prompt_tokens") for r in done]
     return {
+        "input_tokens": sum(prompt_tokens) if done and all(isinstance(t, int) for t in prompt_tokens) else None,
         "requests": len(records),
         "completed": len(done),
         "failed": len(records) - len(done),
@@ -73,6 +77,7 @@ def load_from_vllm_bench(data: dict, requests: int) -> dict:
         "completed": completed,
         "failed": int(failed) if failed is not None else requests - completed,
         "duration_s": round(duration, 3) if duration is not None else None,
+        "input_tokens": int(_number(data, "total_input_tokens") or 0) or None,
         "output_tokens": int(_number(data, "total_output_tokens") or 0),
         "output_tokens_per_s": round(out_tps, 3) if out_tps is not None else None,
         "ttft_ms_p50": _ms(_number(data, "p50_ttft_ms")),
@@ -114,3 +119,33 @@ def summary(runs: list) -> str:
             part += f", acceptance {r['acceptance_rate']:.1%}, mean length {r['mean_acceptance_length']:.2f}"
         parts.append(part)
     return "; ".join(parts)
+
+
+def sum_counters(counters: list) -> dict | None:
+    """The spec-decode counters of several repetitions added up (None: no repetition had any)."""
+    have = [c for c in counters if c is not None]
+    if not have:
+        return None
+    out: dict = {k: sum(c[k] for c in have) for k in ("drafts", "draft_tokens", "accepted")}
+    out["per_position"] = {}
+    for c in have:
+        for pos, value in c.get("per_position", {}).items():
+            out["per_position"][pos] = out["per_position"].get(pos, 0.0) + value
+    return out
+
+
+def aggregate_row(concurrency: int, loads: list, counters: list, generator: str) -> dict:
+    """One level's row over its repetitions: medians of the rates and times, sums of the counts, acceptance from
+    the summed counters, and each repetition's tokens/s (`samples_tokens_per_s`, what the interval is made of)."""
+    load: dict = {}
+    for key in LOAD_KEYS:
+        values = [x[key] for x in loads if x.get(key) is not None]
+        if key in SUMMED:
+            load[key] = round(sum(values), 3) if values and key == "duration_s" else (sum(values) if values else None)
+        else:
+            mid = median(values)
+            load[key] = round(mid, 3) if mid is not None else None
+    row = run_row(concurrency, load, sum_counters(counters), generator)
+    row["repetitions"] = len(loads)
+    row["samples_tokens_per_s"] = [x.get("output_tokens_per_s") for x in loads]
+    return row

