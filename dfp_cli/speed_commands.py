@@ -19,6 +19,7 @@ from typing import Any
 from invoke import Exit
 
 from dflash_host.speed.speedup import by_concurrency, larger_k_cannot_pay, speedups
+from dflash_host.speed.workload import WorkloadError, parse_prompts
 from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
 from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
 from dfp_cli.speed_html import figure_text
@@ -32,11 +33,15 @@ _MEASURE = (
            "tune_concurrency, default 16)"),
     Option("requests", None, "requests per level (default 4 x the concurrency, at least 8)"),
     Option("max_tokens", None, "output tokens per request (default 256)"),
+    Option("prompts", None, "the operator's requests, JSONL (one {\"prompt\": ...} or {\"messages\": [...]} a line); "
+           "default: the built-in mixed workload"),
+    Option("repetitions", None, "measured repetitions per level, after a warm-up (default 3)"),
     Option("json", None, "write the figures as JSON to this file ('-': print them)"),
     Option("html", DEFAULT_HTML_DIR, f"folder for the HTML pages (default ./{DEFAULT_HTML_DIR}/)"),
 )
 SERVING_BENCH_OPTIONS = (*(o for o in PLAYBOOK_OPTIONS if o.name in _SHARED), *_MEASURE,
-                         Option("compare_baseline", False, "also measure the same launch without the drafter"))
+                         Option("compare_baseline", False, "also measure the same launch without the drafter"),
+                         Option("repeat", None, "run the whole measurement this many times and say how far apart they are"))
 TUNE_OPTIONS = (*(o for o in PLAYBOOK_OPTIONS if o.name in _SHARED), *_MEASURE,
                 Option("k", DEFAULT_K, f"num_speculative_tokens to try (default {DEFAULT_K}; at most block_size - 1)"),
                 Option("write", True, "write the chosen k to host_vars/<host>.yaml (--no-write: only report)"))
@@ -54,12 +59,29 @@ def _levels(text: str | None) -> list[int] | None:
     return levels
 
 
+def checked_prompts(path_text: str) -> str:
+    """The prompts file's absolute path once every line is a request (before any host is touched)."""
+    path = Path(path_text).expanduser()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"--prompts {path_text}: cannot read it ({exc.strerror}); give a JSONL file of requests") from None
+    try:
+        parse_prompts(raw, str(path_text))
+    except WorkloadError as exc:
+        raise UserError(f"--prompts: {exc}") from None
+    return str(path.resolve())
+
+
 def measure_vars(opts: dict) -> dict:
     """The extra variables of the measurement: -e first, then the command's own flags."""
     out = parse_extra_vars(opts.get("extra_vars"))
     if opts.get("concurrency"):
         out["speed_concurrency"] = _levels(opts["concurrency"])
-    for flag, var in (("requests", "speed_requests"), ("max_tokens", "speed_max_tokens")):
+    if opts.get("prompts"):
+        out["speed_prompts"] = checked_prompts(opts["prompts"])
+    for flag, var in (("requests", "speed_requests"), ("max_tokens", "speed_max_tokens"),
+                      ("repetitions", "speed_repetitions")):
         if opts.get(flag) is not None:
             try:
                 out[var] = int(opts[flag])
@@ -84,12 +106,15 @@ def _play(playbook: str, opts: dict, extra_vars: dict, limit: str | None = None)
 
 
 def bench_figures(registered: dict) -> dict:
-    """One host's figures in the issue's shape: runs, baseline_runs, speedup, load_generator."""
-    runs = (registered.get("bench") or {}).get("runs") or []
-    baseline = registered.get("baseline_bench") or {}
-    base_runs = [] if baseline.get("skipped") else baseline.get("runs") or []
+    """One host's figures: runs, baseline_runs, speedup, comparison (interval and verdict per level), the load
+    generator and the workload, from what the host recorded (speed_record)."""
+    record = registered.get("speed_record") or {}
+    figures = record.get("figures") or {}
+    runs = record.get("runs") or []
+    base_runs = record.get("baseline_runs") or []
     return {"runs": runs, "baseline_runs": base_runs, "speedup": speedups(runs, base_runs) if base_runs else {},
-            "load_generator": (registered.get("bench") or {}).get("load_generator")}
+            "comparison": figures.get("comparison") or {}, "interleaved": figures.get("interleaved"),
+            "load_generator": figures.get("load_generator"), "workload": figures.get("workload")}
 
 
 def by_host_or_one(per_host: dict, opts: dict) -> dict:
@@ -103,7 +128,7 @@ def serving_bench_run(opts: dict) -> tuple[int, dict, dict]:
     """(exit code, figures per host, registered per host): the playbook run and its figures."""
     extra = {**measure_vars(opts), "speed_compare_baseline": bool(opts.get("compare_baseline"))}
     result = _play("serving-bench", opts, extra)
-    per_host = {h: bench_figures(reg) for h, reg in result.registered.items() if (reg.get("bench") or {}).get("runs")}
+    per_host = {h: bench_figures(reg) for h, reg in result.registered.items() if (reg.get("speed_record") or {}).get("runs")}
     return result.exit_code, per_host, result.registered
 
 
@@ -112,23 +137,64 @@ def _downtime_line(host: str, registered: dict) -> str | None:
     restored = stop.get("restored")
     if restored:
         return f"{host}: the configured server was stopped for the baseline and is back: {restored.get('msg')}"
-    server = registered.get("baseline_server") or {}
+    server = registered.get("speed_baseline_server") or {}
     if server.get("placement") == "beside":
         return f"{host}: baseline measured on a second server beside the configured one (PID {server.get('configured_pid')} untouched)"
     return None
 
 
+def repeats_of(opts: dict) -> int:
+    try:
+        n = int(opts.get("repeat") or 1)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UserError(f"--repeat is {opts.get('repeat')!r}; give a whole number of at least 1 (2: measure twice)")
+    return n
+
+
+def spread_lines(rounds: list[dict]) -> list[str]:
+    """How far apart the verdicts of repeated measurements are, per host and level: each round's speed-up and
+    verdict, the largest ratio between two of them, and whether their intervals overlap."""
+    lines = []
+    for host in sorted({h for r in rounds for h in r}):
+        levels = sorted({int(c) for r in rounds for c in (r.get(host, {}).get("comparison") or {})})
+        for c in levels:
+            got = [(r.get(host, {}).get("comparison") or {}).get(str(c)) or {} for r in rounds]
+            points = [g["speedup"] for g in got if g.get("speedup")]
+            if len(points) < 2:
+                continue
+            apart = max(points) / min(points)
+            lows = [float(g["low"]) for g in got if g.get("low") is not None]
+            highs = [float(g["high"]) for g in got if g.get("high") is not None]
+            overlap = len(lows) == len(got) == len(highs) and max(lows) <= min(highs)
+            said = " | ".join(f"{g.get('says')}" for g in got)
+            lines.append(f"{host} concurrency {c}: {said}; apart by {apart:.2f}x; intervals "
+                         f"{'overlap' if overlap else 'do NOT overlap (the measurement is noisier than its intervals say)'}")
+    return lines
+
+
 def serving_bench(c: Any = None, **opts: Any) -> None:
     """The command body of `invoke serving-bench`."""
+    rounds = []
     try:
-        code, per_host, registered = serving_bench_run(opts)
+        for _ in range(repeats_of(opts)):
+            code, per_host, registered = serving_bench_run(opts)
+            rounds.append(per_host)
+            for host, figures in per_host.items():
+                print(bench_table(host, figures))
+                line = _downtime_line(host, registered.get(host, {}))
+                if line:
+                    print(line)
+            if code:
+                break
     except UserError as exc:
         raise fail_user(exc) from None
-    for host, figures in per_host.items():
-        print(bench_table(host, figures))
-        line = _downtime_line(host, registered.get(host, {}))
-        if line:
-            print(line)
+    for line in spread_lines(rounds):
+        print(line)
+    if len(rounds) > 1:
+        per_host = {h: dict(f, repeats=[r.get(h) for r in rounds], spread=[ln for ln in spread_lines(rounds)
+                                                                        if ln.startswith(f"{h} ")]) for h, f in per_host.items()}
     write_json(opts.get("json"), by_host_or_one(per_host, opts))
     if opts.get("compare_baseline") and per_host:
         pages = write_html(opts.get("html") or DEFAULT_HTML_DIR, {h: {"bench": _with_time(f, registered.get(h, {}))}
@@ -143,9 +209,20 @@ def _with_time(figures: dict, registered: dict) -> dict:
     return {**figures, "measured_at_utc": measured}
 
 
+def workload_text(workload: dict | None) -> str:
+    """The workload as the reports name it: the file and its sha256, the built-in set's version, or random."""
+    w = workload or {}
+    if w.get("name") == "file":
+        return f"{w.get('file')} (sha256 {str(w.get('sha256'))[:12]}, {w.get('requests')} requests)"
+    if w.get("name") == "builtin":
+        return f"built-in mixed workload {w.get('version')} ({w.get('requests')} requests: {', '.join(w.get('kinds') or [])})"
+    return "random tokens" if w else "unknown workload"
+
+
 def bench_table(host: str, figures: dict) -> str:
     base = by_concurrency(figures.get("baseline_runs") or [])
-    lines = [f"{host} ({figures.get('load_generator')}):",
+    turns = "" if not base else "; in turns (A B A B)" if figures.get("interleaved") else "; one after the other"
+    lines = [f"{host} ({figures.get('load_generator')}; {workload_text(figures.get('workload'))}{turns}):",
              "  concurrency  tok/s  without drafter  speed-up  acceptance  mean acc. length"]
     for run in figures.get("runs") or []:
         c = int(run["concurrency"])
@@ -153,6 +230,8 @@ def bench_table(host: str, figures: dict) -> str:
         sp = (figures.get("speedup") or {}).get(str(c))
         lines.append(f"  {c:>11}  {figure_text(run.get('output_tokens_per_s'))}  {figure_text(b):>15}  {figure_text(sp, '{:.2f}x'):>8}  "
                      f"{figure_text(run.get('acceptance_rate'), '{:.1%}'):>10}  {figure_text(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
+    for c, verdict in sorted((figures.get("comparison") or {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"  concurrency {c}: {verdict.get('says')}")
     return "\n".join(lines)
 
 
@@ -250,14 +329,15 @@ def _failed_hosts(result: Any) -> dict:
 
 
 def tune_vars(opts: dict) -> dict:
-    """The measurement's variables for tune: --concurrency is the one level k is chosen at (tune_concurrency)."""
+    """The measurement's variables for tune: --concurrency gives the levels each k is measured at (tune_levels);
+    the single k is chosen at tune_concurrency (-e), else at the largest level; several levels make a schedule
+    where the host's vLLM takes a k per batch size."""
     out = measure_vars(opts)
     levels = out.pop("speed_concurrency", None)
     if levels:
-        if len(levels) != 1:
-            raise UserError(f"tune chooses k at one concurrency; --concurrency has {len(levels)} levels: give one, e.g. "
-                            "--concurrency 16 (serving-bench measures several)")
-        out["tune_concurrency"] = levels[0]
+        out["tune_levels"] = sorted(set(levels))
+        if out.get("tune_concurrency") not in out["tune_levels"]:
+            out["tune_concurrency"] = out["tune_levels"][-1]
     return out
 
 
@@ -411,12 +491,22 @@ def apply_choice(host: str, tuned: dict, inventory: str, write: bool) -> str:
     if k is None:
         return (f"{host}: !!! NO k MAKES THE DRAFTER PAY !!! {choice.get('recommendation', '')}. Serve without it: set "
                 f"`drafter_model: null` for {host} (host_vars) and provision; nothing was written.")
+    bands = choice.get("schedule")
+    if bands and not any(band[2] for band in bands):
+        return (f"{host}: !!! NO k MAKES THE DRAFTER PAY at any measured concurrency !!! Serve without it: set "
+                f"`drafter_model: null` for {host} (host_vars) and provision; nothing was written.")
+    if bands:
+        k = max(band[2] for band in bands)  # vLLM caps each band's k at num_speculative_tokens
+    said = f"schedule {bands} (num_speculative_tokens {k})" if bands else f"num_speculative_tokens {k}"
     if not write:
-        return f"{host}: chosen num_speculative_tokens {k} (--no-write: host_vars left as they are)"
+        return f"{host}: chosen {said} (--no-write: host_vars left as they are)"
     path = host_vars_file(inventory, host)
     diff = set_host_var(path, "num_speculative_tokens", k)
-    return f"{host}: num_speculative_tokens {k} -> {path}\n" + (diff or "  (already set: no change)\n") + \
-        "  the next `invoke provision` restarts the server with it"
+    if bands or choice.get("per_level"):
+        diff += set_host_var(path, "speculative_schedule", bands)
+    note = f"\n  {choice['schedule_note']}" if choice.get("schedule_note") else ""
+    return f"{host}: {said} -> {path}\n" + (diff or "  (already set: no change)\n") + \
+        "  the next `invoke provision` restarts the server with it" + note
 
 
 def tune(c: Any = None, **opts: Any) -> None:

@@ -1,8 +1,10 @@
 """Self-contained HTML pages of the speed figures (inline SVG, no script, no external file).
 
 One page per host (`serving-bench --compare-baseline` and `tune` results) and an index for a group.
-People read a bar chart faster than a table: tokens/s per k against the baseline, and the acceptance of
-each draft position. Every text that comes from a host is escaped: it is data, never markup.
+People read a bar chart faster than a table: tokens/s per k against the baseline, the speed-up per level with
+its 95 % interval as an error bar, and the acceptance of each draft position; the verdict is said in words, with
+the workload it was measured on. Numbers are written as people read them (13,052 tok/s, 2.10x, 87.5 %). Every
+text that comes from a host is escaped: it is data, never markup.
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ def _num(value: Any, fmt: str = "{:,.1f}") -> str:
     return escape(figure_text(value, fmt))
 
 
+def readable(value: Any) -> str:
+    """A bar's label: 13,052 for large figures, 2.10 for ratios, 0.875 for shares (never 1.31e+04)."""
+    number = _as_float(value)
+    if number is None:
+        return "n/a" if value is None else str(value)
+    if abs(number) >= 100:
+        return f"{number:,.0f}"
+    if abs(number) >= 1:
+        return f"{number:,.2f}"
+    return f"{number:.3f}"
+
+
 def _as_float(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
@@ -40,12 +54,15 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
-def bar_chart(title: str, bars: list[tuple[str, float | None]], unit: str, reference: float | None = None) -> str:
-    """An SVG bar chart; `reference` draws a dashed line (the baseline's value). A value that is not a number
-    (host data) draws no bar."""
-    bars = [(label, _as_float(v)) for label, v in bars]
+def bar_chart(title: str, bars: list, unit: str, reference: float | None = None) -> str:
+    """An SVG bar chart of (label, value) or (label, value, low, high) bars: low-high draws an error bar (the 95 %
+    interval). `reference` draws a dashed line (the baseline's value, or 1.0 for speed-ups). A value that is not a
+    number (host data) draws no bar."""
+    whiskers = {b[0]: (_as_float(b[2]), _as_float(b[3])) for b in bars if len(b) == 4}
+    bars = [(b[0], _as_float(b[1])) for b in bars]
     reference = _as_float(reference)
-    values = [v for _, v in bars if v is not None] + ([reference] if reference else [])
+    highs = [h for _, h in whiskers.values() if h is not None]
+    values = [v for _, v in bars if v is not None] + ([reference] if reference else []) + highs
     top = max(values, default=1.0) * 1.1 or 1.0
     slot = (WIDTH - 2 * PAD) / max(len(bars), 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" role="img" '
@@ -59,8 +76,16 @@ def bar_chart(title: str, bars: list[tuple[str, float | None]], unit: str, refer
                      f'fill="{"#999" if label == "baseline" else "#3b6fb6"}"/>')
         parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD + 16}" font-size="12" '
                      f'text-anchor="middle">{escape(label)}</text>')
+        low, high = whiskers.get(label, (None, None))
+        if value is not None and low is not None and high is not None:
+            y_low = HEIGHT - PAD - (HEIGHT - 2 * PAD) * low / top
+            y_high = HEIGHT - PAD - (HEIGHT - 2 * PAD) * high / top
+            mid = x + slot * 0.35
+            parts.append(f'<path d="M{mid:.1f} {y_low:.1f}V{y_high:.1f}M{mid - 6:.1f} {y_low:.1f}h12M{mid - 6:.1f} '
+                         f'{y_high:.1f}h12" stroke="#111" stroke-width="1.5" fill="none" class="interval"/>')
+            h = max(h, HEIGHT - PAD - y_high)  # the label above the whisker
         parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD - h - 4:.1f}" font-size="11" '
-                     f'text-anchor="middle">{_num(value, "{:,.3g}")}</text>')
+                     f'text-anchor="middle">{escape(readable(value))}</text>')
     if reference:
         y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * reference / top
         parts.append(f'<line x1="{PAD}" y1="{y:.1f}" x2="{WIDTH - PAD}" y2="{y:.1f}" stroke="#b00020" '
@@ -93,6 +118,13 @@ def host_page(host: str, bench: dict | None = None, tune: dict | None = None) ->
         choice = tune.get("choice") or {}
         c = choice.get("concurrency")
         body.append(f"<p><b>{escape(str(choice.get('recommendation', '')))}</b></p>")
+        if choice.get("schedule"):
+            bands = ", ".join(f"batch {a}-{b}: k={k}" for a, b, k in choice["schedule"])
+            body.append(f"<p>k per batch size (num_speculative_tokens_per_batch_size): {escape(bands)}</p>")
+        elif choice.get("schedule_note"):
+            body.append(f"<p>{escape(str(choice['schedule_note']))}</p>")
+        body.append("<ul>" + "".join(f"<li>k={escape(str(row['k']))}: {escape(str(row.get('says', '')))}</li>"
+                                     for row in choice.get("table", [])) + "</ul>")
         bars = [("baseline", choice.get("baseline_tokens_per_s"))]
         bars += [(f"k={row['k']}", row.get("tokens_per_s")) for row in choice.get("table", [])]
         body.append(bar_chart(f"tokens/s at concurrency {c}", bars, "output tokens/s", choice.get("baseline_tokens_per_s")))
@@ -101,12 +133,35 @@ def host_page(host: str, bench: dict | None = None, tune: dict | None = None) ->
     if bench:
         baseline = {int(r["concurrency"]): r for r in bench.get("baseline_runs") or []}
         body.append(f"<h2>Serving benchmark ({escape(str(bench.get('load_generator', '')))})</h2>")
+        body.append(f"<p>workload: {escape(workload_words(bench.get('workload')))}"
+                    f"{'; with and without the drafter in turns (A B A B)' if bench.get('interleaved') else ''}</p>")
+        body.append(_verdicts(bench.get("comparison") or {}))
         body.append(_runs_table(bench.get("runs") or [], baseline))
         for run in bench.get("runs") or []:
             body.append(_acceptance_chart(f"concurrency {run.get('concurrency')}", [run]))
     measured = (bench or tune or {}).get("measured_at_utc", "")
     body.append(f"<p>measured {escape(str(measured))}</p>")
     return _page(f"{host}: drafter speed-up", body)
+
+
+def workload_words(workload: dict | None) -> str:
+    w = workload or {}
+    if w.get("name") == "file":
+        return f"{w.get('file')} (sha256 {str(w.get('sha256'))[:12]}, {w.get('requests')} requests)"
+    if w.get("name") == "builtin":
+        return f"the built-in mixed workload {w.get('version')} ({w.get('requests')} requests)"
+    return "random tokens" if w else "not recorded"
+
+
+def _verdicts(comparison: dict) -> str:
+    """The verdict per level in words, and the speed-ups with their intervals as error bars."""
+    if not comparison:
+        return ""
+    levels = sorted(comparison.items(), key=lambda kv: int(kv[0]))
+    words = "".join(f'<li class="{"good" if v.get("verdict") == "pays" else "bad" if v.get("verdict") == "slower" else ""}">'
+                    f"concurrency {escape(str(c))}: {escape(str(v.get('says', '')))}</li>" for c, v in levels)
+    bars = [(f"c={c}", v.get("speedup"), v.get("low"), v.get("high")) for c, v in levels]
+    return f"<ul>{words}</ul>" + bar_chart("speed-up with its 95 % interval", bars, "x the tokens/s without the drafter", 1.0)
 
 
 def _acceptance_chart(label: str, runs: list[dict]) -> str:

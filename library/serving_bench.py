@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 from dflash_host.host.files import read_bytes, read_json
@@ -207,13 +208,16 @@ def check_lengths(server: dict, workload: dict, args: dict, limit: int | None) -
     for item in {json.dumps(i, sort_keys=True): i for i in workload["items"]}.values():
         body = {"model": server["model"], **({"messages": item["messages"]} if "messages" in item else {"prompt": item["prompt"]})}
         res = request(server["url"] + "/tokenize", body, timeout=30, api_key=server["api_key"])
+        where = f"{shown} line {item['line']}" if item.get("line") else shown
+        if res.status == 400 and re.search(rb"context length|max_model_len|too long", res.body, re.I):
+            raise ModuleError(f"serving_bench: {where}: the server refuses to tokenize the prompt as longer than its "
+                              f"max_model_len {limit}; shorten it")
         data = res.json() if res.status == 200 else None
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             return
         most = data.get("max_model_len") if isinstance(data.get("max_model_len"), int) else limit
         wanted = item.get("max_tokens") or args["max_tokens"]
         if isinstance(most, int) and data["count"] + wanted > most:
-            where = f"{shown} line {item['line']}" if item.get("line") else shown
             raise ModuleError(f"serving_bench: {where}: the prompt is {data['count']} tokens and asks for {wanted} more, "
                               f"beyond the server's max_model_len {most}; shorten it or lower max_tokens")
 

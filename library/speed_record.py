@@ -18,8 +18,9 @@ import time
 from dflash_host.host.files import read_json
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.speed.speedup import by_concurrency, choose_k, gate
+from dflash_host.speed.speedup import by_concurrency, choose_k, gate, schedule
 from dflash_host.speed.state import cached_gate, figures, read_state, state_file_for, utc, write_state, write_textfile
+from dflash_host.speed.stats import describe, paired_interval, unpaired_interval, verdict
 from dflash_host.vllm import paths
 
 ARGS = {
@@ -30,6 +31,11 @@ ARGS = {
     "runs": {"type": "list", "default": [], "help": "serving_bench runs with the configured drafter (one per concurrency)"},
     "baseline_runs": {"type": "list", "default": [], "help": "serving_bench runs without the drafter"},
     "load_generator": {"type": "str", "default": None, "help": "what produced the load (serving_bench's load_generator)"},
+    "interleaved": {"type": "bool", "default": False,
+                    "help": "the runs and baseline_runs were measured in turns (paired repetitions); else one after the other"},
+    "workload": {"type": "dict", "default": None, "help": "what was sent (serving_bench's workload), recorded with the figures"},
+    "dynamic_k": {"type": "bool", "default": False,
+                  "help": "tune_step: the host's vLLM takes a k per batch size (serving_bench's dynamic_k)"},
     "source": {"type": "str", "default": "serving-bench", "help": "what measured: serving-bench, tune or speed-gate"},
     "choice": {"type": "dict", "default": None, "help": "tune's choice (dflash_host.speed.speedup.choose_k), recorded as is"},
     "num_speculative_tokens": {"type": "raw", "default": None,
@@ -76,6 +82,9 @@ def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     state_file, folder = _places(args)
     k, fingerprint = _launch_facts(args)
     figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
+    figs["comparison"] = comparison(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+    figs["workload"] = args["workload"]
+    figs["interleaved"] = args["interleaved"]
     if args["choice"]:
         figs["choice"] = args["choice"]
         figs["num_speculative_tokens"] = args["choice"].get("chosen_k")
@@ -87,9 +96,26 @@ def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     state.update(extra or {})
     write_state(state_file, state)
     textfile, _ = write_textfile(folder, figs, args["host_label"] or socket.gethostname())
-    ups = ", ".join(f"{x:.2f}x at {c}" for c, x in figs["speedup"].items() if x is not None) or "no baseline measured"
-    return {"changed": True, "figures": figs, "state_file": state_file, "textfile": textfile,
+    ups = "; ".join(f"c={c}: {v['says']}" for c, v in figs["comparison"].items()) or "no baseline measured"
+    return {"changed": True, "figures": figs, "state_file": state_file, "textfile": textfile, "runs": args["runs"],
+            "baseline_runs": args["baseline_runs"],
             "msg": f"recorded speed figures (speed-up {ups}; k={figs['num_speculative_tokens']}) in {state_file} and {textfile}"}
+
+
+def comparison(runs: list, baseline_runs: list, interleaved: bool, threshold: float) -> dict:
+    """{concurrency: speed-up, 95 % interval, verdict, sentence}: paired repetitions when measured in turns, else
+    Welch's interval on the two samples (dflash_host/speed/stats.py)."""
+    base = by_concurrency(baseline_runs)
+    out = {}
+    for c, run_ in sorted(by_concurrency(runs).items()):
+        if c not in base:
+            continue
+        a, b = run_.get("samples_tokens_per_s") or [run_.get("output_tokens_per_s")], \
+            base[c].get("samples_tokens_per_s") or [base[c].get("output_tokens_per_s")]
+        interval = paired_interval(a, b) if interleaved else unpaired_interval(a, b)
+        word = verdict(interval, threshold)
+        out[str(c)] = dict(interval, verdict=word, interleaved=interleaved, says=describe(interval, word))
+    return out
 
 
 def _throughputs(args: dict) -> tuple:
@@ -102,15 +128,15 @@ def _throughputs(args: dict) -> tuple:
 def _judge(entry: dict, args: dict, ctx: Context, cluster: bool) -> tuple:
     """(verdict, message) of a measurement under the current mode and min_speedup (a cluster's advice differs);
     fail raises."""
-    verdict, sentence = gate(entry.get("speedup"), args["min_speedup"], args["mode"], cluster)
+    verdict_, sentence = gate(entry, args["min_speedup"], args["mode"], cluster)
     both = (f"{_tps(entry.get('tokens_per_s'))} tokens/s with the drafter (k={entry.get('num_speculative_tokens')}), "
             f"{_tps(entry.get('baseline_tokens_per_s'))} without it, at concurrency {entry.get('concurrency')}")
     message = f"speed gate: {sentence}: {both}"
-    if verdict == "fail":
+    if verdict_ == "fail":
         raise ModuleError(message + " (speedup_gate: fail; the server keeps running)", speed_gate_failed=True, **entry)
-    if verdict == "warn":
+    if verdict_ == "warn":
         ctx.warn(message)
-    return verdict, message
+    return verdict_, message
 
 
 def _tps(value: object) -> str:
@@ -141,9 +167,13 @@ def judge(args: dict, ctx: Context) -> dict:
     entry = None if args["runs"] else cached_gate(read_state(state_file), fingerprint, args["concurrency"])
     if entry is None:
         with_, without = _throughputs(args)
+        measured = comparison(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+        at = measured.get(str(args["concurrency"])) or {}
         entry = {"fingerprint": fingerprint, "concurrency": args["concurrency"], "num_speculative_tokens": k,
                  "tokens_per_s": with_, "baseline_tokens_per_s": without,
-                 "speedup": round(with_ / without, 3) if with_ and without else None, "measured_at_utc": utc(time.time())}
+                 "speedup": at.get("speedup") or (round(with_ / without, 3) if with_ and without else None),
+                 "low": at.get("low"), "high": at.get("high"), "pairs": at.get("pairs"),
+                 "interval_verdict": at.get("verdict"), "measured_at_utc": utc(time.time())}
         out = _record({**args, "source": "speed-gate"}, ctx, {"gate": entry})
     verdict, message = _judge(entry, args, ctx, bool(launch.get("cluster")))
     return {**out, **entry, "verdict": verdict, "msg": message}
@@ -156,7 +186,8 @@ def tune_step(args: dict, ctx: Context) -> dict:
     state = read_state(state_file)
     if variant in (None, "baseline"):
         state["tune"] = {"started_at_utc": utc(time.time()), "baseline_runs": args["runs"], "by_k": {},
-                         "load_generator": args["load_generator"]}
+                         "load_generator": args["load_generator"], "workload": args["workload"],
+                         "dynamic_k": bool(args["dynamic_k"])}
     elif not isinstance(state.get("tune"), dict):
         raise ModuleError(f"tune: k={variant} was measured before the baseline; run `invoke tune`, which measures it first")
     else:
@@ -164,6 +195,23 @@ def tune_step(args: dict, ctx: Context) -> dict:
     if not ctx.check:
         write_state(state_file, state)
     return {"changed": True, "variant": variant, "msg": f"recorded the tune's runs of {variant} in {state_file}"}
+
+
+def per_level_choice(tune: dict, by_k: dict, args: dict) -> dict:
+    """Measured at several concurrency levels: the k of each level and, where the host's vLLM takes a k per batch
+    size, the schedule made of them (else why one k is served)."""
+    levels = sorted(by_concurrency(tune["baseline_runs"]))
+    if len(levels) < 2:
+        return {}
+    per_level = {c: choose_k(tune["baseline_runs"], by_k, c, args["min_speedup"]) for c in levels}
+    out: dict = {"per_level": {str(c): {"chosen_k": ch["chosen_k"], "recommendation": ch["recommendation"],
+                                        "table": ch["table"]} for c, ch in per_level.items()}}
+    if tune.get("dynamic_k"):
+        out["schedule"] = schedule({c: ch["chosen_k"] for c, ch in per_level.items()})
+    else:
+        out["schedule_note"] = ("this vLLM has no num_speculative_tokens_per_batch_size (dynamic speculative decoding, "
+                                f"vLLM 0.32 and later): one k, chosen at concurrency {args['concurrency']}")
+    return out
 
 
 def tune_choose(args: dict, ctx: Context) -> dict:
@@ -174,6 +222,7 @@ def tune_choose(args: dict, ctx: Context) -> dict:
         raise ModuleError(f"tune: {state_file} holds no baseline measurement of a tune; run `invoke tune`")
     by_k = {int(k): runs for k, runs in (tune.get("by_k") or {}).items()}
     choice = choose_k(tune["baseline_runs"], by_k, args["concurrency"], args["min_speedup"])
+    choice.update(per_level_choice(tune, by_k, args))
     chosen = by_k.get(choice["chosen_k"]) if choice["chosen_k"] is not None else None
     best = max(by_k.items(), key=lambda kv: float(by_concurrency(kv[1]).get(args["concurrency"], {}).get(
         "output_tokens_per_s") or 0.0), default=(None, []))

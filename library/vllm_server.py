@@ -36,6 +36,7 @@ from dflash_host.host import systemd
 from dflash_host.host.files import read_json
 from dflash_host.models.config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
+from dflash_host.speed.bench_serve import vllm_facts
 from dflash_host.vllm import (
     SERVICE_NAME,
     ServerFailed,
@@ -85,6 +86,9 @@ ARGS = {
                "help": "cuda, cpu (implies float32, max-model-len 512, eager and the CPU environment) or none"},
     "num_speculative_tokens": {"type": "raw", "default": None, "var": "num_speculative_tokens",
                                "help": "drafted tokens per step, required with a drafter (DFlash: block_size - 1)"},
+    "speculative_schedule": {"type": "raw", "default": None, "var": "speculative_schedule",
+                             "help": "a k per band of batch sizes, [[first, last, k], ...] from 1 (tune writes it; 0: no "
+                             "drafting there); sent as num_speculative_tokens_per_batch_size where vLLM has it"},
     "speculative_method": {"type": "str", "default": "dflash", "var": "speculative_method",
                            "help": "the speculative-config method"},
     "draft_attention_backend": {"type": "str", "default": None, "var": "draft_attention_backend",
@@ -183,6 +187,20 @@ ARGS = {
 # --------------------------------------------------------------------------- rendered
 
 
+def schedule_where_supported(args: dict, ctx: Context) -> dict:
+    """The arguments with speculative_schedule dropped, said, where the serving environment's vLLM has no
+    num_speculative_tokens_per_batch_size (dynamic speculative decoding came with vLLM 0.32): one k is served."""
+    if not args.get("speculative_schedule") or not args.get("drafter_model"):
+        return args
+    facts = vllm_facts(args["venv_python"] or "", args.get("env") or {})
+    if facts["dynamic_k"]:
+        return args
+    ctx.warn(f"speculative_schedule is set, but this vLLM ({facts['version'] or 'unknown version'}) has no "
+             "num_speculative_tokens_per_batch_size (dynamic speculative decoding, vLLM 0.32 and later): serving one "
+             f"k, num_speculative_tokens={args.get('num_speculative_tokens')}")
+    return dict(args, speculative_schedule=None)
+
+
 def render(args: dict, ctx: Context) -> dict:
     """Validate the variables, resolve the launch and write what differs (nothing in check mode)."""
     check_settings(args, ctx)
@@ -191,7 +209,7 @@ def render(args: dict, ctx: Context) -> dict:
     waiting = models_to_come(args) if ctx.check else None
     if waiting:
         return {"changed": True, "msg": waiting}
-    spec = resolve(args, is_multimodal_target, ARGS)
+    spec = resolve(schedule_where_supported(args, ctx), is_multimodal_target, ARGS)
     root = check_places(p, args["log"], args["root"])
     mode = choose_mode(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)
     note = unsupervised_note(args["use_systemd"], args["systemd_present"], os.geteuid() == 0)

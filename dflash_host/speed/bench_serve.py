@@ -115,7 +115,7 @@ def bench_argv(cli: str, level: dict, result_dir: str) -> list:
         *_dataset_words(level),
         "--num-prompts", str(level["requests"]),
         "--max-concurrency", str(level["concurrency"]),
-        "--temperature", str(level.get("temperature", 0)),
+        "--temperature", f"{float(level.get('temperature') or 0):g}",
         "--seed", str(level["seed"]),
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,99",

@@ -77,7 +77,9 @@ class LoadGenerator:
     def unavailable(self, reason: str) -> None:
         if self.mode == "vllm":
             raise ModuleError(f"serving_bench: vllm bench serve cannot run: {reason}; fix it or use load_generator=auto|builtin")
-        self.cli, self.fallback = None, reason if self.fallback is None else self.fallback
+        if self.fallback is None:
+            self.fallback = f"vllm bench serve unavailable: {reason}"
+        self.cli = None
 
     @property
     def label(self) -> str:

@@ -268,9 +268,35 @@ def _speculative(args: dict) -> tuple:
         raise ModuleError(f"num_speculative_tokens is {nst!r}; it must be a whole number of at least 1")
     method = args.get("speculative_method") or "dflash"
     spec_cfg = {"method": method, "model": os.path.expanduser(drafter), "num_speculative_tokens": nst}
+    bands = check_schedule(args.get("speculative_schedule"), nst)
+    if bands:
+        spec_cfg["num_speculative_tokens_per_batch_size"] = bands
     if args.get("draft_attention_backend"):
         spec_cfg["attention_backend"] = str(args["draft_attention_backend"])
     return spec_cfg, drafter_cfg
+
+
+def check_schedule(value: Any, k: int) -> list | None:
+    """speculative_schedule as vLLM's num_speculative_tokens_per_batch_size takes it: [[first, last, k], ...],
+    inclusive bands of batch sizes from 1, sorted and apart, each k from 0 to num_speculative_tokens."""
+    if value in (None, "", []):
+        return None
+    fix = "; write it as [[1, 8, 5], [9, 1024, 3]] (tune writes it), or remove it"
+    if not isinstance(value, list):
+        raise ModuleError(f"speculative_schedule is {value!r}, not a list of [first, last, k] bands{fix}")
+    bands, after = [], 0
+    for i, band in enumerate(value):
+        if not (isinstance(band, list) and len(band) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in band)):
+            raise ModuleError(f"speculative_schedule[{i}] is {band!r}, not [first, last, k] in whole numbers{fix}")
+        first, last, kk = band
+        if first != after + 1 or last < first:
+            raise ModuleError(f"speculative_schedule[{i}] is {band!r}: bands must run from batch size 1 upwards, "
+                              f"each starting right after the last one ({after + 1}){fix}")
+        if not 0 <= kk <= k:
+            raise ModuleError(f"speculative_schedule[{i}] asks for k={kk}, outside 0..num_speculative_tokens ({k}){fix}")
+        bands.append([first, last, kk])
+        after = last
+    return bands
 
 
 def _language_model_only(args: dict, target_cfg: dict | None, is_multimodal: Any) -> Any:

@@ -95,6 +95,9 @@ class StandIn:
                 if not self.authorized():
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":  # like a server without the endpoint: the length check is skipped
+                    self.send(404, b'{"detail": "Not Found"}')
+                    return
                 with standin.lock:
                     standin.bodies.append(body)
                 if body.get("model") != standin.model:
@@ -103,14 +106,18 @@ class StandIn:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                self.stream(body["max_tokens"])
+                self.stream(body["max_tokens"], "messages" in body)
 
-            def stream(self, tokens: int) -> None:
+            def stream(self, tokens: int, chat: bool = False) -> None:
                 done = 0
+                if chat:  # a chat's first chunk names the role, before any token
+                    first = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                    self.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
                 while done < tokens and standin.mode == "normal":
                     time.sleep(0.002)
                     done += min(standin.step(), tokens - done)
-                    chunk = {"choices": [{"index": 0, "text": ""}]}
+                    chunk = {"choices": [{"index": 0, "delta": {"content": "x"}}]} if chat else \
+                        {"choices": [{"index": 0, "text": ""}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": done}}
                 self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())

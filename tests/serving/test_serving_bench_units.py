@@ -34,9 +34,13 @@ def call(args: dict, check: bool = False) -> dict:
     return res
 
 
+# One run per level of random token prompts (no warm-up, no repetition): the load generators' own figures.
+SINGLE = {"workload": "random", "repetitions": 1, "warmup": False, "min_seconds": 0}
+
+
 def base(url: str, **over) -> dict:
     a = {"url": url, "model": "tiny", "concurrency": [1, 3], "requests": 6, "max_tokens": 9, "input_len": 5,
-         "load_generator": "builtin"}
+         "load_generator": "builtin", **SINGLE}
     a.update(over)
     return a
 
@@ -109,7 +113,7 @@ def test_builtin_client_measures_tokens_and_acceptance_per_level(agree, rate, le
 def test_launch_record_gives_address_model_and_api_key(tmp_path):
     with StandIn(api_key="s3cret-key") as srv:
         pidfile = launch_record(tmp_path, srv.url, api_key="s3cret-key")
-        res = call({"pidfile": pidfile, "concurrency": "2", "requests": 2, "max_tokens": 4, "input_len": 3,
+        res = call({"pidfile": pidfile, "concurrency": "2", "requests": 2, "max_tokens": 4, "input_len": 3, **SINGLE,
                     "load_generator": "builtin"})
     assert not res["failed"], res["msg"]
     assert res["url"] == srv.url and res["model"] == "tiny" and res["speculative"]["num_speculative_tokens"] == 3
@@ -159,7 +163,8 @@ def test_vllm_bench_serve_result_is_read_and_the_key_never_reaches_argv(tmp_path
     record = tmp_path / "venv" / "bin" / "calls.jsonl"  # the stand-in vllm's record of its calls
     with StandIn(api_key="k-123") as srv:
         pidfile = launch_record(tmp_path, srv.url, api_key="k-123")
-        res = call({"pidfile": pidfile, "venv_python": python, "concurrency": [1, 16], "max_tokens": 9, "input_len": 5})
+        res = call({"pidfile": pidfile, "venv_python": python, "concurrency": [1, 16], "max_tokens": 9, "input_len": 5,
+                    **SINGLE})
     assert not res["failed"], res["msg"]
     assert res["load_generator"] == f"vllm bench serve (vLLM {res['vllm_version'] or 'unknown version'})"
     calls = [json.loads(line) for line in record.read_text().splitlines()]
@@ -206,7 +211,8 @@ def test_no_server_to_measure_is_named(tmp_path):
 def test_a_wrong_api_key_is_a_clear_failure(tmp_path):
     with StandIn(api_key="right") as srv:
         pidfile = launch_record(tmp_path, srv.url, api_key="wrong")
-        res = call({"pidfile": pidfile, "load_generator": "builtin", "requests": 2, "max_tokens": 4, "input_len": 3})
+        res = call({"pidfile": pidfile, "load_generator": "builtin", "requests": 2, "max_tokens": 4, "input_len": 3,
+                    **SINGLE})
     assert res["failed"] and "/v1/models lists no model (HTTP 401" in res["msg"] and "API key" in res["msg"]
     assert "wrong" not in res["msg"]
 

@@ -10,6 +10,7 @@ Every server start costs about a minute on this machine: the steps share one hos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from dflash_host.vllm.metrics import parse_samples
 from dfp_cli import speed_commands as SC
+from engine.errors import UserError
 from tests.e2e.test_local_e2e import E2E_ROOT, host_vars, msgs
 from tests.fakes.vllm_processes import kill_leftovers
 from tests.helpers import play
@@ -25,7 +27,9 @@ from tests.helpers import play
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-LOAD = {"speed_concurrency": [1, 4], "speed_requests": 8, "speed_max_tokens": 32}
+# Short on CPU: a warm-up and two repetitions per level, no minimum duration (figures are printed, never asserted).
+LOAD = {"speed_concurrency": [1, 4], "speed_requests": 8, "speed_max_tokens": 32, "speed_repetitions": 2,
+        "speed_min_seconds": 0}
 
 
 def launch_of(dfp_root: Path) -> dict:
@@ -60,18 +64,19 @@ def test_speed_gate_fails_with_the_random_pair_naming_both_throughputs(speed_hos
     # On CPU the tiny pair's speed-up is noise around 1 (1.06x measured with the random pair): a min_speedup no CPU
     # figure reaches makes the drafter "too slow" whatever was measured, which is what this test is about.
     gate_vars = {"speedup_gate": "fail", "min_speedup": 5.0, "speed_concurrency": [4], "tune_concurrency": 4,
-                 "speed_requests": 8, "speed_max_tokens": 32}
+                 "speed_requests": 8, "speed_max_tokens": 32, "speed_repetitions": 2, "speed_min_seconds": 0}
     res = play("provision", inv, extra_vars=gate_vars)  # the vllm-service role runs the gate
     gate = res.find("Speed gate: the drafter must not make serving slower", "local")[-1]
     print("random pair, speed gate:", gate.msg)
     assert gate.result.get("speedup") is not None and gate.result["tokens_per_s"] and gate.result["baseline_tokens_per_s"]
     assert res.exit_code == 2 and gate.status == "failed", msgs(res)
     assert "SLOWER" in gate.msg and "tokens/s with the drafter" in gate.msg and "without it" in gate.msg
+    assert "95 % interval" in gate.msg and gate.result["high"] < 5.0 and gate.result["pairs"] == 2  # in turns
     assert f"{gate.result['tokens_per_s']:,.1f}" in gate.msg and f"{gate.result['baseline_tokens_per_s']:,.1f}" in gate.msg
     assert server_pid(dfp_root) == pid  # the server keeps running, untouched (the baseline ran beside it)
     t0 = time.monotonic()
     again = play("provision", inv, extra_vars=gate_vars)
-    assert again.find("Measure with the configured drafter for the speed gate", "local")[-1].status == "skipped"
+    assert again.find("Measure with and without the drafter in turns (A B A B), both servers up", "local")[-1].status == "skipped"
     assert again.exit_code == res.exit_code and time.monotonic() - t0 < 30, msgs(again)  # the cached verdict
     assert server_pid(dfp_root) == pid
 
@@ -87,13 +92,17 @@ def test_serving_bench_compare_baseline_leaves_the_server_as_it_was(speed_host, 
     assert code == 0, registered
     figures = per_host["local"]
     print(SC.bench_table("local", figures))
-    assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator"}
+    assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator", "comparison", "interleaved", "workload"}
+    assert figures["interleaved"] is True and figures["workload"]["name"] == "builtin"
+    assert set(figures["comparison"]) == {"1", "4"}
+    assert all(v["verdict"] in ("pays", "slower", "inconclusive") and v["pairs"] == 2 for v in figures["comparison"].values())
+    assert all(r["repetitions"] == 2 and len(r["samples_tokens_per_s"]) == 2 for r in figures["runs"])
     assert [r["concurrency"] for r in figures["runs"]] == [1, 4] == [r["concurrency"] for r in figures["baseline_runs"]]
     assert set(figures["speedup"]) == {"1", "4"}
     agreeing = figures["runs"][0]
     assert agreeing["acceptance_rate"] >= 0.99 and len(set(agreeing["per_position_accepted"])) == 1
     assert figures["baseline_runs"][0]["acceptance_rate"] is None
-    assert registered["local"]["baseline_server"]["placement"] == "beside"
+    assert registered["local"]["speed_baseline_server"]["placement"] == "beside"
     assert server_pid(dfp_root) == pid  # the configured server was not touched
     assert not (dfp_root / "run" / "vllm-speed.pid").exists() and not (dfp_root / "run" / "vllm-speed.env").exists()
     prom = (dfp_root / "metrics" / "dflash.prom").read_text()
@@ -132,3 +141,54 @@ def test_tune_with_two_k_writes_its_choice_and_provision_applies_it(speed_host):
     assert spec["num_speculative_tokens"] == chosen
     running = json.loads((dfp_root / "run" / "vllm.running.json").read_text())
     assert running["fingerprint"] == launch_of(dfp_root)["fingerprint"]
+
+
+def test_the_operators_prompts_are_replayed_and_named(speed_host, tmp_path):
+    """Plain prompts through vllm bench serve's custom dataset; a file with messages through the built-in client
+    on /v1/chat/completions (the tiny target's chat template); each result names the file by its sha256."""
+    inv, dfp_root = speed_host
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "The capital of France is", "max_tokens": 16}\n{"prompt": "def add(a, b):"}\n')
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text('{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n'
+                     '{"prompt": "Once upon a time"}\n')
+    one = {"speed_concurrency": [2], "speed_requests": 4, "speed_max_tokens": 16, "speed_repetitions": 1,
+           "speed_warmup": False, "speed_min_seconds": 0, "tiny_pair": "agreeing"}
+    for path, generator in ((prompts, "vllm bench serve"), (chats, "built-in client")):
+        opts = {"host": "local", "inventory": [str(inv)], "prompts": str(path),
+                "extra_vars": [f"{k}={json.dumps(v)}" for k, v in one.items()]}
+        code, per_host, registered = SC.serving_bench_run(opts)
+        assert code == 0, registered
+        figures = per_host["local"]
+        print(SC.bench_table("local", figures))
+        workload = figures["workload"]
+        assert workload["name"] == "file" and workload["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert figures["load_generator"].startswith(generator), figures["load_generator"]
+        run = figures["runs"][0]
+        assert run["completed"] == 4 and isinstance(run["input_tokens"], int) and run["input_tokens"] > 0
+    assert (dfp_root / "state" / "speed-prompts.jsonl").read_bytes() == chats.read_bytes()
+
+
+@pytest.mark.parametrize("text, why", [("", "has no request"), ('{"prompt": "a"}\n{"prompt": 1}\n', "line 2")])
+def test_a_bad_prompts_file_is_refused_before_any_host_is_touched(speed_host, tmp_path, text, why):
+    inv, dfp_root = speed_host
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(text)
+    before = server_pid(dfp_root)
+    with pytest.raises(UserError) as err:
+        SC.serving_bench_run({"host": "local", "inventory": [str(inv)], "prompts": str(bad), "compare_baseline": True})
+    assert why in str(err.value) and str(bad) in str(err.value)
+    assert server_pid(dfp_root) == before and not (dfp_root / "run" / "vllm-speed.pid").exists()
+
+
+def test_a_prompt_longer_than_max_model_len_is_refused_before_the_baseline_starts(speed_host, tmp_path):
+    inv, dfp_root = speed_host
+    long = tmp_path / "long.jsonl"
+    long.write_text('{"prompt": "fine"}\n' + json.dumps({"prompt": "word " * 2000}) + "\n")
+    opts = {"host": "local", "inventory": [str(inv)], "prompts": str(long), "compare_baseline": True,
+            "extra_vars": ['tiny_pair="agreeing"']}
+    code, per_host, registered = SC.serving_bench_run(opts)
+    msg = registered["local"]["speed_check"]["msg"]
+    assert code != 0 and not per_host and "max_model_len" in msg and f"{long} line 2" in msg, msg
+    assert "speed_baseline_server" not in registered["local"]  # no measurement server was started
+    assert not (dfp_root / "run" / "vllm-speed.pid").exists()

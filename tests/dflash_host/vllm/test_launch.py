@@ -374,3 +374,52 @@ def test_the_hf_token_reaches_only_a_server_that_may_download(models, tmp_path, 
     spec = resolve(base(models, target_model="org/not-on-this-host", drafter_model=None, hf_token="hf_abc"))
     assert spec["env"]["HF_TOKEN"] == "hf_abc" and "HF_HUB_OFFLINE" not in spec["env"]
     assert spec["argv"][4] == "org/not-on-this-host"
+
+
+def test_a_schedule_goes_into_the_speculative_config_and_so_into_the_fingerprint(models):
+    bands = [[1, 4, 3], [5, 1024, 2]]
+    spec = resolve(base(models, speculative_schedule=bands))
+    argv = spec["argv"]
+    cfg = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert cfg["num_speculative_tokens_per_batch_size"] == bands and cfg["num_speculative_tokens"] == 3
+    plain = resolve(base(models))
+    assert fingerprint(spec["argv"], "", {}, "process", None) != fingerprint(plain["argv"], "", {}, "process", None)
+
+
+@pytest.mark.parametrize("bands, why", [
+    ([[2, 8, 3]], "from batch size 1 upwards"),
+    ([[1, 8, 3], [8, 16, 2]], "right after the last one"),
+    ([[1, 8, 4]], "outside 0..num_speculative_tokens"),
+    ([[1, 8]], "not [first, last, k]"),
+    ("1-8:3", "not a list"),
+])
+def test_a_bad_schedule_is_refused_naming_the_band(models, bands, why):
+    with pytest.raises(ModuleError, match="speculative_schedule"):
+        resolve(base(models, speculative_schedule=bands))
+    with pytest.raises(ModuleError) as err:
+        resolve(base(models, speculative_schedule=bands))
+    assert why in err.value.msg
+
+
+def fake_vllm(tmp_path, dynamic: bool):
+    """A vLLM source tree on PYTHONPATH (the probe reads its files, imports none of them)."""
+    root = tmp_path / ("new" if dynamic else "old") / "vllm"
+    (root / "config").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    field = "    num_speculative_tokens_per_batch_size: list | None = None\n" if dynamic else ""
+    (root / "config" / "speculative.py").write_text("class SpeculativeConfig:\n" + field + "    method: str = ''\n")
+    return str(root.parent)
+
+
+def test_a_vllm_without_the_schedule_serves_one_k_and_says_why(tmp_path, models):
+    import sys
+
+    from dflash_host.module import Context
+    from library.vllm_server import schedule_where_supported
+
+    args = dict(base(models, speculative_schedule=[[1, 4, 3], [5, 1024, 2]]), venv_python=sys.executable)
+    ctx = Context()
+    old = schedule_where_supported(dict(args, env={"PYTHONPATH": fake_vllm(tmp_path, False)}), ctx)
+    assert old["speculative_schedule"] is None and "serving one k, num_speculative_tokens=3" in ctx.warnings[0]
+    new = schedule_where_supported(dict(args, env={"PYTHONPATH": fake_vllm(tmp_path, True)}), Context())
+    assert new["speculative_schedule"] == [[1, 4, 3], [5, 1024, 2]]
