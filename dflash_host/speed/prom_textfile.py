@@ -16,6 +16,8 @@ HELP = {
     "dflash_acceptance_rate": "Accepted draft tokens / drafted tokens in the last measurement",
     "dflash_mean_acceptance_length": "Tokens per target step (1 + accepted / drafts) in the last measurement",
     "dflash_speedup": "Output tokens/s with the drafter / without it, per concurrency, last measurement",
+    "dflash_speedup_low": "Lower end of the speed-up's 95 % interval, per concurrency, last measurement",
+    "dflash_speedup_high": "Upper end of the speed-up's 95 % interval, per concurrency, last measurement",
     "dflash_output_tokens_per_second": "Output tokens/s in the last measurement, per concurrency and drafter use",
     "dflash_num_speculative_tokens": "k the server was measured with (chosen by tune when it ran)",
     "dflash_measurement_timestamp_seconds": "Unix time of the last measurement",
@@ -51,6 +53,10 @@ def render(figures: dict[str, Any], labels: dict[str, str]) -> str:
            [_sample("dflash_mean_acceptance_length", labels, figures.get("mean_acceptance_length"))])
     family("dflash_speedup", [_sample("dflash_speedup", {**labels, "concurrency": c}, x)
                               for c, x in sorted((figures.get("speedup") or {}).items(), key=lambda i: int(i[0]))])
+    for end in ("low", "high"):
+        family(f"dflash_speedup_{end}", [_sample(f"dflash_speedup_{end}", {**labels, "concurrency": c}, v.get(end))
+                                         for c, v in sorted((figures.get("comparison") or {}).items(),
+                                                            key=lambda i: int(i[0]))])
     family("dflash_output_tokens_per_second", [
         _sample("dflash_output_tokens_per_second", {**labels, "concurrency": c, "drafter": side}, x)
         for c, pair in sorted((figures.get("tokens_per_s") or {}).items(), key=lambda i: int(i[0]))

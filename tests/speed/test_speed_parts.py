@@ -82,8 +82,9 @@ def _gate_args(tmp_path, **kw):
     return args
 
 
-def run_(c, tps, acc=None):
-    return {"concurrency": c, "output_tokens_per_s": tps, "acceptance_rate": acc, "per_position_acceptance": []}
+def run_(c, tps, acc=None, samples=None):
+    return {"concurrency": c, "output_tokens_per_s": tps, "acceptance_rate": acc, "per_position_acceptance": [],
+            "samples_tokens_per_s": samples or [tps]}
 
 
 def test_a_foreign_state_file_or_textfile_is_never_overwritten(tmp_path):
@@ -102,12 +103,14 @@ def test_a_foreign_state_file_or_textfile_is_never_overwritten(tmp_path):
 def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f1", "speculative": SPEC}))
-    args = _gate_args(tmp_path, action="gate", mode="fail", concurrency=1, runs=[run_(1, 333.0, 0.002)],
-                      baseline_runs=[run_(1, 539.0)])
-    with pytest.raises(ModuleError, match=r"SLOWER.*333.0 tokens/s with the drafter \(k=3\), 539.0 without it"):
+    args = _gate_args(tmp_path, action="gate", mode="fail", concurrency=1, interleaved=True,
+                      runs=[run_(1, 333.0, 0.002, [330.0, 333.0, 336.0])],
+                      baseline_runs=[run_(1, 539.0, None, [535.0, 539.0, 543.0])])
+    with pytest.raises(ModuleError, match=r"SLOWER.*95 % interval.*333.0 tokens/s with the drafter \(k=3\), 539.0 without it"):
         speed_record.run(args, Context())
     plan = speed_record.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())
-    assert plan["hit"] and not plan["measure"] and plan["cached"]["speedup"] == round(333 / 539, 3)
+    assert plan["hit"] and not plan["measure"] and abs(plan["cached"]["speedup"] - 333 / 539) < 0.002
+    assert plan["cached"]["high"] < 1.0 and plan["cached"]["pairs"] == 3
     warn = Context()
     speed_record.run(_gate_args(tmp_path, action="gate", mode="warn", concurrency=1), warn)  # from the cache
     assert "SLOWER" in warn.warnings[0]
@@ -160,13 +163,12 @@ def test_no_paying_k_is_said_loudly_and_nothing_is_written(tmp_path):
     assert not (tmp_path / "host_vars").exists()
 
 
-def test_tune_chooses_at_the_one_concurrency_given_and_refuses_several():
+def test_tune_measures_each_level_given_and_chooses_its_one_k_at_tune_concurrency_or_the_largest():
     from dfp_cli.speed_commands import tune_vars
-    from engine.errors import UserError
 
-    assert tune_vars({"concurrency": "2", "requests": "8"}) == {"tune_concurrency": 2, "speed_requests": 8}
-    with pytest.raises(UserError, match="one concurrency"):
-        tune_vars({"concurrency": "1,16"})
+    assert tune_vars({"concurrency": "2", "requests": "8"}) == {"tune_levels": [2], "tune_concurrency": 2, "speed_requests": 8}
+    assert tune_vars({"concurrency": "16,1"}) == {"tune_levels": [1, 16], "tune_concurrency": 16}
+    assert tune_vars({"concurrency": "1,16", "extra_vars": ["tune_concurrency=1"]})["tune_concurrency"] == 1
 
 
 def test_a_failed_tune_or_an_unmeasured_k_writes_nothing(tmp_path):
@@ -231,3 +233,35 @@ def test_an_edit_loads_to_the_same_data_plus_the_change(tmp_path):
     before = yaml.safe_load(path.read_text())
     SC.set_host_var(path, "num_speculative_tokens", 5)
     assert yaml.safe_load(path.read_text()) == {**before, "num_speculative_tokens": 5}
+
+
+def test_tune_at_two_levels_writes_a_schedule_where_vllm_takes_one(tmp_path):
+    step = _gate_args(tmp_path, action="tune_step", concurrency=16)
+    base = [run_(1, 100.0, None, [99.0, 100.0, 101.0]), run_(16, 1000.0, None, [990.0, 1000.0, 1010.0])]
+    speed_record.run({**step, "variant": "baseline", "runs": base, "dynamic_k": True}, Context())
+    # k=5 pays best at 1 request in flight, k=2 at 16; neither interval overlaps the other's
+    speed_record.run({**step, "variant": 2, "runs": [run_(1, 150.0, 0.9, [149.0, 150.0, 151.0]),
+                                                      run_(16, 1400.0, 0.9, [1395.0, 1400.0, 1405.0])]}, Context())
+    speed_record.run({**step, "variant": 5, "runs": [run_(1, 250.0, 0.8, [249.0, 250.0, 251.0]),
+                                                      run_(16, 900.0, 0.8, [895.0, 900.0, 905.0])]}, Context())
+    out = speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=16), Context())
+    choice = out["choice"]
+    assert choice["chosen_k"] == 2 and choice["per_level"]["1"]["chosen_k"] == 5
+    assert choice["schedule"] == [[1, 4, 5], [5, 1024, 2]]
+    tuned = {"choice": choice, "measured": ["baseline", 2, 5], "failed": None}
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text("all: {hosts: {h1: {}}}\n")
+    message = SC.apply_choice("h1", tuned, str(inv), write=True)
+    text = (tmp_path / "host_vars" / "h1.yaml").read_text()
+    assert text == "num_speculative_tokens: 5\nspeculative_schedule: [[1, 4, 5], [5, 1024, 2]]\n", message
+
+
+def test_tune_at_two_levels_on_a_vllm_without_schedules_serves_one_k_and_says_why(tmp_path):
+    step = _gate_args(tmp_path, action="tune_step", concurrency=16)
+    base = [run_(1, 100.0, None, [99.0, 100.0, 101.0]), run_(16, 1000.0, None, [990.0, 1000.0, 1010.0])]
+    speed_record.run({**step, "variant": "baseline", "runs": base, "dynamic_k": False}, Context())
+    speed_record.run({**step, "variant": 2, "runs": [run_(1, 150.0, 0.9, [149.0, 150.0, 151.0]),
+                                                      run_(16, 1400.0, 0.9, [1395.0, 1400.0, 1405.0])]}, Context())
+    out = speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=16), Context())
+    assert "schedule" not in out["choice"] and "no num_speculative_tokens_per_batch_size" in out["choice"]["schedule_note"]
+    assert out["choice"]["chosen_k"] == 2
