@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Speed figures on the lent H200 through the project's own commands (device tool, few full calls):
 #   stage          copy gpu-kit's xfer1 (carried as .gpu-stage/xfer1) to /tmp/stage
-#   bench PAIR     (first bench call also installs xfer2 + .whl) provision with tiny_pair=PAIR, then
-#                  serving-bench --compare-baseline at concurrency 1,16 (256 tokens a request), status --json
-#   tune PAIR KS   tune --k KS at concurrency 1 and 16 (the HTML pages and the choice come back)
+#   bench PAIRS    (first bench call also installs xfer2 + .whl) for each pair (agreeing,random): provision with
+#                  tiny_pair=PAIR, then serving-bench --compare-baseline --repeat 2 at concurrency 1,16 (256 tokens a
+#                  request, 3 repetitions of at least MIN_S seconds after a warm-up, in turns), status --json
+#   tune PAIR KS   tune -k KS at concurrency 1 and 16 (one k per level; the schedule where vLLM takes one)
 # Everything for $OUT goes into one tarball per call.
 set -uo pipefail
 T_START=$(date +%s)
@@ -21,19 +22,25 @@ if [ ! -d /tmp/site/vllm ]; then
   chmod +x "$(dirname "$PY")/vllm"
 fi
 export PYTHONPATH=/tmp/ctl HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1
-INV=(-i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "tiny_pair=$PAIR")
+MIN_S=${MIN_S:-5}
+INV=(-i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" -e "speed_min_seconds=$MIN_S")
 DEADLINE=$(( T_START + ${BUDGET_S:-570} ))  # the device call's limit is 600 s: keep time to pack what came
 step() { name=$1; shift; local left=$(( DEADLINE - $(date +%s) )); [ $left -gt 20 ] || { echo "$name skipped (no time)" | tee -a "$R/steps.txt"; return; }
          local t0=$(date +%s.%N); timeout $left python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
          echo "$name rc=$rc $(python3 -c "print(round($(date +%s.%N)-$t0,1))")s" | tee -a "$R/steps.txt"; }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv > "$R/gpu.txt"
 if [ "$PHASE" = bench ]; then
-  step provision provision "${INV[@]}" --skip-tags venv --report "$R/provision.json"
-  step serving-bench serving-bench "${INV[@]}" --compare-baseline --concurrency 1,16 --max-tokens 256 --json "$R/bench.json" --html "$R/html"
+  for P in ${PAIR//,/ }; do
+    step "provision-$P" provision "${INV[@]}" -e "tiny_pair=$P" --skip-tags venv --report "$R/provision-$P.json"
+    step "serving-bench-$P" serving-bench "${INV[@]}" -e "tiny_pair=$P" --compare-baseline --repeat 2 --concurrency 1,16 \
+      --max-tokens 256 --repetitions 3 --json "$R/bench-$P.json" --html "$R/html-$P"
+  done
   step status status -i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv >> "$R/gpu.txt"
 elif [ "$PHASE" = tune ]; then
-  step tune tune "${INV[@]}" -k "$KS" --concurrency 16 --max-tokens 256 --json "$R/tune.json" --html "$R/html"
+  step provision provision "${INV[@]}" -e "tiny_pair=$PAIR" --skip-tags venv --report "$R/provision.json"
+  step tune tune "${INV[@]}" -e "tiny_pair=$PAIR" -k "$KS" --concurrency 1,16 --max-tokens 256 --repetitions 3 \
+    --json "$R/tune.json" --html "$R/html"
   cp tools/gpu/host_vars/h200.yaml "$R/host_vars-h200.yaml" 2>/dev/null
   step status status -i tools/gpu/h200-speed-inventory.yaml --host h200 -e "venv_python=$PY" --json
 fi
