@@ -22,7 +22,7 @@ from dflash_host.speed.speedup import by_concurrency, larger_k_cannot_pay, speed
 from dflash_host.speed.workload import WorkloadError, parse_prompts
 from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
 from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
-from dfp_cli.speed_html import figure_text
+from dfp_cli.speed_html import figure_text, workload_words
 from engine.errors import UserError
 
 DEFAULT_K = "1,2,3,5,7"
@@ -209,20 +209,10 @@ def _with_time(figures: dict, registered: dict) -> dict:
     return {**figures, "measured_at_utc": measured}
 
 
-def workload_text(workload: dict | None) -> str:
-    """The workload as the reports name it: the file and its sha256, the built-in set's version, or random."""
-    w = workload or {}
-    if w.get("name") == "file":
-        return f"{w.get('file')} (sha256 {str(w.get('sha256'))[:12]}, {w.get('requests')} requests)"
-    if w.get("name") == "builtin":
-        return f"built-in mixed workload {w.get('version')} ({w.get('requests')} requests: {', '.join(w.get('kinds') or [])})"
-    return "random tokens" if w else "unknown workload"
-
-
 def bench_table(host: str, figures: dict) -> str:
     base = by_concurrency(figures.get("baseline_runs") or [])
     turns = "" if not base else "; in turns (A B A B)" if figures.get("interleaved") else "; one after the other"
-    lines = [f"{host} ({figures.get('load_generator')}; {workload_text(figures.get('workload'))}{turns}):",
+    lines = [f"{host} ({figures.get('load_generator')}; {workload_words(figures.get('workload'))}{turns}):",
              "  concurrency  tok/s  without drafter  speed-up  acceptance  mean acc. length"]
     for run in figures.get("runs") or []:
         c = int(run["concurrency"])

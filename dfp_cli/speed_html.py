@@ -61,9 +61,10 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
     whiskers = {b[0]: (_as_float(b[2]), _as_float(b[3])) for b in bars if len(b) == 4}
     bars = [(b[0], _as_float(b[1])) for b in bars]
     reference = _as_float(reference)
+    values = [v for _, v in bars if v is not None] + ([reference] if reference else [])
     highs = [h for _, h in whiskers.values() if h is not None]
-    values = [v for _, v in bars if v is not None] + ([reference] if reference else []) + highs
-    top = max(values, default=1.0) * 1.1 or 1.0
+    # the scale is the bars': an interval reaching far above them is cut at the top (an open end, its value said)
+    top = max(values + [min(h, 1.8 * max(values, default=1.0)) for h in highs], default=1.0) * 1.1 or 1.0
     slot = (WIDTH - 2 * PAD) / max(len(bars), 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" role="img" '
              f'aria-label="{escape(title)}"><title>{escape(title)}</title>',
@@ -78,12 +79,14 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
                      f'text-anchor="middle">{escape(label)}</text>')
         low, high = whiskers.get(label, (None, None))
         if value is not None and low is not None and high is not None:
-            y_low = HEIGHT - PAD - (HEIGHT - 2 * PAD) * low / top
-            y_high = HEIGHT - PAD - (HEIGHT - 2 * PAD) * high / top
+            y_low = HEIGHT - PAD - (HEIGHT - 2 * PAD) * min(low, top) / top
+            y_high = HEIGHT - PAD - (HEIGHT - 2 * PAD) * min(high, top) / top
             mid = x + slot * 0.35
-            parts.append(f'<path d="M{mid:.1f} {y_low:.1f}V{y_high:.1f}M{mid - 6:.1f} {y_low:.1f}h12M{mid - 6:.1f} '
-                         f'{y_high:.1f}h12" stroke="#111" stroke-width="1.5" fill="none" class="interval"/>')
-            h = max(h, HEIGHT - PAD - y_high)  # the label above the whisker
+            cap = f"M{mid - 6:.1f} {y_high:.1f}h12" if high <= top else ""  # no cap: the interval goes on
+            parts.append(f'<path d="M{mid:.1f} {y_low:.1f}V{y_high:.1f}M{mid - 6:.1f} {y_low:.1f}h12{cap}" '
+                         'stroke="#111" stroke-width="1.5" fill="none" class="interval"/>')
+            parts.append(f'<text x="{mid + 9:.1f}" y="{y_high + 10:.1f}" font-size="10">{escape(readable(low))}-'
+                         f'{escape(readable(high))}</text>')
         parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD - h - 4:.1f}" font-size="11" '
                      f'text-anchor="middle">{escape(readable(value))}</text>')
     if reference:
@@ -93,7 +96,7 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
     return "".join(parts) + "</svg>"
 
 
-def _runs_table(runs: list[dict], baseline: dict[int, dict]) -> str:
+def _runs_table(runs: list[dict], baseline: dict[int, dict], comparison: dict | None = None) -> str:
     head = ("<tr><th>concurrency</th><th>tokens/s</th><th>without drafter</th><th>speed-up</th><th>TTFT p50/p99 ms"
             "</th><th>TPOT p50/p99 ms</th><th>acceptance</th><th>mean acceptance length</th></tr>")
     rows = []
@@ -102,7 +105,11 @@ def _runs_table(runs: list[dict], baseline: dict[int, dict]) -> str:
         base = baseline.get(c, {}).get("output_tokens_per_s")
         tps = r.get("output_tokens_per_s")
         ratio = tps / base if tps and base else None
-        cls = "" if ratio is None else (' class="good"' if ratio >= 1 else ' class="bad"')
+        word = ((comparison or {}).get(str(c)) or {}).get("verdict")
+        if word is not None:
+            cls = ' class="good"' if word == "pays" else ' class="bad"' if word == "slower" else ""
+        else:
+            cls = "" if ratio is None else (' class="good"' if ratio >= 1 else ' class="bad"')
         rows.append(f"<tr><td>{c}</td><td>{_num(tps)}</td><td>{_num(base)}</td><td{cls}>{_num(ratio, '{:.2f}x')}</td>"
                     f"<td>{_num(r.get('ttft_ms_p50'))} / {_num(r.get('ttft_ms_p99'))}</td>"
                     f"<td>{_num(r.get('tpot_ms_p50'), '{:.2f}')} / {_num(r.get('tpot_ms_p99'), '{:.2f}')}</td>"
@@ -136,7 +143,7 @@ def host_page(host: str, bench: dict | None = None, tune: dict | None = None) ->
         body.append(f"<p>workload: {escape(workload_words(bench.get('workload')))}"
                     f"{'; with and without the drafter in turns (A B A B)' if bench.get('interleaved') else ''}</p>")
         body.append(_verdicts(bench.get("comparison") or {}))
-        body.append(_runs_table(bench.get("runs") or [], baseline))
+        body.append(_runs_table(bench.get("runs") or [], baseline, bench.get("comparison")))
         for run in bench.get("runs") or []:
             body.append(_acceptance_chart(f"concurrency {run.get('concurrency')}", [run]))
     measured = (bench or tune or {}).get("measured_at_utc", "")

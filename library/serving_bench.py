@@ -28,7 +28,7 @@ from dflash_host.host.files import read_bytes, read_json
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.bench_result import aggregate_row, summary
 from dflash_host.speed.generator import LoadGenerator
-from dflash_host.speed.stats import describe, paired_interval, verdict
+from dflash_host.speed.speedup import compare_levels
 from dflash_host.speed.workload import WorkloadError, builtin_requests, cycle, describe_builtin, describe_file, parse_prompts
 from dflash_host.vllm import base_url, delta, paths, read_env, request, spec_decode_counters
 
@@ -266,20 +266,6 @@ def measure_level(targets: list, c: int, args: dict, workload: dict, ctx: Contex
     return {t["name"]: aggregate_row(c, *loads[t["name"]], t["gen"].label) for t in targets}
 
 
-def compare(runs: list, baseline_runs: list, threshold: float) -> dict:
-    """{concurrency: speed-up, its interval over the paired repetitions, the verdict and its sentence}."""
-    base = {r["concurrency"]: r for r in baseline_runs}
-    out = {}
-    for run_ in runs:
-        other = base.get(run_["concurrency"])
-        if other is None:
-            continue
-        interval = paired_interval(run_.get("samples_tokens_per_s") or [], other.get("samples_tokens_per_s") or [])
-        word = verdict(interval, threshold)
-        out[str(run_["concurrency"])] = dict(interval, verdict=word, threshold=threshold, says=describe(interval, word))
-    return out
-
-
 def headless_node(args: dict) -> dict | None:
     """The cluster record when the configured launch is a headless node of a serving cluster (no API here:
     the cluster is measured at its head), else None."""
@@ -345,7 +331,7 @@ def run(args: dict, ctx: Context) -> dict:
                vllm_version=gen.version, dynamic_k=gen.facts.get("dynamic_k"), runs=runs,
                duration_s=round(time.monotonic() - started, 1), msg=f"{server['url']}: {summary(runs)} ({gen.label})")
     if baseline_runs:
-        out.update(baseline_runs=baseline_runs, comparison=compare(runs, baseline_runs, args["min_speedup"]))
+        out.update(baseline_runs=baseline_runs, comparison=compare_levels(runs, baseline_runs, True, args["min_speedup"]))
         out["msg"] += "; " + "; ".join(f"c={c}: {v['says']}" for c, v in out["comparison"].items())
     out["msg"] += f"; measured in {out['duration_s']:.0f} s"
     return out

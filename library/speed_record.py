@@ -18,9 +18,8 @@ import time
 from dflash_host.host.files import read_json
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.speed.speedup import by_concurrency, choose_k, gate, schedule
+from dflash_host.speed.speedup import by_concurrency, choose_k, compare_levels, gate, schedule
 from dflash_host.speed.state import cached_gate, figures, read_state, state_file_for, utc, write_state, write_textfile
-from dflash_host.speed.stats import describe, paired_interval, unpaired_interval, verdict
 from dflash_host.vllm import paths
 
 ARGS = {
@@ -82,7 +81,7 @@ def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     state_file, folder = _places(args)
     k, fingerprint = _launch_facts(args)
     figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
-    figs["comparison"] = comparison(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+    figs["comparison"] = compare_levels(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
     figs["workload"] = args["workload"]
     figs["interleaved"] = args["interleaved"]
     if args["choice"]:
@@ -100,22 +99,6 @@ def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     return {"changed": True, "figures": figs, "state_file": state_file, "textfile": textfile, "runs": args["runs"],
             "baseline_runs": args["baseline_runs"],
             "msg": f"recorded speed figures (speed-up {ups}; k={figs['num_speculative_tokens']}) in {state_file} and {textfile}"}
-
-
-def comparison(runs: list, baseline_runs: list, interleaved: bool, threshold: float) -> dict:
-    """{concurrency: speed-up, 95 % interval, verdict, sentence}: paired repetitions when measured in turns, else
-    Welch's interval on the two samples (dflash_host/speed/stats.py)."""
-    base = by_concurrency(baseline_runs)
-    out = {}
-    for c, run_ in sorted(by_concurrency(runs).items()):
-        if c not in base:
-            continue
-        a, b = run_.get("samples_tokens_per_s") or [run_.get("output_tokens_per_s")], \
-            base[c].get("samples_tokens_per_s") or [base[c].get("output_tokens_per_s")]
-        interval = paired_interval(a, b) if interleaved else unpaired_interval(a, b)
-        word = verdict(interval, threshold)
-        out[str(c)] = dict(interval, verdict=word, interleaved=interleaved, says=describe(interval, word))
-    return out
 
 
 def _throughputs(args: dict) -> tuple:
@@ -167,7 +150,7 @@ def judge(args: dict, ctx: Context) -> dict:
     entry = None if args["runs"] else cached_gate(read_state(state_file), fingerprint, args["concurrency"])
     if entry is None:
         with_, without = _throughputs(args)
-        measured = comparison(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+        measured = compare_levels(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
         at = measured.get(str(args["concurrency"])) or {}
         entry = {"fingerprint": fingerprint, "concurrency": args["concurrency"], "num_speculative_tokens": k,
                  "tokens_per_s": with_, "baseline_tokens_per_s": without,

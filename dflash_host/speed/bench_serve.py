@@ -60,6 +60,7 @@ if out["version"] is None:
     out["version"] = found.group(1) if found else None
 data = text("benchmarks", "datasets.py") + text("benchmarks", "datasets", "datasets.py")
 out["custom_dataset"] = "class CustomDataset" in data and "output_tokens" in data
+out["pandas"] = importlib.util.find_spec("pandas") is not None  # the custom dataset reads its JSONL with pandas
 for flag in ("--skip-chat-template", "--custom-skip-chat-template"):
     if '"' + flag + '"' in data:
         out["skip_template_flag"] = flag; break
@@ -71,7 +72,7 @@ print(json.dumps(out))
 def vllm_facts(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> dict:
     """{version, custom_dataset, skip_template_flag, dynamic_k} of the serving environment's vLLM (nothing known:
     all empty); with the server's PYTHONPATH where its launch sets one (a vLLM staged beside the python)."""
-    empty = {"version": None, "custom_dataset": False, "skip_template_flag": None, "dynamic_k": False}
+    empty = {"version": None, "custom_dataset": False, "pandas": False, "skip_template_flag": None, "dynamic_k": False}
     try:
         env = dict(os.environ)
         if (server_env or {}).get("PYTHONPATH"):

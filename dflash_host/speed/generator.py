@@ -68,6 +68,8 @@ class LoadGenerator:
             return None
         if not self.facts.get("custom_dataset"):
             return f"this vLLM ({self.version or 'unknown version'}) has no custom dataset with per-request output lengths"
+        if not self.facts.get("pandas"):
+            return "vllm bench serve's custom dataset needs pandas, which the serving environment lacks"
         if name == "file" and any("messages" in i for i in items):
             return "the prompts file has messages: the built-in client sends every turn to /v1/chat/completions"
         if name == "file" and not self.facts.get("skip_template_flag"):

@@ -106,8 +106,10 @@ def one_request(endpoint: Endpoint, body: dict) -> dict:
         if resp.status != 200:
             out["error"] = f"HTTP {resp.status}: {resp.read(300).decode('utf-8', 'replace').strip()}"
             return out
-        chunks, usage_tokens, last = 0, None, start
+        chunks, usage_tokens, last, first_any = 0, None, start, None
         for event in _events(resp):
+            if event.get("choices") and first_any is None:
+                first_any = time.perf_counter()
             if _carries_text(event, chat):
                 last = time.perf_counter()
                 if chunks == 0:
@@ -117,9 +119,12 @@ def one_request(endpoint: Endpoint, body: dict) -> dict:
             if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
                 usage_tokens = usage["completion_tokens"]
                 out["prompt_tokens"] = usage.get("prompt_tokens")
+        if chunks == 0 and usage_tokens is not None and first_any is not None:  # a chat answered at once (EOS):
+            last = first_any                                                    # no text, but a whole response
+            out["ttft_s"] = last - start
         out["latency_s"] = last - start
         out["output_tokens"] = usage_tokens if usage_tokens is not None else chunks
-        out["ok"] = chunks > 0
+        out["ok"] = chunks > 0 or (usage_tokens is not None and first_any is not None)
         if not out["ok"]:
             out["error"] = "the stream carried no completion chunk"
     except (OSError, http.client.HTTPException) as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dflash_host.speed.stats import describe, unpaired_interval, verdict
+from dflash_host.speed.stats import describe, paired_interval, unpaired_interval, verdict
 
 # A draft position accepted less often than this adds a drafting step's cost and (almost) no token:
 # no larger k can pay once the last measured position is below it (acceptance per position only falls).
@@ -35,6 +35,23 @@ def speedups(runs: list[dict], baseline_runs: list[dict]) -> dict[str, float | N
             continue
         with_, without = run.get("output_tokens_per_s"), base[c].get("output_tokens_per_s")
         out[str(c)] = round(with_ / without, 3) if with_ and without else None
+    return out
+
+
+def compare_levels(runs: list[dict], baseline_runs: list[dict], interleaved: bool, threshold: float = 1.0) -> dict:
+    """{"<concurrency>": speed-up, its 95 % interval, verdict, sentence} for each level measured both ways: paired
+    repetitions when measured in turns, else Welch's interval on the two samples (dflash_host/speed/stats.py)."""
+    base = by_concurrency(baseline_runs)
+    out = {}
+    for c, run in sorted(by_concurrency(runs).items()):
+        if c not in base:
+            continue
+        a = run.get("samples_tokens_per_s") or [run.get("output_tokens_per_s")]
+        b = base[c].get("samples_tokens_per_s") or [base[c].get("output_tokens_per_s")]
+        interval = paired_interval(a, b) if interleaved else unpaired_interval(a, b)
+        word = verdict(interval, threshold)
+        out[str(c)] = dict(interval, verdict=word, interleaved=interleaved, threshold=threshold,
+                           says=describe(interval, word))
     return out
 
 

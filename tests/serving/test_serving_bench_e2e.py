@@ -35,7 +35,8 @@ DFP = E2E_ROOT / "serving"
 TINY = "Generate a tiny random Qwen3 target and a DFlash drafter without config.json, locally"
 START = "Start the vLLM server unless it runs with this launch, then prove it serves and measure acceptance"
 RESTART = "Restart the vLLM server once if its launch changed"
-LOAD = {"concurrency": [1, 4], "requests": 8, "max_tokens": 32, "input_len": 32}
+# One run of random tokens per level (EOS ignored: exactly max_tokens each), as the acceptance checks need.
+LOAD = {"concurrency": [1, 4], "requests": 8, "max_tokens": 32, "input_len": 32, "workload": "random", "repetitions": 1, "warmup": False, "min_seconds": 0}
 
 
 def host_vars(pair: str, port: int) -> dict:

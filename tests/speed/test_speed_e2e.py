@@ -87,13 +87,13 @@ def test_serving_bench_compare_baseline_leaves_the_server_as_it_was(speed_host, 
     assert switched.exit_code == 0, msgs(switched)
     pid = server_pid(dfp_root)
     opts = {"host": "local", "inventory": [str(inv)], "extra_vars": [f"{k}={json.dumps(v)}" for k, v in
-            {**LOAD, "tiny_pair": "agreeing"}.items()], "compare_baseline": True}
+            {**LOAD, "tiny_pair": "agreeing", "speed_workload": "random"}.items()], "compare_baseline": True}
     code, per_host, registered = SC.serving_bench_run(opts)
     assert code == 0, registered
     figures = per_host["local"]
     print(SC.bench_table("local", figures))
     assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator", "comparison", "interleaved", "workload"}
-    assert figures["interleaved"] is True and figures["workload"]["name"] == "builtin"
+    assert figures["interleaved"] is True and figures["workload"]["name"] == "random"  # every draft accepted: EOS ignored
     assert set(figures["comparison"]) == {"1", "4"}
     assert all(v["verdict"] in ("pays", "slower", "inconclusive") and v["pairs"] == 2 for v in figures["comparison"].values())
     assert all(r["repetitions"] == 2 and len(r["samples_tokens_per_s"]) == 2 for r in figures["runs"])

@@ -235,16 +235,21 @@ def test_an_edit_loads_to_the_same_data_plus_the_change(tmp_path):
     assert yaml.safe_load(path.read_text()) == {**before, "num_speculative_tokens": 5}
 
 
-def test_tune_at_two_levels_writes_a_schedule_where_vllm_takes_one(tmp_path):
+def tune_two_levels(tmp_path, dynamic_k: bool) -> dict:
+    """A tune at concurrency 1 and 16 recorded on the host: k=5 pays best at 1 request in flight, k=2 at 16
+    (no interval overlaps another); the choice."""
     step = _gate_args(tmp_path, action="tune_step", concurrency=16)
     base = [run_(1, 100.0, None, [99.0, 100.0, 101.0]), run_(16, 1000.0, None, [990.0, 1000.0, 1010.0])]
-    speed_record.run({**step, "variant": "baseline", "runs": base, "dynamic_k": True}, Context())
-    # k=5 pays best at 1 request in flight, k=2 at 16; neither interval overlaps the other's
+    speed_record.run({**step, "variant": "baseline", "runs": base, "dynamic_k": dynamic_k}, Context())
     speed_record.run({**step, "variant": 2, "runs": [run_(1, 150.0, 0.9, [149.0, 150.0, 151.0]),
                                                       run_(16, 1400.0, 0.9, [1395.0, 1400.0, 1405.0])]}, Context())
     speed_record.run({**step, "variant": 5, "runs": [run_(1, 250.0, 0.8, [249.0, 250.0, 251.0]),
                                                       run_(16, 900.0, 0.8, [895.0, 900.0, 905.0])]}, Context())
-    out = speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=16), Context())
+    return speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=16), Context())
+
+
+def test_tune_at_two_levels_writes_a_schedule_where_vllm_takes_one(tmp_path):
+    out = tune_two_levels(tmp_path, dynamic_k=True)
     choice = out["choice"]
     assert choice["chosen_k"] == 2 and choice["per_level"]["1"]["chosen_k"] == 5
     assert choice["schedule"] == [[1, 4, 5], [5, 1024, 2]]
@@ -257,11 +262,6 @@ def test_tune_at_two_levels_writes_a_schedule_where_vllm_takes_one(tmp_path):
 
 
 def test_tune_at_two_levels_on_a_vllm_without_schedules_serves_one_k_and_says_why(tmp_path):
-    step = _gate_args(tmp_path, action="tune_step", concurrency=16)
-    base = [run_(1, 100.0, None, [99.0, 100.0, 101.0]), run_(16, 1000.0, None, [990.0, 1000.0, 1010.0])]
-    speed_record.run({**step, "variant": "baseline", "runs": base, "dynamic_k": False}, Context())
-    speed_record.run({**step, "variant": 2, "runs": [run_(1, 150.0, 0.9, [149.0, 150.0, 151.0]),
-                                                      run_(16, 1400.0, 0.9, [1395.0, 1400.0, 1405.0])]}, Context())
-    out = speed_record.run(_gate_args(tmp_path, action="tune_choose", concurrency=16), Context())
+    out = tune_two_levels(tmp_path, dynamic_k=False)
     assert "schedule" not in out["choice"] and "no num_speculative_tokens_per_batch_size" in out["choice"]["schedule_note"]
     assert out["choice"]["chosen_k"] == 2
