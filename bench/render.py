@@ -29,6 +29,7 @@ HEADLINE_LABELS = {
     "crash_latency_s": "crash detection latency (s)",
     "header_ms": "header-only drafter inspection, local (ms)",
     "cold_overhead_s": "cold provision overhead beyond install + vLLM (s)",
+    "speed_repeat_apart": "speed verdict, two identical runs: largest ratio between their speed-ups (1 = same)",
     "fleet_50_wall_s": "fleet: ours on 50 hosts, wall (s)",
     "fleet_100_wall_s": "fleet: ours on 100 hosts, wall (s)",
     "fleet_100_control_cpu_s": "fleet: ours on 100 hosts, control-node CPU (s)",

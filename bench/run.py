@@ -167,9 +167,11 @@ class Bench:
         self._record("cold_overhead_s", "cold", *result)
 
     def _reprovision_cold_root(self, extra_vars: dict) -> None:
-        """While the cold-provisioned server is up: when the machine's own `local` server was not, measure
-        the re-provision on the benchmark's root instead."""
-        from bench import provision
+        """While the cold-provisioned server is up: how far apart two identical speed verdicts are, and, when
+        the machine's own `local` server was not up, the re-provision on the benchmark's root instead."""
+        from bench import provision, speed
+
+        self._record("speed_repeat_apart", "speed_repeat", *speed.repeatability(extra_vars, self.tmp / "speed" / "repeat.json", log))
 
         if self.keys["reprovision_s"] is not None or "reprovision" not in self.only:
             return

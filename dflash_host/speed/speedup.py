@@ -58,7 +58,8 @@ def compare_levels(runs: list[dict], baseline_runs: list[dict], interleaved: boo
 def larger_k_cannot_pay(per_position: list[float] | None, floor: float = POSITION_FLOOR) -> bool:
     """True when the last measured draft position is (nearly) never accepted: positions after it are
     accepted even less often, so a larger k only adds drafting work."""
-    return bool(per_position) and float((per_position or [1.0])[-1]) < floor
+    last = (per_position or [None])[-1]
+    return last is not None and float(last) < floor  # None: no draft was made (nothing to judge by)
 
 
 def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency: int,

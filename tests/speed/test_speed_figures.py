@@ -48,6 +48,7 @@ def test_a_never_accepted_last_position_means_larger_k_cannot_pay():
     assert larger_k_cannot_pay([0.9, 0.4, 0.01])
     assert not larger_k_cannot_pay([1.0, 1.0, 1.0])
     assert not larger_k_cannot_pay([])
+    assert not larger_k_cannot_pay([None, None, None])  # no draft was made: nothing to judge by
 
 
 def test_gate_verdicts():
