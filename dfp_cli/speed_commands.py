@@ -217,7 +217,8 @@ def bench_table(host: str, figures: dict) -> str:
     for run in figures.get("runs") or []:
         c = int(run["concurrency"])
         b = base.get(c, {}).get("output_tokens_per_s")
-        sp = (figures.get("speedup") or {}).get(str(c))
+        # the interval's centre (geometric mean of the paired repetitions) where one was measured, else the ratio
+        sp = ((figures.get("comparison") or {}).get(str(c)) or {}).get("speedup") or (figures.get("speedup") or {}).get(str(c))
         lines.append(f"  {c:>11}  {figure_text(run.get('output_tokens_per_s'))}  {figure_text(b):>15}  {figure_text(sp, '{:.2f}x'):>8}  "
                      f"{figure_text(run.get('acceptance_rate'), '{:.1%}'):>10}  {figure_text(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
     for c, verdict in sorted((figures.get("comparison") or {}).items(), key=lambda kv: int(kv[0])):

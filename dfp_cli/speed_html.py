@@ -104,8 +104,9 @@ def _runs_table(runs: list[dict], baseline: dict[int, dict], comparison: dict | 
         c = int(r["concurrency"])
         base = baseline.get(c, {}).get("output_tokens_per_s")
         tps = r.get("output_tokens_per_s")
-        ratio = tps / base if tps and base else None
-        word = ((comparison or {}).get(str(c)) or {}).get("verdict")
+        measured = (comparison or {}).get(str(c)) or {}
+        ratio = measured.get("speedup") or (tps / base if tps and base else None)
+        word = measured.get("verdict")
         if word is not None:
             cls = ' class="good"' if word == "pays" else ' class="bad"' if word == "slower" else ""
         else:
