@@ -85,5 +85,10 @@ def _speed_lines(speed: dict, cluster: bool = False) -> list[str]:
     ratios = ", ".join(f"{x:.2f}x at concurrency {c}" for c, x in sorted(speed["speedup"].items(), key=lambda i: int(i[0]))
                        if x is not None)
     k = speed.get("num_speculative_tokens")
-    return [f"  speed-up: {ratios or 'n/a'} (k={k if k is not None else '?'}, measured {speed.get('measured_at_utc')}"
-            f" by {speed.get('source') or 'a measurement'})"]
+    lines = [f"  speed-up: {ratios or 'n/a'} (k={k if k is not None else '?'}, measured {speed.get('measured_at_utc')}"
+             f" by {speed.get('source') or 'a measurement'})"]
+    for c, v in sorted((speed.get("comparison") or {}).items(), key=lambda i: int(i[0])):
+        lines.append(f"    concurrency {c}: {v.get('says')}")
+    if speed.get("schedule"):
+        lines.append("    k per batch size: " + ", ".join(f"{a}-{b}: {kk}" for a, b, kk in speed["schedule"]))
+    return lines

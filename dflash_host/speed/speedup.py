@@ -58,7 +58,7 @@ def compare_levels(runs: list[dict], baseline_runs: list[dict], interleaved: boo
 def larger_k_cannot_pay(per_position: list[float] | None, floor: float = POSITION_FLOOR) -> bool:
     """True when the last measured draft position is (nearly) never accepted: positions after it are
     accepted even less often, so a larger k only adds drafting work."""
-    last = (per_position or [None])[-1]
+    last = per_position[-1] if per_position else None
     return last is not None and float(last) < floor  # None: no draft was made (nothing to judge by)
 
 

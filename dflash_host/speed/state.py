@@ -117,5 +117,7 @@ def last_speed(state_file: str) -> dict[str, Any]:
     last = state.get("last") or {}
     if not last:
         return {}
-    return {key: last.get(key) for key in ("speedup", "num_speculative_tokens", "acceptance_rate", "measured_at_utc",
-                                           "load_generator", "source")}
+    out = {key: last.get(key) for key in ("speedup", "num_speculative_tokens", "acceptance_rate", "measured_at_utc",
+                                          "load_generator", "source", "comparison")}
+    out["schedule"] = (last.get("choice") or {}).get("schedule")
+    return out
