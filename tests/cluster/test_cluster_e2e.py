@@ -79,6 +79,8 @@ def write_cluster_inventory(ssh_hosts, inventory_file, head_vars: dict | None = 
         "speed_requests": 4,
         "speed_max_tokens": 16,
         "speed_load_generator": "builtin",
+        "speed_repetitions": 2,
+        "speed_min_seconds": 0,
     }
     inv = inventory_file(hosts=[head, node], vars=group_vars,
                          host_vars={head.name: dict(node_vars("cluster-head"), **(head_vars or {})),
@@ -121,7 +123,8 @@ def test_cluster_forms_serves_restarts_once_and_tears_down(cluster_inventory, cl
 
         # The cluster is measured as it serves, at its head (a baseline without the drafter is refused).
         bench = play_on_cluster("serving-bench", inv, extra_vars={"speed_concurrency": [2], "speed_requests": 4,
-                                                       "speed_max_tokens": 16, "speed_load_generator": "builtin"})
+                                                       "speed_max_tokens": 16, "speed_load_generator": "builtin",
+                                                       "speed_repetitions": 2, "speed_min_seconds": 0})
         assert bench.exit_code == 0, msgs(bench)
         run = result(bench, "Measure the configured server (with its drafter) under closed-loop load", head)["runs"][0]
         assert run["output_tokens_per_s"] > 0 and run["draft_tokens"] > 0 and run["failed"] == 0, run

@@ -168,8 +168,9 @@ def test_the_commands_a_person_types(cluster, tmp_path):
 
 
 GATE = "Speed gate: the drafter must not make the cluster slower"
+# The stand-in vLLM serves /v1/completions only: random tokens; two short repetitions a level.
 GATE_VARS = {"speedup_gate": "warn", "tune_concurrency": 1, "speed_requests": 2, "speed_max_tokens": 8,
-             "speed_load_generator": "builtin"}
+             "speed_load_generator": "builtin", "speed_workload": "random", "speed_repetitions": 2, "speed_min_seconds": 0}
 
 
 def test_the_speed_gate_measures_the_cluster_once_against_itself_without_the_drafter(cluster, tmp_path):
