@@ -84,11 +84,6 @@ def vllm_facts(venv_python: str, server_env: dict | None = None, timeout_s: floa
     return {**empty, **data} if isinstance(data, dict) else empty
 
 
-def vllm_version(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> str | None:
-    """vLLM's version in the serving environment (vllm_facts)."""
-    return vllm_facts(venv_python, server_env, timeout_s)["version"]
-
-
 def _dataset_words(level: dict) -> list:
     """The dataset's flags: random token prompts (EOS ignored: exactly max_tokens each), or a custom JSONL
     (`level["dataset"]`: prompt and output_tokens a line) with the chat template applied or skipped."""

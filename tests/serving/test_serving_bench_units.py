@@ -248,10 +248,15 @@ def test_vllm_version_reads_a_vllm_staged_on_the_servers_pythonpath(tmp_path):
     """Seen on the H200: vLLM staged in a folder the launch puts on PYTHONPATH read as "unknown version"."""
     import sys
 
-    from dflash_host.speed.bench_serve import vllm_version
+    from dflash_host.speed.bench_serve import vllm_facts
 
     dist = tmp_path / "site" / "vllm-9.9.9.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
-    assert vllm_version(sys.executable, {"PYTHONPATH": str(tmp_path / "site")}) == "9.9.9"
-    assert vllm_version(sys.executable, {}) != "9.9.9"
+    assert vllm_facts(sys.executable, {"PYTHONPATH": str(tmp_path / "site")})["version"] == "9.9.9"
+    assert vllm_facts(sys.executable, {})["version"] != "9.9.9"
+    tree = tmp_path / "staged" / "vllm"  # a tree without metadata (gpu-kit's stage): its _version.py
+    tree.mkdir(parents=True)
+    (tree / "__init__.py").write_text("")
+    (tree / "_version.py").write_text("__version__ = version = '0.26.0'\n")
+    assert vllm_facts(sys.executable, {"PYTHONPATH": str(tmp_path / "staged")})["version"] == "0.26.0"
