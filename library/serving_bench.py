@@ -282,8 +282,11 @@ def targets_for(args: dict, server: dict, workload: dict) -> list:
         other = server_from_args(dict(args, pidfile=args["baseline_pidfile"], url=None))
         check_serving(other, args)
         out.append({"name": "without", "server": other})
+    runner = None
     for t in out:
-        t["gen"] = LoadGenerator(args["load_generator"], args["venv_python"], t["server"], args["timeout_s"], workload)
+        t["gen"] = LoadGenerator(args["load_generator"], args["venv_python"], t["server"], args["timeout_s"], workload,
+                                 runner)
+        runner = runner or t["gen"].runner
     return out
 
 
@@ -323,17 +326,23 @@ def run(args: dict, ctx: Context) -> dict:
         return out
     started = time.monotonic()
     targets = targets_for(args, server, workload)
-    rows = [measure_level(targets, c, args, workload, ctx) for c in levels]
+    try:
+        rows = [measure_level(targets, c, args, workload, ctx) for c in levels]
+    finally:
+        for t in targets:
+            t["gen"].close()
     runs = [r["with"] for r in rows]
     baseline_runs = [r["without"] for r in rows if "without" in r]
     gen = targets[0]["gen"]
     out.update(model=server["model"], tokenizer=server["tokenizer"], load_generator=gen.label,
                vllm_version=gen.version, dynamic_k=gen.facts.get("dynamic_k"), runs=runs,
+               bench_process=gen.runner.how if gen.runner else None,
                duration_s=round(time.monotonic() - started, 1), msg=f"{server['url']}: {summary(runs)} ({gen.label})")
     if baseline_runs:
         out.update(baseline_runs=baseline_runs, comparison=compare_levels(runs, baseline_runs, True, args["min_speedup"]))
         out["msg"] += "; " + "; ".join(f"c={c}: {v['says']}" for c, v in out["comparison"].items())
-    out["msg"] += f"; measured in {out['duration_s']:.0f} s"
+    out["msg"] += f"; measured in {out['duration_s']:.0f} s" + (f" (vllm bench serve: {out['bench_process']})"
+                                                              if out["bench_process"] else "")
     return out
 
 

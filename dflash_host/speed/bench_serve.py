@@ -19,12 +19,10 @@ import shutil
 import subprocess
 import tempfile
 
+from dflash_host.speed.bench_process import BenchRunner, BenchUnavailable
+
 RESULT_NAME = "result.json"
 ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME")
-
-
-class BenchUnavailable(Exception):
-    """vllm bench serve cannot run here or failed: the reason, one line (the built-in client takes over)."""
 
 
 def vllm_cli(venv_python: str | None) -> str:
@@ -97,11 +95,11 @@ def _dataset_words(level: dict) -> list:
     return words
 
 
-def bench_argv(cli: str, level: dict, result_dir: str) -> list:
-    """argv of one level: level = {url, model, tokenizer, concurrency, requests, input_len, max_tokens, seed,
-    temperature, dataset}."""
+def bench_argv(level: dict, result_dir: str) -> list:
+    """The words after `vllm` for one level: level = {url, model, tokenizer, concurrency, requests, input_len,
+    max_tokens, seed, temperature, dataset}."""
     return [
-        cli, "bench", "serve",
+        "bench", "serve",
         "--backend", "openai",
         "--base-url", level["url"],
         "--endpoint", "/v1/completions",
@@ -122,34 +120,30 @@ def bench_argv(cli: str, level: dict, result_dir: str) -> list:
     ]
 
 
-def bench_env(api_key: str | None, server_env: dict) -> dict:
-    """A small environment: the basics, the server's HF_* settings (cache, offline, token) and the API key."""
+def bench_env(server_env: dict) -> dict:
+    """A small environment: the basics, the server's HF_* settings (cache, offline, token) and its PYTHONPATH (a
+    vLLM staged beside the python). The API key is a run's own (key_env), for it differs between servers."""
     env = {k: v for k, v in os.environ.items() if k in ENV_KEEP}
     env.update({k: v for k, v in server_env.items() if k.startswith("HF_") or k.startswith("TRANSFORMERS_")})
+    if server_env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = server_env["PYTHONPATH"]
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if api_key:
-        env["OPENAI_API_KEY"] = api_key
     return env
 
 
-def _tail(text: str, lines: int = 4) -> str:
-    keep = [ln.strip() for ln in text.strip().splitlines() if ln.strip()][-lines:]
-    return " | ".join(keep)[-600:]
+def key_env(api_key: str | None) -> dict:
+    """OPENAI_API_KEY for one run (vllm bench serve reads it), unset when the server has none."""
+    return {"OPENAI_API_KEY": api_key or None}
 
 
-def run_level(cli: str, level: dict, env: dict, timeout_s: float) -> dict:
+def run_level(runner: BenchRunner, level: dict, api_key: str | None) -> dict:
     """Run one level and return vllm bench serve's saved result; BenchUnavailable with the reason if none."""
     folder = tempfile.mkdtemp(prefix="dfp-serving-bench-")
     try:
-        try:
-            res = subprocess.run(bench_argv(cli, level, folder), capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            raise BenchUnavailable(f"vllm bench serve ran longer than {timeout_s:g} s") from None
-        except OSError as exc:
-            raise BenchUnavailable(f"vllm bench serve could not start: {exc}") from None
+        runner.run(bench_argv(level, folder), key_env(api_key))
         path = os.path.join(folder, RESULT_NAME)
-        if res.returncode != 0 or not os.path.isfile(path):
-            raise BenchUnavailable(f"vllm bench serve exited {res.returncode} without a result: {_tail(res.stderr or res.stdout)}")
+        if not os.path.isfile(path):
+            raise BenchUnavailable("vllm bench serve exited 0 without a result")
         try:
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)

@@ -7,7 +7,8 @@ target's chat template applied (as a chat would be), a file of plain prompts wit
 the installed vLLM has the flag). A file with messages is the built-in client's: every turn reaches the
 server's chat template on /v1/chat/completions, which vllm bench serve's custom dataset cannot carry.
 load_generator: auto (vllm bench serve, falling back to the built-in client when it is missing or fails),
-vllm (fail instead of falling back), builtin.
+vllm (fail instead of falling back), builtin. vllm bench serve runs through a BenchRunner that the generators of
+one measurement share (dflash_host/speed/bench_process.py: vLLM imported once for every run).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import tempfile
 
 from dflash_host.models.config import config_or_none
 from dflash_host.module import ModuleError
+from dflash_host.speed.bench_process import BenchRunner, BenchUnavailable
 from dflash_host.speed.bench_result import load_from_requests, load_from_vllm_bench
-from dflash_host.speed.bench_serve import BenchUnavailable, bench_env, run_level, vllm_cli, vllm_facts
+from dflash_host.speed.bench_serve import bench_env, run_level, vllm_cli, vllm_facts
 from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
 
 DEFAULT_VOCAB = 32000
@@ -36,11 +38,13 @@ def vocab_size(tokenizer: str | None) -> int:
 
 
 class LoadGenerator:
-    """vllm bench serve until it cannot (auto), then the built-in client; `workload` is {name, items}."""
+    """vllm bench serve until it cannot (auto), then the built-in client; `workload` is {name, items}. Generators
+    of one measurement share `runner` (one resident vllm bench serve for both servers)."""
 
-    def __init__(self, mode: str, venv_python: str | None, server: dict, timeout_s: float, workload: dict) -> None:
+    def __init__(self, mode: str, venv_python: str | None, server: dict, timeout_s: float, workload: dict,
+                 runner: BenchRunner | None = None) -> None:
         self.mode, self.server, self.timeout_s, self.workload = mode, server, timeout_s, workload
-        self.cli, self.fallback = None, None
+        self.cli, self.fallback, self.runner = None, None, runner
         self.facts: dict = {"version": None, "custom_dataset": False, "skip_template_flag": None, "dynamic_k": False}
         if mode == "builtin":
             self.fallback = "load_generator=builtin"
@@ -54,6 +58,13 @@ class LoadGenerator:
         why = self._cannot_replay()
         if why:
             self.unavailable(why)
+        elif self.runner is None:
+            self.runner = BenchRunner(self.cli, venv_python or "", self._bench_env(), timeout_s)
+
+    def close(self) -> None:
+        """End the resident vllm bench serve, if this generator's runner started one."""
+        if self.runner is not None:
+            self.runner.close()
 
     @property
     def version(self) -> str | None:
@@ -102,15 +113,16 @@ class LoadGenerator:
         return self._builtin(level)
 
     def _bench_env(self) -> dict:
-        env = bench_env(self.server["api_key"], self.server["server_env"])
+        env = bench_env(self.server["server_env"])
         if self.server["tokenizer"] and os.path.isdir(self.server["tokenizer"]):
             env["HF_HUB_OFFLINE"] = "1"  # a local tokenizer: never ask the hub
         return env
 
     def _vllm_bench(self, level: dict) -> dict:
-        assert self.cli is not None  # noqa: S101 - run() calls it only with the CLI found
+        assert self.runner is not None  # noqa: S101 - run() calls it only with the CLI found
+        key = self.server["api_key"]
         if self.workload["name"] == "random":
-            return load_from_vllm_bench(run_level(self.cli, level, self._bench_env(), self.timeout_s), level["requests"])
+            return load_from_vllm_bench(run_level(self.runner, level, key), level["requests"])
         folder = tempfile.mkdtemp(prefix="dfp-speed-dataset-")
         try:
             path = os.path.join(folder, "requests.jsonl")
@@ -120,7 +132,7 @@ class LoadGenerator:
                     fh.write(json.dumps({"prompt": text, "output_tokens": item.get("max_tokens") or level["max_tokens"]}) + "\n")
             skip = self.facts.get("skip_template_flag") if self.workload["name"] == "file" else None
             dataset = {"kind": "custom", "path": path, "skip_template_flag": skip}
-            data = run_level(self.cli, dict(level, dataset=dataset), self._bench_env(), self.timeout_s)
+            data = run_level(self.runner, dict(level, dataset=dataset), key)
             return load_from_vllm_bench(data, level["requests"])
         finally:
             shutil.rmtree(folder, ignore_errors=True)

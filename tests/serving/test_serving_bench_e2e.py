@@ -131,6 +131,8 @@ def test_agreeing_pair_accepts_every_draft_with_both_load_generators(serve):
     vllm = bench(load_generator="vllm")
     assert vllm["load_generator"].startswith("vllm bench serve (vLLM 0."), vllm["load_generator"]
     assert all(r["load_generator"] == vllm["load_generator"] for r in vllm["runs"])
+    runs = len(vllm["runs"]) * (LOAD.get("repetitions", 3) + (1 if LOAD.get("warmup", True) else 0))
+    assert vllm["bench_process"] == f"one resident process ({runs} runs)", vllm["bench_process"]  # vLLM imported once
     assert_every_draft_accepted(vllm)
     serve.agreeing_runs = builtin["runs"]
 
