@@ -9,9 +9,9 @@
 set -uo pipefail
 T_START=$(date +%s)
 PHASE=$1; PAIR=${2:-agreeing}; KS=${3:-1,3,7}
-OUT=${OUT:-/tmp/h200-out}; R="$OUT/speed-$PHASE-$PAIR"; mkdir -p "$R"
+OUT=${OUT:-/tmp/h200-out}; NAME="speed-$PHASE-${PAIR//,/-}"; R="$OUT/$NAME"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
-finish() { tar -czf "$OUT/speed-$PHASE-$PAIR.tgz" -C "$OUT" "speed-$PHASE-$PAIR" && rm -rf "$R"; }
+finish() { tar -czf "$OUT/$NAME.tgz" -C "$OUT" "$NAME" && rm -rf "$R"; }
 if [ "$PHASE" = stage ]; then mkdir -p /tmp/stage && cp -r .gpu-stage/xfer1/* /tmp/stage/ && du -sm /tmp/stage; exit; fi
 PY=$(python3 -c 'import sys; print(sys.executable)')
 if [ ! -d /tmp/site/vllm ]; then
