@@ -21,8 +21,8 @@ import os
 import sys
 import time
 
-# Imported where used, not here: base64, io, zipfile (runtime install), platform and sysconfig (hello),
-# traceback (a module crash), hashlib and marshal (the code cache). The worker starts on every host in
+# Imported where used, not here: base64, io, zipfile (runtime install), ctypes (the subreaper), traceback (a
+# module crash), hashlib and marshal (the code cache). The worker starts on every host in
 # every run: its start-up is paid per host, on the host's CPU.
 
 RUNTIME_PACKAGES = ("psutil", "tenacity")
@@ -161,13 +161,29 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def become_subreaper():
     """Orphaned descendants of a task (a `setsid x &` whose parent exited) are re-parented to this worker, not to
-    init, so that a task that runs past its timeout can still find and stop everything it started (Linux)."""
+    init, so that a task that runs past its timeout can still find and stop everything it started (Linux). Done
+    before the first task with a timeout (ctypes costs the worker's start ~2 ms that most runs never need)."""
     try:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):  # another kernel or libc: the process group still covers most cases
         pass
+    return True
+
+
+def host_platform():
+    """sysconfig.get_platform() on Linux ("linux-x86_64"), without importing sysconfig and platform."""
+    uname = os.uname()
+    return f"{uname.sysname.lower()}-{uname.machine}" if sys.platform.startswith("linux") else sys.platform
+
+
+def libc_version():
+    """"glibc-2.36" as "-".join(platform.libc_ver()) gives it, from confstr (no scan of the executable)."""
+    try:
+        return "-".join(os.confstr("CS_GNU_LIBC_VERSION").split(None, 1))
+    except (AttributeError, ValueError, OSError):
+        return ""
 
 
 def descendants(root):
@@ -294,6 +310,7 @@ class Worker:
         self.out = out
         self.sources = {}
         self.loaded = {}
+        self.subreaper = False
         self.lock = HostLock()
 
     def send(self, obj):
@@ -304,16 +321,13 @@ class Worker:
         return lambda msg: self.send({"id": rid, "progress": str(msg)})
 
     def op_hello(self, req):
-        import platform
-        import sysconfig
-
         use_runtime(req.get("runtime", ""))
         return {
-            "python": platform.python_version(),
+            "python": "{}.{}.{}".format(*sys.version_info[:3]),
             "executable": sys.executable,
-            "platform": sysconfig.get_platform(),
-            "machine": platform.machine(),
-            "libc": "-".join(platform.libc_ver()),
+            "platform": host_platform(),
+            "machine": os.uname().machine,
+            "libc": libc_version(),
             "missing": missing_packages(),
             "pid": os.getpid(),
             "home": os.path.expanduser("~"),
@@ -336,6 +350,8 @@ class Worker:
         contract = importlib.import_module(HOST_PACKAGE + ".module")
         ctx = contract.Context(check=bool(req.get("check")), diff=bool(req.get("diff")), progress=self.progress(req.get("id")))
         started = time.monotonic()
+        if req.get("timeout_s") and not self.subreaper:
+            self.subreaper = become_subreaper()  # what a timed task starts stays below this worker, to be stopped
         before = descendants(os.getpid()) if req.get("timeout_s") else None
         try:
             args = req.get("args") or {}
@@ -410,7 +426,6 @@ class Worker:
 
 
 def main():
-    become_subreaper()
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)

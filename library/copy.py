@@ -338,7 +338,7 @@ def install_folder(plan: dict, f: dict) -> tuple:
 
 
 STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/actions.py)
-_STAGED_NAME = re.compile(r"[0-9a-f]{64}")
+_STAGED_NAME = r"[0-9a-f]{64}"  # compiled (and cached by re) when a staged folder is checked
 
 
 def remove_stale_staging(dest: str) -> bool:
@@ -352,7 +352,7 @@ def remove_stale_staging(dest: str) -> bool:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
         return False
     names = os.listdir(stage)
-    if not all(_STAGED_NAME.fullmatch(n) and stat.S_ISREG(os.lstat(os.path.join(stage, n)).st_mode) for n in names):
+    if not all(re.fullmatch(_STAGED_NAME, n) and stat.S_ISREG(os.lstat(os.path.join(stage, n)).st_mode) for n in names):
         return False
     for n in names:
         os.unlink(os.path.join(stage, n))

@@ -14,7 +14,6 @@ mode and owner the service needs. Only what differs is changed, and only what ca
 from __future__ import annotations
 
 import os
-import shutil
 
 from dflash_host.host.files import ensure_attributes, parse_mode, resolve_gid, resolve_uid
 from dflash_host.host.paths import check_plain, managed_path
@@ -62,6 +61,8 @@ def remove(path: str, recurse: bool, ctx: Context) -> dict:
         raise ModuleError(f"{path} is a non-empty directory; set recurse: true to remove it with its contents")
     if not ctx.check:
         if is_dir:
+            import shutil  # here: its import (bz2, lzma, fnmatch) costs every run on every host
+
             shutil.rmtree(path)
         else:
             os.unlink(path)

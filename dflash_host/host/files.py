@@ -17,12 +17,12 @@ import json
 import os
 import pwd
 import time
-from typing import TYPE_CHECKING, Any
 
 from dflash_host.module import ModuleError
 
-if TYPE_CHECKING:  # annotations only: typing costs import time per host per run
-    pass
+TYPE_CHECKING = False  # true for mypy; typing is never imported on the host (as in dflash_host/module.py)
+if TYPE_CHECKING:  # annotations only
+    from typing import Any
 
 
 def parse_mode(mode: str | None) -> int | None:
