@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.peers import ours_argv, workload_base  # noqa: E402
-from bench.timing import own_cpu, tree_cpu  # noqa: E402
+from bench.timing import compile_tree, own_cpu, tree_cpu  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from tests.sshd_harness import SshdPool, write_inventory
 
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
+    for tree in trees:
+        compile_tree(tree)
     sizes = [int(n) for n in args.hosts.split(",")]
     pool = SshdPool(count=max(sizes), first_octet=args.first_octet).start()
     listeners = [h.pid for h in pool.hosts]

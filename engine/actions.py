@@ -9,6 +9,7 @@ table in engine/playbook.py ENGINE_ACTIONS.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,17 @@ def action(name: str):
         return fn
 
     return register
+
+
+def action_in(name: str, module: str) -> None:
+    """Action `name` lives in `module`, imported at its first call (it registers itself with @action there): a
+    run that never uses it does not pay the module's imports (the models relay's HTTP client: ~10 ms a run)."""
+
+    def first_call(call: ActionCall) -> dict:
+        importlib.import_module(module)
+        return ACTIONS[name](call)
+
+    ACTIONS[name] = first_call
 
 
 def handles(module: str, args: dict) -> bool:

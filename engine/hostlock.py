@@ -11,7 +11,6 @@ import os
 import posixpath
 import re
 import socket
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,7 +33,7 @@ def new_record() -> dict:
         "user": getpass.getuser(),
         "pid": os.getpid(),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "run_id": uuid.uuid4().hex,
+        "run_id": os.urandom(16).hex(),  # as uuid4().hex, without uuid (it imports platform)
     }
 
 

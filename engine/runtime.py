@@ -16,7 +16,6 @@ import hashlib
 import importlib.util
 import io
 import os
-import platform
 import subprocess
 import sys
 import threading
@@ -84,6 +83,8 @@ def _zip(dirs: list[Path]) -> bytes:
 
 
 def _local_fits(hello: dict) -> bool:
+    import platform  # here: its import compiles regexes, and only a host without the runtime needs it
+
     if hello.get("machine") != platform.machine() or not str(hello.get("platform", "")).startswith("linux"):
         return False
     psutil_dir = _package_dir("psutil")

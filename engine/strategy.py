@@ -14,8 +14,8 @@ from typing import Any
 from jinja2.sandbox import SecurityError
 
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
-from engine import become, model_relay  # noqa: F401 - model_relay registers the models action
-from engine.actions import ACTIONS, ActionCall, handles
+from engine import become
+from engine.actions import ACTIONS, ActionCall, action_in, handles
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
@@ -27,6 +27,8 @@ from engine.variables import Variables
 # The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
 ACCEPTED_PREFIX = "(failure accepted by failed_when) "
 
+
+action_in("models", "engine.model_relay")  # the models relay, imported when a play uses it
 
 def linked_values(module: str, given: dict, view) -> dict:
     """Arguments the task leaves out, from the variables their ARGS entries name (engine/modulespec.linked_vars)."""
