@@ -28,6 +28,7 @@ class Preflight:
         self.extra_vars = extra_vars
         self.env = templar.env
         self._parsed: dict[str, set[str]] = {}  # the same strings recur for every host and task: parse once
+        self._wanted_by_task: dict[int, tuple[Task, set[str]]] = {}
 
     def check(self, plays: list[Play], hosts_for: Callable[[Play], list[str]], selected: Callable[[Task], bool]) -> None:
         for play in plays:
@@ -77,11 +78,15 @@ class Preflight:
         return found
 
     def _wanted(self, task: Task) -> set[str]:
-        exprs = [e for e in [*task.when, task.changed_when, task.failed_when, task.until] if isinstance(e, str)]
-        wanted = self._refs(task, task.args) | self._refs(task, task.loop)
-        for e in exprs:
-            wanted |= self._refs(task, "{{ " + e + " }}")
-        return wanted
+        """The names a task's arguments, loop and conditions read: the same for every host, so walked once."""
+        key = id(task)
+        if key not in self._wanted_by_task:
+            exprs = [e for e in [*task.when, task.changed_when, task.failed_when, task.until] if isinstance(e, str)]
+            wanted = self._refs(task, task.args) | self._refs(task, task.loop)
+            for e in exprs:
+                wanted |= self._refs(task, "{{ " + e + " }}")
+            self._wanted_by_task[key] = (task, wanted)  # the task kept: its id is not reused while cached
+        return self._wanted_by_task[key][1]
 
     @staticmethod
     def _check_required_links(task: Task, known: set[str]) -> None:

@@ -18,6 +18,7 @@ config entry says StrictHostKeyChecking no.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
@@ -233,18 +234,25 @@ def lookup(host: Host, name: str, first: dict[str, str], identity_files: list[st
     The given values go in as a leading `Host *` block, so %h/%p/%r in a ProxyCommand expand with the final
     port and user, as OpenSSH does.
     """
-    import paramiko
-
     lines = ["Host *"] + [f"  {k} {v}" for k, v in first.items()]
     lines += [f"  IdentityFile {_quote_config_value(p)}" for p in identity_files]
     text = "\n".join(lines) + "\n" + "\n".join(_config_text(p) for p in files)
-    config = paramiko.SSHConfig()
     try:
-        config.parse(io.StringIO(text))
-        return dict(config.lookup(name))
+        return dict(_looked_up(name, text))
     except Exception as exc:  # paramiko's parser raises several types for a bad line
         raise SshOptionError(f"host {host.name}: cannot read the ssh config ({', '.join(files) or 'none'}) for "
                              f"{name}: {exc}; nothing was sent to the host. Fix that file.") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _looked_up(name: str, text: str) -> dict:
+    """paramiko's lookup of `name` in the config `text`: the checks before the run and the connection ask the
+    same question, and the answer depends on nothing else (callers copy it)."""
+    import paramiko
+
+    config = paramiko.SSHConfig()
+    config.parse(io.StringIO(text))
+    return dict(config.lookup(name))
 
 
 # -- the route ---------------------------------------------------------------------------------------------------
