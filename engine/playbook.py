@@ -233,16 +233,42 @@ class ParseContext:
     including: tuple = ()  # the task files being imported, outermost first (a file may not import itself)
 
 
+ANSIBLE_COLLECTIONS = ("ansible.builtin.", "ansible.legacy.")  # their names of our modules and task keywords
+
+
+def short_names(raw: Any, source: str) -> Any:
+    """A task's keys as we read them: `ansible.builtin.copy` and `ansible.legacy.copy` are `copy` (as in Ansible,
+    where the short name resolves to ansible.builtin); any other collection's module is refused by name."""
+    if not isinstance(raw, dict) or not any(isinstance(k, str) and "." in k for k in raw):
+        return raw
+    out: dict = {}
+    for key, value in raw.items():
+        short = key
+        if isinstance(key, str) and key.startswith(ANSIBLE_COLLECTIONS):
+            short = key.split(".", 2)[2]
+        elif isinstance(key, str) and key.count(".") >= 2:
+            collection = key.rsplit(".", 1)[0]
+            raise UserError(
+                f"{source}: module '{key}' is from the collection '{collection}', which dflash-provision does not "
+                f"run (it has its own modules, reachable as ansible.builtin.NAME or NAME: {', '.join(sorted(modules()))}); "
+                "replace the task with one of them, or run that playbook with ansible-playbook"
+            )
+        if short in out:
+            raise UserError(f"{source}: the task names '{short}' twice ('{key}' and another spelling); keep one")
+        out[short] = value
+    return out
+
+
 def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     """One entry of a task list: a task, a block, or `import_role` (the role's tasks, in place)."""
+    raw = short_names(raw, source)
     if isinstance(raw, dict) and "block" in raw:
         return [parse_block(raw, source, ctx)]
     if isinstance(raw, dict) and "import_role" in raw:
         if ctx.play is None:
             raise UserError(f"{source}: import_role is not allowed here (handlers)")
         return import_role(raw, source, ctx)
-    if isinstance(raw, dict) and ({"import_tasks", "include_tasks", "ansible.builtin.import_tasks",
-                                   "ansible.builtin.include_tasks"} & set(raw)):
+    if isinstance(raw, dict) and ({"import_tasks", "include_tasks"} & set(raw)):
         return import_tasks(raw, source, ctx)
     return [parse_task(raw, source, ctx.role, ctx.role_dir)]
 
