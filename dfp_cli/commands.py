@@ -11,6 +11,7 @@ from pathlib import Path
 from invoke import Exit
 
 from dfp_cli.options import (
+    LISTING_OPTIONS,
     inventories_of,
     limit_of,
     parse_extra_vars,
@@ -29,8 +30,30 @@ def fail_user(exc: Exception | str) -> Exit:
     return Exit(code=4)
 
 
+def inspect_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
+    """--syntax-check / --list-hosts / --list-tasks / --list-tags: print what ansible-playbook would, touch no host."""
+    try:
+        use_vault_password_file(opts["vault_password_file"])
+        extra_vars = {**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])}
+        from engine.api import inspect_playbook
+
+        code, text = inspect_playbook(
+            playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
+            limit=limit_of(opts["host"], opts["group"], opts["limit"]), tags=split_tags(opts["tags"]),
+            skip_tags=split_tags(opts["skip_tags"]), syntax_check=bool(opts["syntax_check"]),
+            listings={what for flag, what in LISTING_OPTIONS.items() if opts[flag]})
+    except UserError as exc:
+        raise fail_user(exc) from None
+    if code:
+        raise fail_user(text)
+    print(text, end="")
+
+
 def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     """Run a playbook with the shared options; exit with the run's code (0, 2, 3, 4)."""
+    if opts.get("syntax_check") or any(opts.get(flag) for flag in LISTING_OPTIONS):
+        inspect_play(playbook, opts, more_vars)
+        return
     try:
         settings = dict(
             limit=limit_of(opts["host"], opts["group"], opts["limit"]),

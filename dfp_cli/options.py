@@ -48,7 +48,13 @@ PLAYBOOK_OPTIONS = (
     Option("lock_wait", 60, "seconds to wait for another run's host lock before failing that host (default 60)", ("o",)),
     Option("verbose", 0, "more output: -v messages of ok tasks and progress, -vv (or --verbose=2) tracebacks of "
            "module crashes", ("v",), level=True),
+    Option("syntax_check", False, "check the playbook and inventory as a run would before touching any host, "
+           "then stop (as ansible-playbook --syntax-check)"),
+    Option("list_hosts", False, "list each play's hosts (after --limit) and stop, as ansible-playbook does"),
+    Option("list_tasks", False, "list each play's tasks (after --tags/--skip-tags) and stop, as ansible-playbook does"),
+    Option("list_tags", False, "list each play's task tags and stop, as ansible-playbook does"),
 )
+LISTING_OPTIONS = {"list_hosts": "hosts", "list_tasks": "tasks", "list_tags": "tags"}
 _READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file")
 REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in _READ_ONLY) + (Option("json", False, "print JSON"),)
 INVENTORY_OPTIONS = (

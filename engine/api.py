@@ -101,33 +101,13 @@ def run_playbook(
 ) -> RunResult:
     started = time.monotonic()
     try:
-        check_variable_names(extra_vars or {}, "extra variables (-e)")
-        inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
-        path = resolve_playbook(playbook)
-        plays = load_playbook(path)
-        sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
-        runner = Runner(
-            inv,
-            extra_vars=extra_vars,
-            check=check,
-            diff=diff,
-            tags=set(tags or ()),
-            skip_tags=set(skip_tags or ()),
-            forks=forks,
-            limit=limit,
-            console=console,
-            lock_wait=lock_wait,
-        )
-        check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
+        path, plays, runner, hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,
+                                           dict(check=check, diff=diff, forks=forks, console=console, lock_wait=lock_wait))
+        sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))
         check_output_path(report, "--report")
         check_output_path(junit, "--junit")
-        hosts: list[str] = []
-        for play in plays:
-            hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
-        if limit and not hosts:
-            raise UserError(f"--limit/--host/--group '{limit}' selects no host of the playbook's plays")
         results = runner.run(plays)
     except UserError as exc:
         if raise_user_errors:
@@ -153,6 +133,52 @@ def run_playbook(
         return RunResult(EXIT_REPORT, recap, results, elapsed, error=error, rolls=runner.rolls)
     registered = {h: secrets.redact_obj(st.registered) for h, st in runner.states.items()}
     return RunResult(code, recap, results, elapsed, registered=registered, rolls=runner.rolls)
+
+
+def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags, skip_tags, settings: dict) -> tuple:
+    """(playbook path, plays, Runner, the hosts the run will touch): what a run and a listing both start from;
+    a UserError for anything wrong in them."""
+    check_variable_names(extra_vars or {}, "extra variables (-e)")
+    inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
+    path = resolve_playbook(playbook)
+    plays = load_playbook(path)
+    runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
+                    **settings)
+    check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
+    hosts: list[str] = []
+    for play in plays:
+        hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)
+    if limit and not hosts:
+        raise UserError(f"--limit/--host/--group '{limit}' selects no host of the playbook's plays")
+    return path, plays, runner, hosts
+
+
+def inspect_playbook(
+    playbook: str | Path,
+    inventory: str | Path | list | dict = PROJECT_ROOT / "inventory.yaml",
+    *,
+    listings: set[str] | frozenset[str] = frozenset(),
+    syntax_check: bool = False,
+    limit: str | None = None,
+    extra_vars: dict | None = None,
+    tags: set[str] | list[str] | None = None,
+    skip_tags: set[str] | list[str] | None = None,
+) -> tuple[int, str]:
+    """ansible-playbook's --list-hosts/--list-tasks/--list-tags (`listings`: hosts, tasks, tags) and
+    --syntax-check: (exit code, what to print). No host is contacted. The syntax check runs every check a run
+    makes before it touches a host (modules, arguments, types, undefined variables, ssh settings)."""
+    from engine.listing import listing
+
+    try:
+        path, plays, runner, _hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,
+                                            dict(console=Console(quiet=True)))
+        if syntax_check:
+            runner.preflight(plays)
+        if listings:
+            return EXIT_OK, listing(playbook, plays, runner.hosts_for, runner.task_selected, set(listings))
+        return EXIT_OK, f"\nplaybook: {playbook}\n"
+    except UserError as exc:
+        return EXIT_BAD_INPUT, str(exc)
 
 
 def check_output_path(path: str | None, flag: str) -> None:

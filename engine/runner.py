@@ -94,14 +94,7 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
         self.hosts.connect_early(plays, self.hosts_for, self._pool)
         try:
-            for play in plays:
-                for name in self.hosts_for(play):
-                    self.variables.collect_secrets(self._state(name), play)
-            try:
-                Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
-                serials = [self.serial_for(play) for play in plays]
-            except UserError as exc:  # a message may quote a value: never a secret
-                raise UserError(self.variables.secrets.redact(str(exc))) from None
+            serials = self.preflight(plays)
             for number, play in enumerate(plays):
                 if not self.run_play(play, serials[number], later_plays=plays[number + 1:]):
                     break  # a failed batch stops the whole playbook, as in Ansible
@@ -113,6 +106,18 @@ class Runner:
             self.hosts.close_early()
             self._pool.shutdown(wait=False, cancel_futures=True)
         return self.results
+
+    def preflight(self, plays: list[Play]) -> list:
+        """Everything checked before any host is touched (secrets known first, so no message shows one); the
+        plays' batch sizes. Also all that --syntax-check runs."""
+        for play in plays:
+            for name in self.hosts_for(play):
+                self.variables.collect_secrets(self._state(name), play)
+        try:
+            Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
+            return [self.serial_for(play) for play in plays]
+        except UserError as exc:  # a message may quote a value: never a secret
+            raise UserError(self.variables.secrets.redact(str(exc))) from None
 
     def _parallel(self, states: list[HostState], fn) -> list:
         if len(states) == 1:
