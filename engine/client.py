@@ -208,10 +208,13 @@ class WorkerClient:
             ) from None
 
     def run(self, module: str, args: dict, *, check: bool, diff: bool, timeout_s: float | None = None,
-            progress: Progress | None = None, become: object = _UNSET) -> dict:
-        """One module call on the host, by the worker of `become` (default: the current identity); its result."""
+            progress: Progress | None = None, become: object = _UNSET, environment: dict | None = None) -> dict:
+        """One module call on the host, by the worker of `become` (default: the current identity), with
+        `environment` set in the worker's environment while the module runs; its result."""
         channel = self._channel(self._current() if become is _UNSET else become)  # type: ignore[arg-type]
         payload = {"op": "run", "module": module, "args": args, "check": check, "diff": diff, "timeout_s": timeout_s}
+        if environment:
+            payload["environment"] = environment
         if module not in channel.sent_sources:
             payload["source"] = module_source(module)
         reply = self.request(payload, progress, channel)

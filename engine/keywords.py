@@ -34,12 +34,13 @@ TASK_KEYWORDS = {
     "check_mode",
     "timeout",
     "any_errors_fatal",
+    "environment",
     *("become", "become_user", "become_method"),
 }
 BECOME_KEYWORDS = ("become", "become_user", "become_method")
 BECOME_METHODS = ("sudo",)
 PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks",
-                 "serial", "max_fail_percentage", "any_errors_fatal", *BECOME_KEYWORDS}
+                 "serial", "max_fail_percentage", "any_errors_fatal", "environment", *BECOME_KEYWORDS}
 
 # -- checks ---------------------------------------------------------------------------------
 # Each returns the value in the type the runner expects, or raises one paragraph naming the place,
@@ -161,6 +162,27 @@ def variables_of(value: Any, where: str, key: str = "vars") -> dict:
     return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def environment_of(value: Any, where: str) -> dict | str:
+    """`environment` (play, block, task): a mapping of environment variable names to values (strings, numbers,
+    true/false, or templates), or a template that gives such a mapping, as in Ansible."""
+    if is_template_text(value):
+        return value
+    if not isinstance(value, dict):
+        raise wrong(where, "environment", "a mapping of variable names to values (or a template giving one)", value,
+                    "{HF_HOME: /data/hf, CUDA_VISIBLE_DEVICES: '0'}")
+    for name, item in value.items():
+        if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
+            raise UserError(f"{where}: 'environment' has the name {shown(name)}, which is not an environment variable "
+                            "name (letters, digits and _, not starting with a digit); rename it")
+        if item is None or isinstance(item, (dict, list)):
+            raise UserError(f"{where}: 'environment' {name} must be a string, a number or true/false, got "
+                            f"{shown(item)}; write it as a string")
+    return value
+
+
 def loop_of(raw: dict, where: str) -> Any:
     """`loop`/`with_items`: a list, or a template that renders to one."""
     keys = [k for k in ("loop", "with_items") if k in raw]
@@ -256,5 +278,7 @@ def task_keywords(raw: dict, where: str) -> dict:
     if "timeout" in raw:
         out["timeout"] = timeout_of(raw["timeout"], where)
     out["vars"] = variables_of(raw.get("vars"), where)
+    if "environment" in raw:
+        out["environment"] = [environment_of(raw["environment"], where)]
     out.update(become_of(raw, where))
     return out

@@ -17,6 +17,7 @@ from engine.keywords import (
     TASK_KEYWORDS,
     become_of,
     condition_list,
+    environment_of,
     flag,
     max_fail_percentage_of,
     names,
@@ -62,6 +63,9 @@ class Task:
     become_user: str | None = None
     become_method: str | None = None
     any_errors_fatal: bool | None = None  # None: the block's, else the play's
+    # `environment` layers, outermost first (play, blocks, the task): mappings or templates giving one, merged per
+    # host at run time (an inner layer's keys win), sent with the module call (engine/strategy.py task_environment)
+    environment: list = field(default_factory=list)
 
 
 @dataclass
@@ -180,7 +184,8 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
                 **task_keywords(raw, label))
 
 
-BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", *BECOME_KEYWORDS}
+BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", "environment",
+                  *BECOME_KEYWORDS}
 
 
 def inherit_become(tasks: list[Task], become: dict) -> None:
@@ -218,7 +223,15 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     if "any_errors_fatal" in raw:
         inherited["any_errors_fatal"] = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
+    if "environment" in raw:
+        inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))
     return block
+
+
+def inherit_environment(tasks: list[Task], layer: dict | str) -> None:
+    """An `environment` given above (block, play) applies to every task below it; the task's own keys win."""
+    for task in tasks:
+        task.environment = [layer, *task.environment]
 
 
 @dataclass
@@ -400,6 +413,8 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
         t.tags |= play_tags
     play.become = become_of(raw, where)
     inherit_become(play.all_tasks(), play.become)
+    if "environment" in raw:
+        inherit_environment(play.all_tasks(), environment_of(raw["environment"], where))
     if "serial" in raw:
         play.serial = serial_of(raw["serial"], where)
     if "max_fail_percentage" in raw:

@@ -82,7 +82,7 @@ class Preflight:
         key = id(task)
         if key not in self._wanted_by_task:
             exprs = [e for e in [*task.when, task.changed_when, task.failed_when, task.until] if isinstance(e, str)]
-            wanted = self._refs(task, task.args) | self._refs(task, task.loop)
+            wanted = self._refs(task, task.args) | self._refs(task, task.loop) | self._refs(task, task.environment)
             for e in exprs:
                 wanted |= self._refs(task, "{{ " + e + " }}")
             self._wanted_by_task[key] = (task, wanted)  # the task kept: its id is not reused while cached

@@ -20,6 +20,7 @@ from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.results import HostState, TaskResult, status_of
+from engine.secrets import is_secret_name
 from engine.template_bounds import render_budget
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
@@ -225,19 +226,59 @@ class TaskExecutor:
                     check_args(module_args_spec(task.module) or {}, args, task.module)
                 except ModuleError as exc:
                     raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
-                result = self.module(state, task.module, args, check, task)
+                result = self.module(state, task.module, args, check, task, self.task_environment(task, view))
         if isinstance(result.get("diff"), dict) and self.variables.secret_touched(view):
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
         return result
 
-    def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None) -> dict:
-        """One module call on the host (progress lines shown live, masked)."""
+    def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None,
+               environment: dict | None = None) -> dict:
+        """One module call on the host (progress lines shown live, masked), with the task's environment."""
         progress = None
         if self.console and task is not None and not task.no_log:
             progress = lambda msg, h=state.host.name: self.console.progress(h, self.variables.secrets.redact(msg))  # noqa: E731
         timeout = task.timeout if task is not None else None
-        return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress)
+        return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress,
+                                environment=environment)
+
+    @staticmethod
+    def _environment_values(task: Task, name: str | None, rendered: Any) -> dict[str, str]:
+        """{name: value as a string} of one rendered entry, or of a template layer that must give a mapping."""
+        if name is not None:
+            return {name: rendered if isinstance(rendered, str) else str(rendered)}
+        if not isinstance(rendered, dict):
+            raise TaskError(f"{task.source} ('{task.name}'): 'environment' gave {type(rendered).__name__}, not a "
+                            "mapping of variable names to values; fix the template or the variable it reads")
+        return {str(k): v if isinstance(v, str) else str(v) for k, v in rendered.items()}
+
+    def task_environment(self, task: Task, view) -> dict | None:
+        """The task's `environment` for this host: its layers (play, blocks, task) rendered and merged, values as
+        strings (as Ansible passes them); a secret-named variable's value joins the secrets (masked wherever the
+        module's output shows it)."""
+        if not task.environment:
+            return None
+        merged: dict[str, str] = {}
+        kept = (set(view.touched), view.tainted)  # what the arguments read: the diff's secrecy is judged on it
+        try:
+            for layer in task.environment:
+                # a mapping value by value (each one's secrecy its own), a template giving a mapping as a whole
+                parts = list(layer.items()) if isinstance(layer, dict) else [(None, layer)]
+                for name, value in parts:
+                    view.touched.clear()
+                    view.tainted = False
+                    rendered = self.templar.render_value(value, view)
+                    values = self._environment_values(task, name, rendered)
+                    secret = self.variables.secret_touched(view)
+                    for key, text in values.items():
+                        if secret or is_secret_name(key):
+                            self.variables.secrets.add(text)
+                    merged.update(values)
+        finally:
+            view.touched.clear()
+            view.touched.update(kept[0])
+            view.tainted = kept[1]
+        return merged
 
 
 DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"

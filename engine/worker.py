@@ -134,6 +134,26 @@ def install_runtime(key, blob):
     return missing_packages()
 
 
+class task_environment:  # noqa: N801 - used as a `with` statement, like contextlib's
+    """The task keyword `environment`: these variables in os.environ while the module runs (so in every process
+    it starts), the worker's own environment restored after. One task at a time runs in a worker."""
+
+    def __init__(self, env):
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.saved = {}
+
+    def __enter__(self):
+        self.saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class TaskTimeout(BaseException):
     """Raised in a module when its task's `timeout` runs out (BaseException: modules' `except Exception` pass it on)."""
 
@@ -355,7 +375,9 @@ class Worker:
         before = descendants(os.getpid()) if req.get("timeout_s") else None
         try:
             args = req.get("args") or {}
-            result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx, req["module"])
+            with task_environment(req.get("environment")):
+                result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx,
+                                          req["module"])
         except TaskTimeout:
             stopped = stop_new_descendants(before or {})
             result = {"failed": True, "changed": False, "timed_out": True, "stopped_pids": stopped,
