@@ -136,6 +136,13 @@ def shown(call: ActionCall, render) -> Any:
         return TAINTED
 
 
+@action("meta")
+def meta(call: ActionCall) -> dict:
+    """The result of a `meta` task on a host where its `when` held; the Runner then flushes handlers or ends the
+    host or the play (engine/runner.py _meta)."""
+    return {"changed": False, "msg": f"meta: {call.args['action']}", "meta": call.args["action"]}
+
+
 @action("debug")
 def debug(call: ActionCall) -> dict:
     templar = call.executor.templar

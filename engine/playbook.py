@@ -179,6 +179,8 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         raise UserError(f"{source}: a task must be a mapping with a name and one module, got {type(raw).__name__}")
     name = _task_name(raw, source)
     label = f"{source} ('{name or '?'}')"
+    if isinstance(raw.get("meta"), str):  # `- meta: flush_handlers`: Ansible's free-form argument
+        raw = {**raw, "meta": {"action": raw["meta"]}}
     module, args = _task_module(raw, label)
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
                 **task_keywords(raw, label))

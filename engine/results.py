@@ -68,6 +68,12 @@ class HostState:
     shared_facts_set: dict = field(default_factory=dict)
     shared_facts: dict | None = None
     shared_hidden: frozenset = frozenset()
+    ended: bool = False  # `meta: end_host` (or end_play) in the current play: no more of its tasks nor handlers
+
+    @property
+    def running(self) -> bool:
+        """Still taking the play's tasks: active, and not ended by meta (an ended host is not a failed one)."""
+        return self.active and not self.ended
 
     @property
     def active(self) -> bool:

@@ -171,32 +171,55 @@ class Runner:
         self._parallel(states, lambda st: self.hosts.start(st, play))
         if play.any_errors_fatal:
             self.stops.note_fatal(active, None)
+        for s in states:
+            s.ended = False
         self._run_items(states, play, play.tasks)
+        self._flush_handlers(states, play)
+        if self.console:
+            self.console.task_done()
+
+    def _flush_handlers(self, states: list[HostState], play: Play) -> None:
+        """The notified handlers, in the order the play lists them, on the hosts that notified them (at the end
+        of the play, or at a `meta: flush_handlers`)."""
         for handler in play.handlers:
             if self.stops.fatal is not None:
                 break
             triggers = {handler.name, *handler.listen}
-            active = [s for s in states if s.active and s.notified & triggers]
+            active = [s for s in states if s.running and s.notified & triggers]
             if active:
                 self._run_on(active, play, handler, handler=True)
                 for s in active:
                     s.notified -= triggers
-        if self.console:
-            self.console.task_done()
+
+    def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:
+        """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, end_host,
+        end_play (every host of the play), noop."""
+        hit = {r.host for r in ran if r.status == "ok"}
+        action = task.args["action"]
+        if action == "flush_handlers":
+            self._flush_handlers([s for s in states if s.host.name in hit], play)
+        elif action == "end_host":
+            for s in states:
+                s.ended = s.ended or s.host.name in hit
+        elif action == "end_play" and hit:
+            for s in states:
+                s.ended = True
 
     def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
         """Tasks and blocks in order, each on the hosts of `states` still active."""
         for item in items:
-            if self.stops.fatal is not None or not any(s.active for s in states):
+            if self.stops.fatal is not None or not any(s.running for s in states):
                 return
             if isinstance(item, Block):
                 self._run_block(states, play, item)
             elif self.task_selected(item):
-                self._run_on([s for s in states if s.active], play, item)
+                ran = self._run_on([s for s in states if s.running], play, item)
+                if item.module == "meta":
+                    self._meta(states, play, item, ran)
 
     def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
         """block, then rescue on the hosts that failed in it, then always on every host that entered it."""
-        entered = [s for s in states if s.active]
+        entered = [s for s in states if s.running]
         self.stops.rescuable += bool(block.rescue)
         try:
             self._run_items(entered, play, block.block)
@@ -215,11 +238,14 @@ class Runner:
             for s in entered:
                 s.failed = s.failed or id(s) in still_failed
 
-    def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> None:
+    def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> list[TaskResult]:
+        """The task on these hosts in parallel; the results it added."""
+        before = len(self.executor.results)
         if self.console:
             self.console.task_start(task.name, task.role, [s.host.name for s in states], handler=handler)
         self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
         self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
         if play.fatal(task):
             self.stops.note_fatal(states, task.name)
+        return self.executor.results[before:]
 

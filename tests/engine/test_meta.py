@@ -1,0 +1,58 @@
+"""`meta` as Ansible users write it: flush_handlers runs the notified handlers there and then, end_host ends one
+host's play (not a failure), end_play ends the play for every host, noop does nothing; anything else is refused
+at load."""
+
+from __future__ import annotations
+
+import yaml
+
+from engine.api import run_playbook
+
+INV = {"all": {"hosts": {"a": {"ansible_connection": "local"}, "b": {"ansible_connection": "local"}}}}
+
+
+def run(tmp_path, tasks, handlers=(), plays_after=()):
+    path = tmp_path / "pb.yaml"
+    plays = [{"hosts": "all", "gather_facts": False, "tasks": tasks, "handlers": list(handlers)}, *plays_after]
+    path.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return run_playbook(str(path), inventory=INV)
+
+
+def order(res):
+    return [(t["host"], t["task"]) for t in res.tasks if t["status"] != "skipped"]
+
+
+def test_flush_handlers_runs_the_notified_handler_before_the_next_task(tmp_path):
+    tasks = [{"name": "change", "command": {"argv": ["true"]}, "notify": "h"},
+             {"meta": "flush_handlers"},
+             {"name": "after", "debug": {"msg": "x"}}]
+    res = run(tmp_path, tasks, handlers=[{"name": "h", "debug": {"msg": "handled"}}])
+    assert res.exit_code == 0, res.tasks
+    names = [t["task"] for t in res.tasks if t["host"] == "a"]
+    assert names == ["change", "meta", "h", "after"], names  # once: flushed, not again at the play's end
+
+
+def test_end_host_ends_that_hosts_play_without_failing_it_and_the_next_play_runs(tmp_path):
+    tasks = [{"meta": "end_host", "when": "inventory_hostname == 'a'"},
+             {"name": "later", "debug": {"msg": "x"}}]
+    res = run(tmp_path, tasks, plays_after=[{"hosts": "all", "gather_facts": False,
+                                             "tasks": [{"name": "next play", "debug": {"msg": "y"}}]}])
+    assert res.exit_code == 0, res.tasks
+    ran = order(res)
+    assert ("a", "later") not in ran and ("b", "later") in ran
+    assert ("a", "next play") in ran and ("b", "next play") in ran
+    assert res.recap["a"]["failed"] == 0
+
+
+def test_end_play_ends_the_play_for_every_host(tmp_path):
+    tasks = [{"name": "first", "debug": {"msg": "x"}},
+             {"meta": "end_play", "when": "inventory_hostname == 'b'"},
+             {"name": "later", "debug": {"msg": "x"}}]
+    res = run(tmp_path, tasks)
+    assert res.exit_code == 0 and not any(t["task"] == "later" for t in res.tasks), res.tasks
+
+
+def test_noop_and_a_refused_action(tmp_path):
+    assert run(tmp_path, [{"meta": "noop"}]).exit_code == 0
+    bad = run(tmp_path, [{"meta": "refresh_inventory"}])
+    assert bad.exit_code == 4 and "refresh_inventory" in bad.error and "flush_handlers" in bad.error, bad.error
