@@ -35,6 +35,7 @@ TASK_KEYWORDS = {
     "timeout",
     "any_errors_fatal",
     "environment",
+    "run_once",
     *("become", "become_user", "become_method"),
 }
 BECOME_KEYWORDS = ("become", "become_user", "become_method")
@@ -48,7 +49,7 @@ PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_
 
 BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 # The runner reads these flags as plain booleans (it does not render them), so a template is refused.
-FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal")
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal", "run_once")
 LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
 MAX_DELAY_S = 86400.0
 

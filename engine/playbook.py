@@ -66,6 +66,7 @@ class Task:
     # `environment` layers, outermost first (play, blocks, the task): mappings or templates giving one, merged per
     # host at run time (an inner layer's keys win), sent with the module call (engine/strategy.py task_environment)
     environment: list = field(default_factory=list)
+    run_once: bool = False  # on the first running host of the batch; its result registered on every host
 
 
 @dataclass

@@ -191,6 +191,28 @@ class Runner:
                 for s in active:
                     s.notified -= triggers
 
+    def _run_once(self, states: list[HostState], play: Play, task: Task) -> None:
+        """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and
+        what it registered or set with set_fact given to every other running host of the batch, as in Ansible."""
+        running = [s for s in states if s.running]
+        if not running:
+            return
+        ran = self._run_on(running[:1], play, task)
+        if task.module == "meta":
+            self._meta(running, play, task, ran)
+        first = running[0]
+        names = [task.register] if task.register else []
+        if task.module == "set_fact":
+            names += [n for n in task.args if n in first.facts_set]
+        for other in running[1:]:
+            for name in names:
+                if task.register == name and name in first.registered:
+                    other.registered[name] = first.registered[name]
+                if name in first.facts_set and task.module == "set_fact":
+                    other.facts_set[name] = first.facts_set[name]
+            if first.hidden & set(names):
+                other.hidden |= first.hidden & set(names)
+
     def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:
         """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, end_host,
         end_play (every host of the play), noop."""
@@ -212,6 +234,8 @@ class Runner:
                 return
             if isinstance(item, Block):
                 self._run_block(states, play, item)
+            elif self.task_selected(item) and item.run_once:
+                self._run_once(states, play, item)
             elif self.task_selected(item):
                 ran = self._run_on([s for s in states if s.running], play, item)
                 if item.module == "meta":
