@@ -19,6 +19,8 @@ TASK_KEYWORDS = {
     "when",
     "loop",
     "with_items",
+    "with_dict",
+    "with_together",
     "loop_control",
     "retries",
     "until",
@@ -184,16 +186,22 @@ def environment_of(value: Any, where: str) -> dict | str:
     return value
 
 
-def loop_of(raw: dict, where: str) -> Any:
-    """`loop`/`with_items`: a list, or a template that renders to one."""
-    keys = [k for k in ("loop", "with_items") if k in raw]
+LOOP_KEYWORDS = ("loop", "with_items", "with_dict", "with_together")
+
+
+def loop_of(raw: dict, where: str) -> tuple[Any, str]:
+    """(`loop` or a legacy with_* loop's value, which one): a list (with_dict: a mapping), or a template giving
+    one. How each kind turns into items: engine/strategy.py loop_items."""
+    keys = [k for k in LOOP_KEYWORDS if k in raw]
     if len(keys) > 1:
-        raise UserError(f"{where}: the task has both 'loop' and 'with_items'; keep one of them")
+        raise UserError(f"{where}: the task has {' and '.join(repr(k) for k in keys)}; keep one of them")
     if not keys:
-        return None
+        return None, "loop"
     value = raw[keys[0]]
-    if isinstance(value, list) or is_template_text(value):
-        return value
+    if is_template_text(value) or (isinstance(value, dict) if keys[0] == "with_dict" else isinstance(value, list)):
+        return value, keys[0]
+    if keys[0] == "with_dict":
+        raise wrong(where, keys[0], "a mapping, or a template that gives one", value, '"{{ users }}"')
     raise wrong(where, keys[0], "a list, or a template that gives one", value, '"{{ models }}"')
 
 
@@ -253,7 +261,8 @@ def max_fail_percentage_of(value: Any, where: str) -> float:
 
 def task_keywords(raw: dict, where: str) -> dict:
     """The task's keywords, checked and converted to the types of the Task fields."""
-    out: dict[str, Any] = {"loop": loop_of(raw, where)}
+    loop, loop_kind = loop_of(raw, where)
+    out: dict[str, Any] = {"loop": loop, "loop_kind": loop_kind}
     for key in ("when",):
         if key in raw:
             out[key] = condition_list(raw[key], where, key)

@@ -44,6 +44,7 @@ class Task:
     when: list = field(default_factory=list)
     loop: Any = None
     loop_var: str = "item"
+    loop_kind: str = "loop"  # or with_items (flattened one level), with_dict, with_together, as Ansible loops them
     retries: int | None = None
     until: Any = None
     delay: float = 5.0

@@ -6,6 +6,7 @@ The Runner (engine/runner.py) decides which hosts run which task when; this modu
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from contextlib import nullcontext
@@ -128,9 +129,7 @@ class TaskExecutor:
                     return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
             result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
-            items = self.templar.render_value(task.loop, view)
-            if not isinstance(items, list):
-                raise TaskError(f"{task.source} ('{task.name}'): loop must be a list, got {type(items).__name__}")
+            items = loop_items(task, self.templar.render_value(task.loop, view))
             result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
         if task.register:
             state.registered[task.register] = result
@@ -279,6 +278,24 @@ class TaskExecutor:
             view.touched.update(kept[0])
             view.tainted = kept[1]
         return merged
+
+
+def loop_items(task: Task, value: Any) -> list:
+    """The items of a rendered loop, as Ansible makes them: loop as given; with_items flattened one level;
+    with_dict as {key, value} pairs; with_together as lists zipped, the shorter padded with None."""
+    kind = task.loop_kind
+    if kind == "with_dict":
+        if not isinstance(value, dict):
+            raise TaskError(f"{task.source} ('{task.name}'): with_dict must be a mapping, got {type(value).__name__}")
+        return [{"key": k, "value": v} for k, v in value.items()]
+    if not isinstance(value, list):
+        raise TaskError(f"{task.source} ('{task.name}'): {kind} must be a list, got {type(value).__name__}")
+    if kind == "with_items":
+        return [i for v in value for i in (v if isinstance(v, list) else [v])]
+    if kind == "with_together":
+        lists = [v if isinstance(v, list) else [v] for v in value]
+        return [list(t) for t in itertools.zip_longest(*lists)]
+    return value
 
 
 DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"

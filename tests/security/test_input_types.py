@@ -79,7 +79,7 @@ WRONG_TASK_KEYWORDS = [
     ({"listen": {"a": 1}}, "'listen' must be a name or a list of names"),
     ({"loop": {"a": 1}}, "'loop' must be a list, or a template"),
     ({"loop": "a b c"}, "'loop' must be a list, or a template"),
-    ({"loop": [1], "with_items": [2]}, "both 'loop' and 'with_items'"),
+    ({"loop": [1], "with_items": [2]}, "has 'loop' and 'with_items'"),
     ({"loop": [1], "loop_control": {"loop_var": "1x"}}, "'loop_control.loop_var' must be a variable name"),
     ({"loop": [1], "loop_control": {"index_var": "i"}}, "'loop_control' has unsupported key(s) index_var"),
     ({"vars": {1: "x"}}, "variable name 1 (a number, not a string) is not valid"),
