@@ -30,18 +30,24 @@ def fail_user(exc: Exception | str) -> Exit:
     return Exit(code=4)
 
 
+def selection(opts: dict, more_vars: dict | None) -> dict:
+    """What a run and a listing both take from the shared options: the hosts, the tags and the variables (the
+    vault password file set first, for -e @file.yaml may be encrypted)."""
+    use_vault_password_file(opts["vault_password_file"])
+    return dict(limit=limit_of(opts["host"], opts["group"], opts["limit"]), tags=split_tags(opts["tags"]),
+                skip_tags=split_tags(opts["skip_tags"]),
+                extra_vars={**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])})
+
+
 def inspect_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     """--syntax-check / --list-hosts / --list-tasks / --list-tags: print what ansible-playbook would, touch no host."""
     try:
-        use_vault_password_file(opts["vault_password_file"])
-        extra_vars = {**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])}
+        chosen = selection(opts, more_vars)
         from engine.api import inspect_playbook
 
         code, text = inspect_playbook(
-            playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
-            limit=limit_of(opts["host"], opts["group"], opts["limit"]), tags=split_tags(opts["tags"]),
-            skip_tags=split_tags(opts["skip_tags"]), syntax_check=bool(opts["syntax_check"]),
-            listings={what for flag, what in LISTING_OPTIONS.items() if opts[flag]})
+            playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), syntax_check=bool(opts["syntax_check"]),
+            listings={what for flag, what in LISTING_OPTIONS.items() if opts[flag]}, **chosen)
     except UserError as exc:
         raise fail_user(exc) from None
     if code:
@@ -56,24 +62,20 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
         return
     try:
         settings = dict(
-            limit=limit_of(opts["host"], opts["group"], opts["limit"]),
             check=opts["check"],
             diff=opts["diff"],
-            tags=split_tags(opts["tags"]),
-            skip_tags=split_tags(opts["skip_tags"]),
             forks=int(opts["forks"]),
             report=opts["report"],
             junit=opts["junit"],
             verbose=verbosity_of(opts["verbose"]),
             quiet=False,
             lock_wait=float(opts["lock_wait"]),
+            **selection(opts, more_vars),
         )
-        use_vault_password_file(opts["vault_password_file"])
-        extra_vars = {**(more_vars or {}), **parse_extra_vars(opts["extra_vars"])}
         from dfp_cli import rebuild_report
         from engine.api import run_playbook  # here, not at the top: `invoke --list` and --help stay fast
 
-        result = run_playbook(playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
+        result = run_playbook(playbook, inventories_of(opts["inventory"], DEFAULT_INVENTORY),
                               report_sections={rebuild_report.NAME: rebuild_report}, **settings)
     except UserError as exc:
         raise fail_user(exc) from None

@@ -170,8 +170,8 @@ def inspect_playbook(
     from engine.listing import listing
 
     try:
-        path, plays, runner, _hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,
-                                            dict(console=Console(quiet=True)))
+        _path, plays, runner, _hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,
+                                             dict(console=Console(quiet=True)))
         if syntax_check:
             runner.preflight(plays)
         if listings:

@@ -201,17 +201,13 @@ class Runner:
         if task.module == "meta":
             self._meta(running, play, task, ran)
         first = running[0]
-        names = [task.register] if task.register else []
-        if task.module == "set_fact":
-            names += [n for n in task.args if n in first.facts_set]
+        registered = {task.register: first.registered[task.register]} if task.register in first.registered else {}
+        facts = {n: first.facts_set[n] for n in task.args if n in first.facts_set} if task.module == "set_fact" else {}
+        hidden = first.hidden & {*registered, *facts}  # a no_log task's values stay secret on every host
         for other in running[1:]:
-            for name in names:
-                if task.register == name and name in first.registered:
-                    other.registered[name] = first.registered[name]
-                if name in first.facts_set and task.module == "set_fact":
-                    other.facts_set[name] = first.facts_set[name]
-            if first.hidden & set(names):
-                other.hidden |= first.hidden & set(names)
+            other.registered.update(registered)
+            other.facts_set.update(facts)
+            other.hidden |= hidden
 
     def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:
         """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, end_host,

@@ -32,6 +32,7 @@ ACCEPTED_PREFIX = "(failure accepted by failed_when) "
 
 action_in("models", "engine.model_relay")  # the models relay, imported when a play uses it
 
+
 def linked_values(module: str, given: dict, view) -> dict:
     """Arguments the task leaves out, from the variables their ARGS entries name (engine/modulespec.linked_vars)."""
     return {arg: view[var] for arg, var in linked_vars(module).items() if arg not in given and var in view}

@@ -4,6 +4,8 @@ apart from this machine's own pip and uv configuration."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 from engine.api import run_playbook
@@ -46,3 +48,26 @@ def play_roles(tmp_path: Path, inventory: str | Path, roles: list, **kw):
             "  pre_tasks: [{import_role: {name: common, tasks_from: variables}}]\n"
             "  roles: [" + ", ".join(roles) + "]\n")
     return play(book, inventory, tmp_path, **kw)
+
+
+BENCH_ANSIBLE_BIN = Path.home() / ".cache" / "dflash-provision" / "bench" / "venvs" / "ansible" / "bin"
+
+
+def ansible_tool(name: str) -> Path | None:
+    """An ansible-core tool (ansible-playbook, ansible-inventory, ansible-vault): on PATH, beside this python (a
+    venv with ansible-core), or in the benchmark's Ansible venv."""
+    for cand in [shutil.which(name), Path(sys.executable).parent / name, BENCH_ANSIBLE_BIN / name]:
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return Path(cand)
+    return None
+
+
+def required_ansible_tool(name: str) -> Path:
+    """The tool for a test that compares with real Ansible; the test fails without it (ansible-core is in
+    requirements-test.txt, so a missing tool is a broken test environment, not a reason to pass)."""
+    import pytest
+
+    tool = ansible_tool(name)
+    if tool is None:
+        pytest.fail(f"{name} not found: pip install -r requirements-test.txt (ansible-core)")
+    return tool

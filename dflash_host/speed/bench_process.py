@@ -75,7 +75,7 @@ class Resident:
     def __init__(self, python: str, env: dict, start_timeout_s: float) -> None:
         self.folder = tempfile.mkdtemp(prefix="dfp-bench-process-")
         self.log_path = os.path.join(self.folder, "vllm-bench.log")
-        self.log = open(self.log_path, "w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed in close()
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close(); the python's stderr
         self.buffer = b""
         try:
             self.proc = subprocess.Popen([python, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -90,7 +90,7 @@ class Resident:
 
     def run(self, words: list, env: dict, timeout_s: float) -> None:
         """Run `vllm WORDS` with env's variables set (None: unset); BenchUnavailable with the log's tail if it fails."""
-        start = self.log.tell() if not self.log.closed else 0
+        start = os.path.getsize(self.log_path)  # this run's own lines follow, for a failure's tail
         assert self.proc.stdin is not None  # noqa: S101 - opened with stdin=PIPE
         try:
             self.proc.stdin.write((json.dumps({"argv": words, "env": env}) + "\n").encode())
@@ -127,9 +127,9 @@ class Resident:
 
     def _log_tail(self, start: int) -> str:
         try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as fh:
-                fh.seek(start)
-                return tail(fh.read()[-20000:])
+            with open(self.log_path, "rb") as fh:
+                fh.seek(max(start, os.path.getsize(self.log_path) - 20000))
+                return tail(fh.read().decode("utf-8", "replace"))
         except OSError:
             return "(no log)"
 

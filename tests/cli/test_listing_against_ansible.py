@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.cli.helpers import invoke
-from tests.inventory.test_against_ansible import _ansible_tool
+from tests.helpers import required_ansible_tool
 
 PLAYBOOK = [
     {"name": "First play", "hosts": "all", "gather_facts": False, "tasks": [
@@ -36,10 +36,7 @@ INVENTORY = {"all": {"hosts": {"h1": {"ansible_connection": "local"}},
 
 @pytest.fixture(scope="module")
 def ansible_playbook() -> Path:
-    tool = _ansible_tool("ansible-playbook")
-    if tool is None:
-        pytest.fail("ansible-playbook not found (ansible-core is in requirements-test.txt)")
-    return tool
+    return required_ansible_tool("ansible-playbook")
 
 
 @pytest.fixture()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,27 +21,13 @@ import yaml
 from engine import vault
 from engine.inventory import Inventory
 from engine.secrets import MASK
+from tests.helpers import required_ansible_tool
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "case.yaml").is_file())
-BENCH_VENV_BIN = Path.home() / ".cache" / "dflash-provision" / "bench" / "venvs" / "ansible" / "bin"
-
-
-def _ansible_tool(name: str) -> Path | None:
-    """The tool on PATH, beside this python (a venv with ansible-core), or in the benchmark's Ansible venv."""
-    found = shutil.which(name)
-    for cand in [found, Path(sys.executable).parent / name, BENCH_VENV_BIN / name]:
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return Path(cand)
-    return None
-
-
 @pytest.fixture(scope="module")
 def ansible_inventory() -> Path:
-    tool = _ansible_tool("ansible-inventory")
-    if tool is None:
-        pytest.skip("ansible-inventory not found (pip install ansible-core, see requirements-test.txt)")
-    return tool
+    return required_ansible_tool("ansible-inventory")
 
 
 @pytest.fixture()
@@ -74,7 +59,7 @@ def _decrypt_with_ansible(value, password: Path | None, tmp: Path):
     if isinstance(value, dict) and set(value) == {"__ansible_vault"}:
         envelope = tmp / "value.vault"
         envelope.write_text(value["__ansible_vault"])
-        tool = _ansible_tool("ansible-vault")
+        tool = required_ansible_tool("ansible-vault")
         proc = subprocess.run([str(tool), "decrypt", "--vault-password-file", str(password), "--output", "-",
                                str(envelope)], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
