@@ -5,9 +5,12 @@ concurrency level of a serving benchmark (dflash_host/speed/bench_result.py shap
 `output_tokens_per_s` and, with a drafter, `per_position_acceptance` (rate per draft position, falling).
 
 Objective of tune: the largest output tokens/s at the configured concurrency (the load the server is
-sized for), among the k that beat the baseline by `min_speedup` and are not shown slower; where the measured
-repetitions give intervals (dflash_host/speed/stats.py), the smallest k whose interval overlaps the best one's
-(a longer draft costs more and is not shown to pay more); no such k means: serve without drafter. At several
+sized for), among the k that beat the baseline by `min_speedup` and are not shown slower; where some k are
+shown to pay (their whole interval above min_speedup), only those. Where the measured repetitions give
+intervals (dflash_host/speed/stats.py), the smallest k that is not shown slower than the best one, compared
+on the two k's own samples (a longer draft costs more and is not shown to pay more; each k's interval against
+the baseline carries the baseline's spread, so two such intervals overlap for k far apart in speed, as on the
+H200: k=1 1.27x and k=7 1.95x at 16 overlapped). No such k means: serve without drafter. At several
 concurrency levels, one choice per level makes a schedule: a k per band of batch sizes (schedule()).
 """
 
@@ -79,11 +82,7 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
         table.append({"k": k, "tokens_per_s": tps, "acceptance_rate": run.get("acceptance_rate"),
                       "speedup": round(tps / base, 3) if tps and base else None, "low": interval["low"],
                       "high": interval["high"], "verdict": word, "says": describe(interval, word)})
-    paying = [row for row in table if row["speedup"] is not None and row["speedup"] >= min_speedup
-              and row["verdict"] != "slower"]
-    best = max(paying, key=lambda row: float(row["tokens_per_s"] or 0.0), default=None)
-    if best is not None:  # the smallest k not shown slower than the best (their intervals overlap)
-        best = next(row for row in paying if row is best or _overlap(row, best))
+    best = _best_row(table, by_k, concurrency, min_speedup)
     if not base:
         advice = f"the baseline (no drafter) was not measured at concurrency {concurrency}: no choice"
     elif best is None:
@@ -95,11 +94,24 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
             "min_speedup": min_speedup, "table": table, "recommendation": advice}
 
 
-def _overlap(a: dict, b: dict) -> bool:
-    """Two rows' intervals share a point (rows without an interval are points: they overlap no other)."""
-    if None in (a.get("low"), a.get("high"), b.get("low"), b.get("high")):
-        return False
-    return a["low"] <= b["high"] and b["low"] <= a["high"]
+def _best_row(table: list[dict], by_k: dict[int, list[dict]], concurrency: int, min_speedup: float) -> dict | None:
+    """The fastest candidate row, or the smallest k not shown slower than it on the two k's own samples."""
+    candidates = [row for row in table if row["speedup"] is not None and row["speedup"] >= min_speedup
+                  and row["verdict"] != "slower"]
+    shown = [row for row in candidates if row["verdict"] == "pays"]
+    candidates = shown or candidates
+    best = max(candidates, key=lambda row: float(row["tokens_per_s"] or 0.0), default=None)
+    if best is None:
+        return None
+    samples = {k: by_concurrency(by_k[k]).get(concurrency, {}).get("samples_tokens_per_s") or [] for k in by_k}
+    return next(row for row in candidates
+                if row is best or _not_shown_slower(samples[row["k"]], samples[best["k"]]))
+
+
+def _not_shown_slower(smaller: list, best: list) -> bool:
+    """The smaller k's tokens/s against the best k's: their interval reaches 1 (no interval: no evidence)."""
+    interval = unpaired_interval(smaller, best)
+    return interval["high"] is not None and interval["high"] >= 1.0
 
 
 def schedule(choices: dict[int, int | None], max_batch: int = 1024) -> list[list[int]]:

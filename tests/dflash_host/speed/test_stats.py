@@ -65,3 +65,17 @@ def test_a_schedule_gives_each_level_a_band_and_zero_where_no_k_pays():
     assert schedule({1: 5, 16: 3}) == [[1, 4, 5], [5, 1024, 3]]
     assert schedule({1: 7, 8: 4, 64: None}, max_batch=256) == [[1, 2, 7], [3, 22, 4], [23, 256, 0]]
     assert schedule({16: 2}) == [[1, 1024, 2]]
+
+
+def test_tune_compares_two_k_on_their_own_samples_not_through_the_baseline():
+    """The H200's agreeing pair at concurrency 16 (tokens/s of 3 repetitions): each k's interval against the noisy
+    baseline overlaps the others', yet k=1 is not shown to pay and is clearly slower than k=3 and k=7."""
+    base = [row(16, [6816.6, 7037.7, 5533.3])]
+    by_k = {1: [row(16, [8666.9, 8734.8, 7054.2])], 3: [row(16, [11215.5, 11465.0, 11851.2])],
+            7: [row(16, [11943.2, 13323.0, 13342.6])]}
+    choice = choose_k(base, by_k, 16)
+    verdicts = {r["k"]: r["verdict"] for r in choice["table"]}
+    assert verdicts == {1: "inconclusive", 3: "pays", 7: "pays"}
+    assert choice["chosen_k"] == 3  # 7 is faster on its median, but not shown faster than 3 on their samples
+    apart = {**by_k, 7: [row(16, [14000.0, 14100.0, 14050.0])]}  # shown faster than k=3: the longer draft
+    assert choose_k(base, apart, 16)["chosen_k"] == 7
