@@ -11,7 +11,8 @@ block of docs/BENCHMARKS.md:
   5. header-only inspection of a sparse multi-GB drafter, locally and over SSH;
   6. cold local provision vs `vllm serve` alone (full run only);
   7. fleet: ours on 50 and 100 hosts (wall, control-node CPU, hosts' CPU), --forks 1/8/32/100, and the
-     peers on 50/100 hosts (full run only) (bench/fleet.py).
+     peers on 50/100 hosts (full run only) (bench/fleet.py); scale: the control node's CPU and peak memory
+     per host on 1,000 hosts (full run only, bench/scale.py).
 A part that cannot run is null in results.json with the reason under "notes".
 
 Usage: python bench/run.py [--quick] [--reps N] [--only peers,header,...] [--out FILE] [--no-docs]
@@ -42,7 +43,7 @@ from bench.timing import compile_tree, log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
-SECTIONS = ("peers", "fleet", "reprovision", "latency", "header", "models", "cold")
+SECTIONS = ("peers", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
 
@@ -101,6 +102,12 @@ class Bench:
     # -- 1 and 2: the workload on every tool (bench/side_by_side.py) -------------------------------------
     def section_peers(self) -> None:
         side_by_side.section_peers(self)
+
+    # -- 7b: the control node's CPU and memory per host on 1,000 hosts (bench/scale.py) ----------------------
+    def section_scale(self) -> None:
+        from bench import scale
+
+        scale.section_scale(self)
 
     # -- 7: 50 and 100 hosts, --forks (bench/fleet.py) ------------------------------------------------------
     def section_fleet(self) -> None:

@@ -52,6 +52,12 @@ def free_port(addresses: list[str]) -> int:
     return PORT
 
 
+def loopback_address(n: int) -> str:
+    """The n-th address of 127.0.0.0/8 (127.0.0.n below 256, then 127.0.1.0 and on): a fleet of 1,000 hosts
+    needs more than one octet, and every address of 127/8 reaches this machine's loopback."""
+    return f"127.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+
+
 @dataclass
 class SshHost:
     name: str
@@ -141,7 +147,7 @@ class SshdPool:
         pub = (Path(str(host_key) + ".pub")).read_text().split()
         known = self.root / "known_hosts"
         lines = []
-        addresses = [f"127.0.0.{self.first_octet + i}" for i in range(self.count)]
+        addresses = [loopback_address(self.first_octet + i) for i in range(self.count)]
         self.port = self.port or free_port(addresses)
         step = max(1, min(self.per_daemon, MAX_ADDRESSES_PER_DAEMON))
         for first in range(0, len(addresses), step):

@@ -1,0 +1,86 @@
+"""Section "scale" of the benchmark: the control node's CPU and memory per host on 1,000 hosts (full run only).
+
+The cheapest honest stand-in for 1,000 hosts here: 1,000 real SSH sessions to 63 sshd listeners on
+127.0.2.0.. (16 addresses each, `sshd -r`), each running the tool's real worker, the no-change workload of the
+fleet section, --forks 8. What it measures is the control node's side (the CLI process, from wait4: its CPU
+and its peak resident memory), against the same run on 1 host. What it leaves out: the hosts share this
+machine's 2 cores with the control node (so the wall time is the hosts' CPU, not a fleet's), loopback has no
+latency or loss, and every session authenticates with the same key against the same host key.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import tempfile
+import time
+
+from bench import peers
+from bench.side_by_side import no_change
+from bench.timing import RunFailed, log
+
+SCALE_HOSTS = 1000
+FIRST_ADDRESS = 512  # 127.0.2.0..: clear of the tests' 127.0.0.2.. and the fleet's 127.0.0.100..
+FORKS = 8  # the CLI's default
+
+
+def run_wait4(argv: list[str], cwd: str, timeout: float = 900) -> tuple[float, str, float, int]:
+    """(wall s, output, CPU s, peak RSS KiB) of one process and its children, from wait4 on it alone."""
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        deadline = started + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                raise RunFailed(f"{' '.join(argv[:3])} ... did not finish in {timeout:.0f} s")
+            time.sleep(0.05)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    if proc.returncode != 0:
+        raise RunFailed(f"{' '.join(argv[:3])} ... exited {proc.returncode}:\n" + "\n".join(text.splitlines()[-12:]))
+    return wall, text, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
+
+
+def per_host(one: dict, many: dict, n: int) -> dict:
+    """What one more host costs the control node: (figure on n hosts - on 1 host) / (n - 1)."""
+    return {
+        "control_cpu_per_host_ms": round((many["control_cpu_s"] - one["control_cpu_s"]) / (n - 1) * 1000, 1),
+        "control_rss_per_host_kib": round((many["control_rss_kib"] - one["control_rss_kib"]) / (n - 1), 1),
+    }
+
+
+def section_scale(bench) -> None:
+    from tests.sshd_harness import SshdPool, write_inventory
+
+    if bench.quick:
+        bench.notes["scale"] = "--quick leaves out the 1,000-host figure (about 3 minutes here)"
+        return
+    log(f"scale: starting {SCALE_HOSTS} sshd hosts (16 addresses per sshd, sshd -r) from 127.0.2.0")
+    pool = SshdPool(count=SCALE_HOSTS, first_octet=FIRST_ADDRESS, per_daemon=16, reexec=False).start()
+    home = pwd.getpwnam(pool.hosts[0].user).pw_dir
+    runs: dict = {}
+    try:
+        for n in (1, SCALE_HOSTS):
+            inventory = write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n])
+            argv = peers.ours_argv(inventory, home, "ours", n, forks=FORKS)
+            run_wait4(argv, str(peers.ROOT))  # warm-up: creates the workload's folder
+            wall, out, cpu, rss = run_wait4(argv, str(peers.ROOT))
+            if not no_change(out):
+                raise RunFailed(f"ours reported changes on {n} hosts: not a no-change run")
+            runs[str(n)] = {"wall_s": round(wall, 2), "control_cpu_s": round(cpu, 2), "control_rss_kib": rss}
+            log(f"scale: {n} hosts: wall {wall:.1f} s, control CPU {cpu:.2f} s, peak RSS {rss / 1024:.0f} MiB")
+    finally:
+        pool.stop()
+    figures = per_host(runs["1"], runs[str(SCALE_HOSTS)], SCALE_HOSTS)
+    bench.details["scale"] = {"hosts": SCALE_HOSTS, "forks": FORKS, "runs": runs, **figures,
+                              "pool": f"{SCALE_HOSTS} hosts on {len({h.pid for h in pool.hosts})} sshd listeners"}
+    bench.keys.update({"scale_1000_control_cpu_s": runs[str(SCALE_HOSTS)]["control_cpu_s"],
+                       "scale_1000_control_rss_mib": round(runs[str(SCALE_HOSTS)]["control_rss_kib"] / 1024, 1),
+                       **{f"scale_{k}": v for k, v in figures.items()}})
