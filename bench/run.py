@@ -103,12 +103,6 @@ class Bench:
     def section_peers(self) -> None:
         side_by_side.section_peers(self)
 
-    # -- 7b: the control node's CPU and memory per host on 1,000 hosts (bench/scale.py) ----------------------
-    def section_scale(self) -> None:
-        from bench import scale
-
-        scale.section_scale(self)
-
     # -- 7: 50 and 100 hosts, --forks (bench/fleet.py) ------------------------------------------------------
     def section_fleet(self) -> None:
         from bench import fleet
@@ -118,6 +112,12 @@ class Bench:
 
             self.home = ensure_user().pw_dir
         fleet.section_fleet(self)
+
+    # -- 7b: the control node's CPU and memory per host on 1,000 hosts (bench/scale.py) ----------------------
+    def section_scale(self) -> None:
+        from bench import scale
+
+        scale.section_scale(self)
 
     # -- 3: idempotent re-provision ------------------------------------------------------------------
     def section_reprovision(self) -> None:

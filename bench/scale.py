@@ -17,8 +17,9 @@ import tempfile
 import time
 
 from bench import peers
+from bench.fleet import marginal_ms
 from bench.side_by_side import no_change
-from bench.timing import RunFailed, log
+from bench.timing import RunFailed, failed_run, log
 
 SCALE_HOSTS = 1000
 FIRST_ADDRESS = 512  # 127.0.2.0..: clear of the tests' 127.0.0.2.. and the fleet's 127.0.0.100..
@@ -40,20 +41,12 @@ def run_wait4(argv: list[str], cwd: str, timeout: float = 900) -> tuple[float, s
                 raise RunFailed(f"{' '.join(argv[:3])} ... did not finish in {timeout:.0f} s")
             time.sleep(0.05)
         wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
     if proc.returncode != 0:
-        raise RunFailed(f"{' '.join(argv[:3])} ... exited {proc.returncode}:\n" + "\n".join(text.splitlines()[-12:]))
+        raise failed_run(argv, proc.returncode, text)
     return wall, text, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
-
-
-def per_host(one: dict, many: dict, n: int) -> dict:
-    """What one more host costs the control node: (figure on n hosts - on 1 host) / (n - 1)."""
-    return {
-        "control_cpu_per_host_ms": round((many["control_cpu_s"] - one["control_cpu_s"]) / (n - 1) * 1000, 1),
-        "control_rss_per_host_kib": round((many["control_rss_kib"] - one["control_rss_kib"]) / (n - 1), 1),
-    }
 
 
 def section_scale(bench) -> None:
@@ -65,12 +58,12 @@ def section_scale(bench) -> None:
     log(f"scale: starting {SCALE_HOSTS} sshd hosts (16 addresses per sshd, sshd -r) from 127.0.2.0")
     pool = SshdPool(count=SCALE_HOSTS, first_octet=FIRST_ADDRESS, per_daemon=16, reexec=False).start()
     home = pwd.getpwnam(pool.hosts[0].user).pw_dir
+    argv_on = {n: peers.ours_argv(write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n]), home, "ours", n,
+                                  forks=FORKS) for n in (1, SCALE_HOSTS)}
     runs: dict = {}
     try:
-        for n in (1, SCALE_HOSTS):
-            inventory = write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n])
-            argv = peers.ours_argv(inventory, home, "ours", n, forks=FORKS)
-            run_wait4(argv, str(peers.ROOT))  # warm-up: creates the workload's folder
+        run_wait4(argv_on[SCALE_HOSTS], str(peers.ROOT))  # warm-up on every host: creates the workload's folder
+        for n, argv in argv_on.items():
             wall, out, cpu, rss = run_wait4(argv, str(peers.ROOT))
             if not no_change(out):
                 raise RunFailed(f"ours reported changes on {n} hosts: not a no-change run")
@@ -78,9 +71,13 @@ def section_scale(bench) -> None:
             log(f"scale: {n} hosts: wall {wall:.1f} s, control CPU {cpu:.2f} s, peak RSS {rss / 1024:.0f} MiB")
     finally:
         pool.stop()
-    figures = per_host(runs["1"], runs[str(SCALE_HOSTS)], SCALE_HOSTS)
+    one, many = runs["1"], runs[str(SCALE_HOSTS)]
+    figures = {  # what one more host costs the control node: (figure on n hosts - on 1 host) / (n - 1)
+        "control_cpu_per_host_ms": marginal_ms(one, many, SCALE_HOSTS),
+        "control_rss_per_host_kib": round((many["control_rss_kib"] - one["control_rss_kib"]) / (SCALE_HOSTS - 1), 1),
+    }
     bench.details["scale"] = {"hosts": SCALE_HOSTS, "forks": FORKS, "runs": runs, **figures,
                               "pool": f"{SCALE_HOSTS} hosts on {len({h.pid for h in pool.hosts})} sshd listeners"}
-    bench.keys.update({"scale_1000_control_cpu_s": runs[str(SCALE_HOSTS)]["control_cpu_s"],
-                       "scale_1000_control_rss_mib": round(runs[str(SCALE_HOSTS)]["control_rss_kib"] / 1024, 1),
+    bench.keys.update({"scale_1000_control_cpu_s": many["control_cpu_s"],
+                       "scale_1000_control_rss_mib": round(many["control_rss_kib"] / 1024, 1),
                        **{f"scale_{k}": v for k, v in figures.items()}})

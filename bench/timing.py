@@ -44,9 +44,14 @@ def run_timed(argv: list[str], env: dict | None = None, cwd: str | None = None, 
     wall = time.perf_counter() - started
     out = proc.stdout.decode("utf-8", "replace")
     if proc.returncode != 0:
-        tail = "\n".join(out.strip().splitlines()[-12:])
-        raise RunFailed(f"{' '.join(argv[:3])} ... exited {proc.returncode}:\n{tail}")
+        raise failed_run(argv, proc.returncode, out)
     return wall, out
+
+
+def failed_run(argv: list[str], code: int, out: str) -> RunFailed:
+    """The error of a timed process that exited non-zero: its command and the last lines it printed."""
+    tail = "\n".join(out.strip().splitlines()[-12:])
+    return RunFailed(f"{' '.join(argv[:3])} ... exited {code}:\n{tail}")
 
 
 def stats(samples: list[float]) -> dict:

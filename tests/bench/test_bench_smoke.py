@@ -258,3 +258,11 @@ def test_full_fleet_section_times_the_peers_when_installed(tmp_path, monkeypatch
     res = json.loads(out.read_text())
     assert set(res["details"]["fleet"]["peers"]["pyinfra"]) == {"3", "4"}, res["notes"]
     assert "fleet" not in res["notes"]
+
+
+@pytest.mark.parametrize("n, address", [(2, "127.0.0.2"), (255, "127.0.0.255"), (256, "127.0.1.0"),
+                                        (512 + 999, "127.0.5.231")])
+def test_pool_addresses_go_past_one_octet_for_a_thousand_hosts(n, address):
+    from tests.sshd_harness import loopback_address
+
+    assert loopback_address(n) == address
