@@ -155,7 +155,13 @@ class task_environment:  # noqa: N801 - used as a `with` statement, like context
 
 
 class TaskTimeout(BaseException):
-    """Raised in a module when its task's `timeout` runs out (BaseException: modules' `except Exception` pass it on)."""
+    """Raised in a module when its task's `timeout` runs out (BaseException: modules' `except Exception` pass it on).
+    `running`: the worker's descendants at that moment, before the module's own clean-up (the command module stops
+    its process group, whose shell may reap a child first) can make what the task had started look smaller."""
+
+    def __init__(self, running):
+        super().__init__()
+        self.running = running
 
 
 def run_with_timeout(timeout_s, fn, *args):
@@ -165,7 +171,7 @@ def run_with_timeout(timeout_s, fn, *args):
     import signal
 
     def expired(signum, frame):
-        raise TaskTimeout()
+        raise TaskTimeout(descendants(os.getpid()))
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, float(timeout_s))
@@ -226,8 +232,9 @@ def descendants(root):
     return found
 
 
-def stop_new_descendants(before):
-    """Kill what a timed-out task started (every descendant that was not there before it), then reap them."""
+def stop_new_descendants(before, at_expiry):
+    """Kill what a timed-out task started (every descendant that was not there before it), then reap them; the
+    pids it had running when its time ran out (`at_expiry`) or still has now, whoever stopped them."""
     import signal
 
     new = {pid: start for pid, start in descendants(os.getpid()).items() if before.get(pid) != start}
@@ -241,7 +248,7 @@ def stop_new_descendants(before):
             os.waitpid(pid, 0)  # re-parented to this subreaper: its status is ours to collect
         except OSError:  # not our child (a grandchild its own parent reaps)
             pass
-    return sorted(new)
+    return sorted(set(new) | {pid for pid, start in at_expiry.items() if before.get(pid) != start})
 
 
 class HostLock:
@@ -378,8 +385,8 @@ class Worker:
             with task_environment(req.get("environment")):
                 result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx,
                                           req["module"])
-        except TaskTimeout:
-            stopped = stop_new_descendants(before or {})
+        except TaskTimeout as timeout:
+            stopped = stop_new_descendants(before or {}, timeout.running)
             result = {"failed": True, "changed": False, "timed_out": True, "stopped_pids": stopped,
                       "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped with the {} "
                              "processes it had started; what it had done so far stays".format(req.get("timeout_s"),
