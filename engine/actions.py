@@ -36,9 +36,20 @@ class ActionCall:
     args: dict
     view: LazyVars
     check: bool
+    target: HostState | None = None  # where its module calls and uploads go (delegate_to); None: `state` itself
+
+    @property
+    def on(self) -> HostState:
+        """The host the action's module calls and uploads reach."""
+        return self.target or self.state
+
+    @property
+    def facts_owner(self) -> HostState:
+        """Whose variables set_fact sets: the delegate's only with delegate_facts, as in Ansible."""
+        return self.on if self.task.delegate_facts else self.state
 
     def module(self, name: str, args: dict, check: bool | None = None) -> dict:
-        return self.executor.module(self.state, name, args, self.check if check is None else check, self.task)
+        return self.executor.module(self.on, name, args, self.check if check is None else check, self.task)
 
     def truth(self, expr: Any) -> bool:
         return self.executor.truth(expr, self.view)
@@ -165,7 +176,7 @@ def set_fact(call: ActionCall) -> dict:
     for name, value in call.args.items():
         if derived or is_secret_name(name):
             variables.secrets.add(value)
-    call.state.facts_set.update(call.args)
+    call.facts_owner.facts_set.update(call.args)
     return {"changed": False, "msg": f"set {', '.join(call.args)}", "ansible_facts": call.args}
 
 
@@ -231,7 +242,7 @@ def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, 
         path, digest = by_rel[rel]
         remote = f"{stage_root}/{digest}"
         try:
-            call.state.client.put(str(path), remote)
+            call.on.client.put(str(path), remote)
         except OSError as exc:  # a full disk or a permission on the host: dest is untouched
             call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

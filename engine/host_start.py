@@ -53,20 +53,21 @@ class HostStart:
                 future.add_done_callback(lambda f: f.exception() is None and f.result().transport.close())
         self._early.clear()
 
-    def _open_client(self, name: str) -> WorkerClient:
-        early = self._early.pop(name, None)
-        return early.result().start() if early is not None else WorkerClient.open(self.inventory.hosts[name])
+    def _open_client(self, state: HostState) -> WorkerClient:
+        early = self._early.pop(state.host.name, None)
+        return early.result().start() if early is not None else WorkerClient.open(state.host)
 
     # -- one host's start ----------------------------------------------------------------------------
     def start(self, state: HostState, play: Play) -> None:
         if state.client is None:
             try:
-                state.client = self._open_client(state.host.name)
+                state.client = self._open_client(state)
             except HostUnreachable as exc:
                 self.executor.unreachable(state, "Gathering facts" if play.gather_facts else "Connecting", str(exc))
                 return
             if not self._play_become(state, play) or not self._lock_host(state, play):
                 return
+            state.locked = True
         elif not self._play_become(state, play):
             return
         if play.gather_facts and state.facts is None and FACTS in modules():

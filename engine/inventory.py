@@ -25,6 +25,8 @@ from engine.inventory_ini import parse_ini
 from engine.secrets import mask_vault_values
 from engine.yamlfile import check_variable_names, describe_name, leaf_texts, load_yaml, read_text, was_encrypted
 
+IMPLICIT_LOCALHOST = ("localhost", "127.0.0.1")  # names Ansible gives the control node when the inventory lacks them
+
 
 @dataclass
 class Host:
@@ -419,6 +421,22 @@ class Inventory:
             merged.update(self._file_vars(base, "host_vars", name))
         _check_port(name, merged.get("ansible_port"), self.where)
         return Host(name=name, vars=merged, groups=groups)
+
+    def delegate_host(self, name: str) -> Host | None:
+        """The host a task may be delegated to: an inventory host, or Ansible's implicit localhost (when the
+        inventory has no host of that name: the control node itself, `ansible_connection: local`, with the 'all'
+        group's variables and its own host_vars, in no group). None for any other name."""
+        if name in self.hosts:
+            return self.hosts[name]
+        if name not in IMPLICIT_LOCALHOST:
+            return None
+        merged: dict[str, Any] = dict(self.groups["all"].vars)
+        for base in self._vars_dirs:
+            merged.update(self._file_vars(base, "group_vars", "all"))
+        for base in self._vars_dirs:
+            merged.update(self._file_vars(base, "host_vars", name))
+        merged.setdefault("ansible_connection", "local")
+        return Host(name=name, vars=merged, groups=[])
 
     # -- selection -----------------------------------------------------------------------------
     def hosts_in(self, group: str) -> list[str]:

@@ -38,6 +38,8 @@ TASK_KEYWORDS = {
     "any_errors_fatal",
     "environment",
     "run_once",
+    "delegate_to",
+    "delegate_facts",
     *("become", "become_user", "become_method"),
 }
 BECOME_KEYWORDS = ("become", "become_user", "become_method")
@@ -51,7 +53,8 @@ PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_
 
 BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 # The runner reads these flags as plain booleans (it does not render them), so a template is refused.
-FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal", "run_once")
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal", "run_once",
+                 "delegate_facts")
 LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
 MAX_DELAY_S = 86400.0
 
@@ -237,6 +240,14 @@ def become_of(raw: dict, where: str) -> dict:
     return out
 
 
+def delegate_to_of(value: Any, where: str) -> str:
+    """`delegate_to`: an inventory host's name, `localhost`, or a template giving one (rendered per host and item)."""
+    if not (isinstance(value, str) and value.strip()) or any(c in value for c in "\t\n\r\0"):
+        raise wrong(where, "delegate_to", "a host name of the inventory, localhost, or a template giving one", value,
+                    "localhost")
+    return value.strip()
+
+
 def serial_of(value: Any, where: str) -> list:
     """`serial`: a number of hosts, a percentage ("30%"), a template giving one, or a list of those (growing
     batches; the last size repeats)."""
@@ -290,5 +301,7 @@ def task_keywords(raw: dict, where: str) -> dict:
     out["vars"] = variables_of(raw.get("vars"), where)
     if "environment" in raw:
         out["environment"] = [environment_of(raw["environment"], where)]
+    if "delegate_to" in raw:
+        out["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
     out.update(become_of(raw, where))
     return out

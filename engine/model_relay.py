@@ -184,7 +184,7 @@ def models_via_control_node(call: ActionCall) -> dict:
             check_needed(call, manifest, etag, remote)
             path, size = _local_file(manifest, local, etag)
             try:
-                call.state.client.put(path, remote)
+                call.on.client.put(path, remote)
             except OSError as exc:
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                 raise TaskError(f"{call.where()}: sending {path} to {remote} failed: {reason}; the host keeps what it "

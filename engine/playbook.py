@@ -17,6 +17,7 @@ from engine.keywords import (
     TASK_KEYWORDS,
     become_of,
     condition_list,
+    delegate_to_of,
     environment_of,
     flag,
     max_fail_percentage_of,
@@ -68,6 +69,11 @@ class Task:
     # host at run time (an inner layer's keys win), sent with the module call (engine/strategy.py task_environment)
     environment: list = field(default_factory=list)
     run_once: bool = False  # on the first running host of the batch; its result registered on every host
+    # where the module runs (an inventory host or localhost; a template rendered with this host's variables):
+    # the task is still this host's (its variables render it, its register lands here); set_fact and gathered
+    # facts go to the delegate only with delegate_facts (engine/delegation.py)
+    delegate_to: str | None = None
+    delegate_facts: bool = False
 
 
 @dataclass
@@ -189,7 +195,7 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
 
 
 BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", "environment",
-                  *BECOME_KEYWORDS}
+                  "delegate_to", *BECOME_KEYWORDS}
 
 
 def inherit_become(tasks: list[Task], become: dict) -> None:
@@ -226,6 +232,8 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     inherited = become_of(raw, where)
     if "any_errors_fatal" in raw:
         inherited["any_errors_fatal"] = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
+    if "delegate_to" in raw:
+        inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
     _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
     if "environment" in raw:
         inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))

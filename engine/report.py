@@ -139,7 +139,7 @@ class Console:
         ]
         if res.ignored:
             label = "failed (ignored)"
-        line = f"{label}: [{res.host}]"
+        line = f"{label}: [{res.host}{f' -> {res.delegated_to}' if res.delegated_to else ''}]"
         show_msg = res.status in ("failed", "unreachable", "changed") or self.verbose or res.module in ("debug", "assert")
         msg = printable(res.msg)
         if msg and show_msg and res.status != "skipped":
@@ -187,11 +187,14 @@ def format_diff(diff: dict) -> str:
 
 def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     """Per host counts as Ansible's PLAY RECAP: ok counts every task that succeeded, changed ones included
-    (ok=5 changed=2 is five successes, two of which changed something)."""
+    (ok=5 changed=2 is five successes, two of which changed something). Only the plays' hosts: a delegate outside
+    them (its start's own records) is counted in the task of the host that delegated to it."""
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
         key = "ignored" if r.ignored else "rescued" if r.rescued else r.status
-        counts = stats.setdefault(r.host, {s: 0 for s in STATUSES})
+        counts = stats.get(r.host)
+        if counts is None:
+            continue
         counts[key] += 1
         if key == "changed":
             counts["ok"] += 1

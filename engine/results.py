@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ class TaskResult:
     ignored: bool = False
     handler: bool = False
     rescued: bool = False  # failed inside a block whose rescue then ran
+    delegated_to: str | None = None  # the host the module ran on, when the task was delegated (delegate_to)
 
     @property
     def accepted(self) -> bool:
@@ -45,6 +47,7 @@ class TaskResult:
             "rescued": self.rescued,
             "failure_accepted": self.accepted,
             "warnings": self.result.get("warnings", []),
+            **({"delegated_to": self.delegated_to} if self.delegated_to else {}),
         }
 
 
@@ -69,6 +72,11 @@ class HostState:
     shared_facts: dict | None = None
     shared_hidden: frozenset = frozenset()
     ended: bool = False  # `meta: end_host` (or end_play) in the current play: no more of its tasks nor handlers
+    # Held while a task uses this host's client: its own tasks and those delegated to it from other hosts' threads
+    # take turns (the client talks to one worker at a time). A thread only ever holds one host's.
+    client_lock: threading.RLock = field(default_factory=threading.RLock)
+    delegated_to: str | None = None  # where the current task's module last ran, when delegated
+    locked: bool = False  # connected, become checked and the host lock held: ready for tasks (its own or delegated)
 
     @property
     def running(self) -> bool:

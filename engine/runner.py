@@ -14,12 +14,14 @@ one host's start (connection, become, lock, facts) is engine/host_start.py's, an
 
 from __future__ import annotations
 
+import threading
 from collections import ChainMap
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from engine.batches import host_list, resolve_serial, roll_stops, split_batches
+from engine.delegation import Delegation
 from engine.errors import UserError
 from engine.host_start import HostStart
 from engine.inventory import Inventory
@@ -60,8 +62,10 @@ class Runner:
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
         self._pool: ThreadPoolExecutor | None = None
+        self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
         self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
         self.stops = PlayStops(self.executor, self.variables, self._state, console)
+        self.executor.delegation = Delegation(inventory, self._delegate_state, self.hosts, self.templar)
 
     @property
     def rolls(self) -> list[dict]:
@@ -88,6 +92,15 @@ class Runner:
 
     def _state(self, name: str) -> HostState:
         return self.states.setdefault(name, HostState(self.inventory.hosts[name]))
+
+    def _delegate_state(self, name: str) -> HostState:
+        """A delegate's state: an inventory host's own, or the implicit localhost's (made once)."""
+        with self._states_lock:
+            if name not in self.states:
+                host = self.inventory.delegate_host(name)
+                assert host is not None  # noqa: S101 - Delegation checked the name
+                self.states[name] = HostState(host)
+            return self.states[name]
 
     # -- the run ----------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:

@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2.sandbox import SecurityError
 
@@ -25,6 +25,13 @@ from engine.secrets import is_secret_name
 from engine.template_bounds import render_budget
 from engine.templating import Templar, to_bool, undefined_name
 from engine.variables import Variables
+
+if TYPE_CHECKING:
+    from engine.delegation import Delegation
+
+# Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
+# only chooses whose variables it sets).
+LOCAL_ACTIONS = ("assert", "debug", "fail", "meta", "set_fact")
 
 # The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
 ACCEPTED_PREFIX = "(failure accepted by failed_when) "
@@ -63,6 +70,7 @@ class TaskExecutor:
         self.console = console
         self.results: list[TaskResult] = []
         self._lock = threading.Lock()
+        self.delegation: Delegation | None = None  # set by the Runner: where delegate_to sends a module
 
     # -- recording -----------------------------------------------------------------------------------
     def record(self, state: HostState, res: TaskResult) -> None:
@@ -101,6 +109,7 @@ class TaskExecutor:
     # -- one task on one host --------------------------------------------------------------------------
     def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
         started = time.monotonic()
+        state.delegated_to = None
         try:
             with render_budget(task.timeout):  # the task's timeout covers its rendering on the control node too
                 res = self._run_task(state, play, task)
@@ -120,7 +129,8 @@ class TaskExecutor:
             msg = "(output hidden: no_log)"
             res = {k: res.get(k) for k in ("changed", "failed", "skipped", "failure_accepted")}
         self.record(state, TaskResult(state.host.name, task.name, task.role, task.module, status, bool(res.get("changed")),
-                                      str(msg), time.monotonic() - started, res, ignored, handler))
+                                      str(msg), time.monotonic() - started, res, ignored, handler,
+                                      delegated_to=state.delegated_to))
 
     def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
         view = self.variables.view(state, play, task)
@@ -175,7 +185,7 @@ class TaskExecutor:
                 for cond in task.when:
                     if not self.truth(cond, view):
                         return {"skipped": True, "changed": False, "msg": f"skipped: {cond}"}
-            result = self._apply_conditions(state, play, task, extra, self._run_once(state, play, task, view))
+            result = self._apply_conditions(state, play, task, extra, self._attempt(state, play, task, view))
             if task.until is None:
                 break
             if self.truth(task.until, self._result_view(state, play, task, extra, result)):
@@ -209,7 +219,9 @@ class TaskExecutor:
             result["failed"] = failed
         return result
 
-    def _run_once(self, state: HostState, play: Play, task: Task, view) -> dict:
+    def _attempt(self, state: HostState, play: Play, task: Task, view) -> dict:
+        """One try of the task on this host: its arguments rendered, then the engine action or the module (on the
+        delegate's worker when delegate_to names another host)."""
         check = self.check if task.check_mode is None else bool(task.check_mode)
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
@@ -218,15 +230,20 @@ class TaskExecutor:
         view.tainted = False
         args = {**linked, **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
-        with state.client.acting_as(identity) if state.client is not None else nullcontext():
-            if handles(task.module, args):
-                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check))
+        action = handles(task.module, args)
+        target = state
+        if task.delegate_to is not None and self.delegation is not None:
+            target = self.delegation.target(state, play, task, view, connect=not (action and task.module in LOCAL_ACTIONS))
+            state.delegated_to = target.host.name if target is not state else None
+        with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():
+            if action:
+                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target))
             else:
                 try:
                     check_args(module_args_spec(task.module) or {}, args, task.module)
                 except ModuleError as exc:
                     raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
-                result = self.module(state, task.module, args, check, task, self.task_environment(task, view))
+                result = self.module(target, task.module, args, check, task, self.task_environment(task, view))
         if isinstance(result.get("diff"), dict) and self.variables.secret_touched(view):
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}

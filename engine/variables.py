@@ -169,8 +169,9 @@ class Variables:
     def host_view(self, name: str, play: Play, hostvars: HostVars) -> LazyVars:
         """hostvars[name]: that host's inventory values (rendered in its context, with the play's vars and role
         defaults below them), and as data its registered results, set_fact values and facts as published."""
-        host = self.inventory.hosts[name]  # KeyError for a name not in the inventory: undefined in the template
-        state = self.states.get(name) or HostState(host)
+        state = self.states.get(name)  # an inventory host's, or the implicit localhost's once a task delegated to it
+        host = state.host if state is not None else self.inventory.hosts[name]  # KeyError: undefined in the template
+        state = state or HostState(host)
         magic = self._magic(state, play, None, hostvars)
         facts = {"facts": state.shared_facts or {}}
         registered, facts_set = state.shared_registered, state.shared_facts_set
