@@ -289,9 +289,9 @@ def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     raw = short_names(raw, source)
     if isinstance(raw, dict) and "block" in raw:
         return [parse_block(raw, source, ctx)]
-    if isinstance(raw, dict) and "import_role" in raw:
+    if isinstance(raw, dict) and {"import_role", "include_role"} & set(raw):
         if ctx.play is None:
-            raise UserError(f"{source}: import_role is not allowed here (handlers)")
+            raise UserError(f"{source}: import_role and include_role are not allowed here (handlers)")
         return import_role(raw, source, ctx)
     if isinstance(raw, dict) and ({"import_tasks", "include_tasks"} & set(raw)):
         return import_tasks(raw, source, ctx)
@@ -371,12 +371,16 @@ def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
 
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     """`- import_role: {name: ROLE, tasks_from: FILE}` with optional vars/when/tags: the role's tasks (or those of
-    its FILE) here, its defaults and handlers added to the play, as Ansible's static import does."""
-    spec = raw["import_role"]
-    bad = sorted(map(str, set(raw) - {"import_role", "name", "vars", "when", "tags", *BECOME_KEYWORDS}))
-    if bad or not (isinstance(spec, dict) and "name" in spec and set(spec) <= {"name", "tasks_from"}):
-        raise UserError(f"{source}: write import_role as `- import_role: {{name: ROLE}}` (optionally with tasks_from: "
-                        f"FILE) and vars, when and tags beside it{'; unknown: ' + ', '.join(bad) if bad else ''}")
+    its FILE) here, its defaults and handlers added to the play, as Ansible's static import does. include_role is
+    read the same way when the playbook loads (its `when` checked for each task; a loop over it is refused)."""
+    key = "import_role" if "import_role" in raw else "include_role"
+    spec = raw[key]
+    bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", *BECOME_KEYWORDS}))
+    bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in ("name", "tasks_from"))
+    if bad or not (isinstance(spec, dict) and isinstance(spec.get("name"), str) and "{{" not in spec["name"]):
+        raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name written in the playbook, "
+                        f"optionally with tasks_from: FILE) and vars, when, tags and become beside it"
+                        f"{'; not supported: ' + ', '.join(bad) if bad else ''}")
     entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags", *BECOME_KEYWORDS) if k in raw}}
     if "tasks_from" in spec:
         entry["tasks_from"] = spec["tasks_from"]
@@ -445,10 +449,48 @@ def _check_notified_handlers(play: Play) -> None:
                 )
 
 
-def load_playbook(path: str | Path) -> list[Play]:
-    """Every play of a playbook, checked before any host is touched."""
+def load_playbook(path: str | Path, importing: tuple = ()) -> list[Play]:
+    """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched."""
     path = Path(path)
     data = load_yaml(path, "playbook")
     if not isinstance(data, list):
         raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
-    return [_parse_play(raw, path, f"{path}: play {i + 1}") for i, raw in enumerate(data)]
+    plays: list[Play] = []
+    for i, raw in enumerate(data):
+        raw = short_names(raw, f"{path}: play {i + 1}")
+        if isinstance(raw, dict) and "import_playbook" in raw:
+            plays += import_playbook(raw, path, f"{path}: play {i + 1}", (*importing, path.resolve()))
+        else:
+            plays.append(_parse_play(raw, path, f"{path}: play {i + 1}"))
+    return plays
+
+
+IMPORT_PLAYBOOK_KEYS = {"import_playbook", "name", "vars", "tags", "when"}
+
+
+def import_playbook(raw: dict, path: Path, where: str, importing: tuple) -> list[Play]:
+    """`- import_playbook: FILE` (beside the importing playbook, or absolute) with optional vars, tags and when:
+    its plays here, as Ansible's static import: the vars given win over each play's own, the tags and the
+    condition go to every task. A templated name, a cycle or a missing file is refused at load."""
+    file = raw["import_playbook"]
+    bad = sorted(map(str, set(raw) - IMPORT_PLAYBOOK_KEYS))
+    if bad or not (isinstance(file, str) and file.strip()) or "{{" in file or "{%" in file:
+        why = f"unknown keyword(s) {', '.join(bad)}" if bad else "the file must be a name written in the playbook"
+        raise UserError(f"{where}: import_playbook: {why}; write `- import_playbook: FILE.yaml` with optional vars, "
+                        "tags and when")
+    target = Path(file) if Path(file).is_absolute() else path.parent / file
+    if not target.is_file():
+        raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")
+    if target.resolve() in importing or len(importing) >= MAX_IMPORT_DEPTH:
+        chain = " -> ".join(str(p) for p in (*importing, target.resolve()))
+        raise UserError(f"{where}: import_playbook {file} imports itself or nests too deep ({chain}); break the cycle")
+    given = variables_of(raw.get("vars"), where)
+    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    when = condition_list(raw["when"], where, "when") if "when" in raw else []
+    plays = load_playbook(target, importing)
+    for play in plays:
+        play.vars = {**play.vars, **given}
+        for task in play.all_tasks():
+            task.tags |= tags
+            task.when = when + task.when
+    return plays

@@ -31,10 +31,12 @@ def find_role(name: str, playbook: Path, where: str) -> Path:
 
 
 def _role_file(role_dir: Path, stem: str) -> Path | None:
-    for suffix in (".yaml", ".yml"):
-        p = role_dir / f"{stem}{suffix}"
-        if p.is_file():
-            return p
+    """A role's file: ours (`tasks.yaml`) or Ansible's layout (`tasks/main.yml`), .yaml or .yml."""
+    for candidate in (role_dir / stem, role_dir / stem / "main"):
+        for suffix in (".yaml", ".yml"):
+            p = candidate.with_name(candidate.name + suffix)
+            if p.is_file():
+                return p
     return None
 
 
@@ -57,17 +59,18 @@ def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
     return name, params, tags, when
 
 
-def _role_defaults(role_dir: Path) -> dict:
-    defaults_file = _role_file(role_dir, "defaults")
-    if not defaults_file:
+def _role_variables(role_dir: Path, stem: str = "defaults") -> dict:
+    """The role's defaults (or, with stem "vars", Ansible's role vars/main.yml): a mapping of variables."""
+    found = _role_file(role_dir, stem)
+    if not found:
         return {}
-    defaults = load_yaml(defaults_file, "role defaults")
-    if defaults is None:
+    values = load_yaml(found, f"role {stem}")
+    if values is None:
         return {}
-    if not isinstance(defaults, dict):
-        raise UserError(f"{defaults_file}: role defaults must be a mapping of variable names to values")
-    check_variable_names(defaults, str(defaults_file))
-    return defaults
+    if not isinstance(values, dict):
+        raise UserError(f"{found}: role {stem} must be a mapping of variable names to values")
+    check_variable_names(values, str(found))
+    return values
 
 
 def _tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
@@ -92,7 +95,8 @@ def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
 
     name, params, role_tags, role_when = _role_entry(entry, where)
     role_dir = find_role(name, playbook, where)
-    play.defaults.update(_role_defaults(role_dir))
+    play.defaults.update(_role_variables(role_dir))
+    params = {**_role_variables(role_dir, "vars"), **params}  # Ansible's role vars, below the role's parameters
     ctx = ParseContext(playbook, play, name, role_dir)
     tasks_file = _tasks_from(entry, role_dir, where) if isinstance(entry, dict) and "tasks_from" in entry else \
         _role_file(role_dir, "tasks")
