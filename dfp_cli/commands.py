@@ -12,6 +12,7 @@ from invoke import Exit
 
 from dfp_cli.options import (
     LISTING_OPTIONS,
+    host_defaults_of,
     inventories_of,
     limit_of,
     parse_extra_vars,
@@ -70,8 +71,10 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
             verbose=verbosity_of(opts["verbose"]),
             quiet=False,
             lock_wait=float(opts["lock_wait"]),
+            start_at_task=opts.get("start_at_task") or None,
             **selection(opts, more_vars),
         )
+        settings["host_defaults"] = host_defaults_of(opts)  # -K asks only once the options are known good
         from dfp_cli import rebuild_report
         from engine.api import run_playbook  # here, not at the top: `invoke --list` and --help stay fast
 
@@ -155,7 +158,8 @@ def print_report(kind: str, opts: dict) -> None:
         from engine.api import run_playbook
 
         result = run_playbook(kind, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
-                              limit=limit_of(opts["host"], opts["group"], opts["limit"]), quiet=True)
+                              limit=limit_of(opts["host"], opts["group"], opts["limit"]), quiet=True,
+                              host_defaults=host_defaults_of(opts))
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -53,9 +54,22 @@ PLAYBOOK_OPTIONS = (
     Option("list_hosts", False, "list each play's hosts (after --limit) and stop, as ansible-playbook does"),
     Option("list_tasks", False, "list each play's tasks (after --tags/--skip-tags) and stop, as ansible-playbook does"),
     Option("list_tags", False, "list each play's task tags and stop, as ansible-playbook does"),
+    Option("start_at_task", None, "start at the first task of this name (a glob; 'ROLE : NAME' for a role's task), "
+           "as ansible-playbook does"),
+    # Connection and become defaults, as ansible-playbook's: a host's inventory variables and the playbook's
+    # keywords win over them (engine/inventory.py set_defaults).
+    Option("user", None, "connect as this user where the inventory sets no ansible_user", ("u",)),
+    Option("private_key", None, "ssh key file where the inventory sets no ansible_ssh_private_key_file"),
+    Option("become", False, "run tasks with become (sudo) where neither playbook nor inventory says otherwise", ("b",)),
+    Option("become_user", None, "the user become runs tasks as (default root), where nothing else says"),
+    Option("ask_become_pass", False, "ask for the sudo password once, for every host (as ansible-playbook -K)",
+           ("K",)),
 )
+# -u/--private-key/-b/--become-user/-K as the inventory variables they stand for
+HOST_DEFAULT_OPTIONS = {"user": "ansible_user", "private_key": "ansible_ssh_private_key_file",
+                        "become": "ansible_become", "become_user": "ansible_become_user"}
 LISTING_OPTIONS = {"list_hosts": "hosts", "list_tasks": "tasks", "list_tags": "tags"}
-_READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file")
+_READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "user", "private_key")
 REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in _READ_ONLY) + (Option("json", False, "print JSON"),)
 INVENTORY_OPTIONS = (
     Option("list", False, "all hosts and groups (like ansible-inventory --list)"),
@@ -173,6 +187,21 @@ def use_vault_password_file(path: str | None) -> None:
     from engine import vault
 
     vault.use_password_file(path or None)
+
+
+def host_defaults_of(opts: dict, ask=None) -> dict:
+    """The inventory variables -u, --private-key, -b, --become-user and -K stand for (the inventory's own win);
+    -K asks once, through `ask` (getpass), before any host is touched."""
+    out = {var: opts[name] for name, var in HOST_DEFAULT_OPTIONS.items() if opts.get(name)}
+    if out.get("ansible_ssh_private_key_file"):
+        out["ansible_ssh_private_key_file"] = os.path.expanduser(out["ansible_ssh_private_key_file"])
+    if opts.get("ask_become_pass"):
+        if ask is None:
+            import getpass
+
+            ask = getpass.getpass
+        out["ansible_become_password"] = ask("BECOME password: ")
+    return out
 
 
 def split_tags(text: str | None) -> list[str]:

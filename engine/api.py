@@ -14,6 +14,7 @@ from engine.preflight import check_tags
 from engine.report import Console, json_report, load_sections, recap_of, write_json, write_junit
 from engine.results import TaskResult
 from engine.runner import Runner
+from engine.start_at import check_start_at_task
 from engine.yamlfile import check_variable_names
 
 EXIT_OK = 0
@@ -98,13 +99,19 @@ def run_playbook(
     raise_user_errors: bool = False,
     lock_wait: float = 60.0,
     report_sections: dict | None = None,
+    host_defaults: dict | None = None,
+    start_at_task: str | None = None,
 ) -> RunResult:
+    """Run a playbook. `host_defaults`: variables every host has unless its inventory sets them (the CLI's -u,
+    --private-key, -b, --become-user, -K); `start_at_task`: skip the tasks before the first of that name."""
     started = time.monotonic()
     try:
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
-        path, plays, runner, hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,
-                                           dict(check=check, diff=diff, forks=forks, console=console, lock_wait=lock_wait))
+        settings = dict(check=check, diff=diff, forks=forks, console=console, lock_wait=lock_wait,
+                        start_at_task=start_at_task)
+        path, plays, runner, hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags, settings,
+                                           host_defaults)
         sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))
         check_output_path(report, "--report")
         check_output_path(junit, "--junit")
@@ -135,16 +142,19 @@ def run_playbook(
     return RunResult(code, recap, results, elapsed, registered=registered, rolls=runner.rolls)
 
 
-def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags, skip_tags, settings: dict) -> tuple:
+def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags, skip_tags, settings: dict,
+          host_defaults: dict | None = None) -> tuple:
     """(playbook path, plays, Runner, the hosts the run will touch): what a run and a listing both start from;
     a UserError for anything wrong in them."""
     check_variable_names(extra_vars or {}, "extra variables (-e)")
     inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
+    inv.set_defaults(host_defaults or {})
     path = resolve_playbook(playbook)
     plays = load_playbook(path)
     runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
                     **settings)
     check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
+    check_start_at_task(plays, settings.get("start_at_task"))
     hosts: list[str] = []
     for play in plays:
         hosts.extend(h for h in runner.hosts_for(play) if h not in hosts)

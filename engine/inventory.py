@@ -177,6 +177,7 @@ class Inventory:
         self._host_inline: dict[str, dict] = {}
         self._direct_groups: dict[str, list[str]] | None = None
         self._vars_cache: dict[tuple[Path, str, str], dict] = {}
+        self._defaults: dict = {}  # set_defaults: the CLI's connection and become options
         if data is not None:
             self._load_yaml_data(data, "<inventory>")
         elif not self.sources:
@@ -422,6 +423,14 @@ class Inventory:
         _check_port(name, merged.get("ansible_port"), self.where)
         return Host(name=name, vars=merged, groups=groups)
 
+    def set_defaults(self, defaults: dict) -> None:
+        """Variables every host has unless the inventory gives it its own (ansible-playbook's -u, --private-key,
+        -b, --become-user, -K: options below the inventory's variables, as in Ansible)."""
+        self._defaults = dict(defaults)
+        for host in self.hosts.values():
+            for key, value in defaults.items():
+                host.vars.setdefault(key, value)
+
     def delegate_host(self, name: str) -> Host | None:
         """The host a task may be delegated to: an inventory host, or Ansible's implicit localhost (when the
         inventory has no host of that name: the control node itself, `ansible_connection: local`, with the 'all'
@@ -436,6 +445,8 @@ class Inventory:
         for base in self._vars_dirs:
             merged.update(self._file_vars(base, "host_vars", name))
         merged.setdefault("ansible_connection", "local")
+        for key, value in self._defaults.items():
+            merged.setdefault(key, value)
         return Host(name=name, vars=merged, groups=[])
 
     # -- selection -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from engine.play_stops import PlayStops
 from engine.playbook import Block, Play, Task
 from engine.preflight import Preflight
 from engine.results import HostState, TaskResult
+from engine.start_at import StartAt
 from engine.strategy import TaskExecutor
 from engine.templating import Templar
 from engine.variables import Variables
@@ -48,6 +49,7 @@ class Runner:
         limit: str | None = None,
         console=None,
         lock_wait: float = 60.0,
+        start_at_task: str | None = None,
     ) -> None:
         self.inventory = inventory
         self.extra_vars = extra_vars or {}
@@ -65,6 +67,7 @@ class Runner:
         self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
         self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
         self.stops = PlayStops(self.executor, self.variables, self._state, console)
+        self.start_at = StartAt(start_at_task)
         self.executor.delegation = Delegation(inventory, self._delegate_state, self.hosts, self.templar)
 
     @property
@@ -149,6 +152,10 @@ class Runner:
     def run_play(self, play: Play, serial: list | None = None, later_plays: Sequence[Play] = ()) -> bool:
         """Run a play; False when a failed batch stopped its roll, or any_errors_fatal the play (the plays after it
         are not run)."""
+        if self.start_at.pending and not self.start_at.in_play(play):
+            return True  # --start-at-task: a play before the start task's is not run at all
+        if self.start_at.pending:
+            play = replace(play, gather_facts=False)  # nor the start task's play's fact gathering, as in Ansible
         names = self.hosts_for(play)
         self.stops.fatal = None
         self.variables.begin_play(play, names)
@@ -243,6 +250,8 @@ class Runner:
                 return
             if isinstance(item, Block):
                 self._run_block(states, play, item)
+            elif self.start_at.skips(item):
+                continue
             elif self.task_selected(item) and item.run_once:
                 self._run_once(states, play, item)
             elif self.task_selected(item):
