@@ -21,7 +21,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}},
     "set_fact": None,  # any names
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
-    "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "end_host", "end_play", "noop"]}},
+    "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "end_host", "end_batch", "end_play",
+                                                                     "noop"]}},
     "template": {
         "src": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True},

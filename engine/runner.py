@@ -64,6 +64,7 @@ class Runner:
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
         self._pool: ThreadPoolExecutor | None = None
+        self.play_ended = False  # meta: end_play in the current play (its later batches are not run)
         self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
         self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
         self.stops = PlayStops(self.executor, self.variables, self._state, console)
@@ -158,6 +159,7 @@ class Runner:
             play = replace(play, gather_facts=False)  # nor the start task's play's fact gathering, as in Ansible
         names = self.hosts_for(play)
         self.stops.fatal = None
+        self.play_ended = False
         self.variables.begin_play(play, names)
         if serial is None and play.max_fail_percentage is None:
             self._run_batch(play, names, play)
@@ -176,6 +178,9 @@ class Runner:
             if roll_stops(len(batch), len(failed_now), play.max_fail_percentage):
                 self.stops.stop_roll(play, batches, number, len(failed_now), [p.name for p in later_plays])
                 return False
+            if self.play_ended:  # meta: end_play ends the whole play, its later batches too
+                self.stops.record_roll(play, batches, number, [h for b in batches[number:] for h in b], stopped=False)
+                return True
         self.stops.record_roll(play, batches, len(batches), [], stopped=False)
         return True
 
@@ -239,9 +244,10 @@ class Runner:
         elif action == "end_host":
             for s in states:
                 s.ended = s.ended or s.host.name in hit
-        elif action == "end_play" and hit:
+        elif action in ("end_batch", "end_play") and hit:
             for s in states:
                 s.ended = True
+            self.play_ended = self.play_ended or action == "end_play"  # and no later batch (Ansible 2.12+)
 
     def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
         """Tasks and blocks in order, each on the hosts of `states` still active."""

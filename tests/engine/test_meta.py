@@ -56,3 +56,18 @@ def test_noop_and_a_refused_action(tmp_path):
     assert run(tmp_path, [{"meta": "noop"}]).exit_code == 0
     bad = run(tmp_path, [{"meta": "refresh_inventory"}])
     assert bad.exit_code == 4 and "refresh_inventory" in bad.error and "flush_handlers" in bad.error, bad.error
+
+
+def test_end_play_under_serial_ends_every_batch_and_end_batch_only_the_current_one(tmp_path):
+    later = {"hosts": "all", "gather_facts": False, "tasks": [{"name": "next play", "debug": {"msg": "n"}}]}
+    for action, expected in (
+            ("end_play", [("a", "first"), ("a", "meta"), ("a", "next play"), ("b", "next play")]),
+            ("end_batch", [("a", "first"), ("a", "meta"), ("b", "first"), ("b", "meta"), ("a", "next play"),
+                           ("b", "next play")])):
+        path = tmp_path / f"{action}.yaml"
+        path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "serial": 1, "tasks": [
+            {"name": "first", "debug": {"msg": "1"}}, {"meta": action}, {"name": "never", "debug": {"msg": "x"}}]},
+            later], sort_keys=False))
+        res = run_playbook(str(path), inventory=INV)
+        assert res.exit_code == 0, res.tasks
+        assert order(res) == expected, (action, order(res))
