@@ -141,6 +141,8 @@ class WorkerClient:
 
     def _ensure_runtime(self, channel: _Channel) -> None:
         channel.hello = channel.transport.request({"op": "hello", "runtime": runtime.local_key()})
+        if channel is self._login and channel.hello.get("executable"):
+            self.transport.discovered = channel.hello["executable"]  # a become worker starts the same python
         if channel.hello.get("missing"):
             key, blob = runtime.runtime_for(channel.hello)
             reply = channel.transport.request({"op": "runtime", "key": key, "zip": base64.b64encode(blob).decode()})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -445,6 +446,7 @@ class Inventory:
         for base in self._vars_dirs:
             merged.update(self._file_vars(base, "host_vars", name))
         merged.setdefault("ansible_connection", "local")
+        merged.setdefault("ansible_python_interpreter", sys.executable)  # Ansible's ansible_playbook_python
         for key, value in self._defaults.items():
             merged.setdefault(key, value)
         return Host(name=name, vars=merged, groups=[])

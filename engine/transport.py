@@ -96,8 +96,25 @@ class Transport:
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
 
+    discovered: str | None = None  # the interpreter the worker reported (hello's executable), once it started
+
     def python(self) -> str:
-        return str(self.host.vars.get("ansible_python_interpreter", "python3" if self.name == "ssh" else sys.executable))
+        """The host's python: ansible_python_interpreter as given, else (unset or `auto`) the one found there."""
+        given = self.host.vars.get("ansible_python_interpreter")
+        if given is not None and str(given) not in AUTO_INTERPRETER:
+            return str(given)
+        return self.discovered or (discover_local() if self.name == "local" else "python3")
+
+    def start_command(self) -> str:
+        """The shell command that starts the worker over ssh: the python given, or the first candidate found."""
+        boot = shlex.quote(BOOTSTRAP)
+        given = self.host.vars.get("ansible_python_interpreter")
+        if given is not None and str(given) not in AUTO_INTERPRETER:
+            return f"{shlex.quote(str(given))} -u -c {boot}"
+        names = " ".join(shlex.quote(c) for c in PYTHON_CANDIDATES)
+        return (f'for p in {names}; do if command -v "$p" >/dev/null 2>&1; then exec "$p" -u -c {boot}; fi; done; '
+                f"echo 'no python3 found (looked for {' '.join(PYTHON_CANDIDATES)}); set ansible_python_interpreter' >&2; "
+                "exit 127")
 
     def _drain(self, read: Callable[[int], bytes]) -> None:
         pending = b""
@@ -139,6 +156,24 @@ class Transport:
             except (OSError, EOFError, WorkerDied) as exc:
                 tail = "\n".join(list(self.stderr_tail)[-15:])
                 raise WorkerDied(f"{type(exc).__name__}: {exc}" + (f"\n{tail}" if tail else "")) from None
+
+
+# Interpreter discovery, as Ansible's `auto` (unset ansible_python_interpreter means auto): the system's python3
+# first, then the usual places and names; the worker needs 3.9 or newer.
+AUTO_INTERPRETER = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+PYTHON_CANDIDATES = ("/usr/bin/python3", "/usr/libexec/platform-python", "python3", "/usr/local/bin/python3",
+                     "python3.13", "python3.12", "python3.11", "python3.10", "python3.9")
+
+
+def discover_local() -> str:
+    """`auto` on this machine (a host with ansible_connection: local): the first candidate found, as on a remote
+    host, so a worker started through sudo as another user runs a python that user can read; this process's own
+    python when none is found."""
+    for name in PYTHON_CANDIDATES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return sys.executable
 
 
 class LocalTransport(Transport):
@@ -191,7 +226,7 @@ class SSHTransport(Transport):
         transport = conn.client.get_transport()
         transport.set_keepalive(15)
         self.chan = transport.open_session()
-        self.chan.exec_command(f"{shlex.quote(self.python())} -u -c {shlex.quote(BOOTSTRAP)}")
+        self.chan.exec_command(self.start_command())
         threading.Thread(target=self._drain, args=(self.chan.recv_stderr,), daemon=True).start()
         self._stream = _Stream(self.chan.recv)
         self._write(_PAYLOAD)
