@@ -40,6 +40,7 @@ TASK_KEYWORDS = {
     "run_once",
     "delegate_to",
     "delegate_facts",
+    "args",
     *("become", "become_user", "become_method"),
 }
 BECOME_KEYWORDS = ("become", "become_user", "become_method")
@@ -186,6 +187,9 @@ def environment_of(value: Any, where: str) -> dict | str:
         if item is None or isinstance(item, (dict, list)):
             raise UserError(f"{where}: 'environment' {name} must be a string, a number or true/false, got "
                             f"{shown(item)}; write it as a string")
+        if isinstance(item, str) and "\0" in item:
+            raise UserError(f"{where}: 'environment' {name} holds a NUL character, which no process environment can "
+                            "carry; remove it")
     return value
 
 

@@ -6,6 +6,7 @@ required argument) is reported here, with the file and the task, so a bad playbo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,31 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
     args = raw[module]
     if args is None:
         args = {}
+    if isinstance(args, str) and module in FREE_FORM:
+        args = free_form_args(args)
+    if "args" in raw:  # Ansible's `args:` keyword: more arguments beside the module's own (which win)
+        if not isinstance(raw["args"], dict) or not isinstance(args, dict):
+            raise UserError(f"{label}: 'args' must be a mapping of the module's arguments (args: {{chdir: /tmp}})")
+        args = {**raw["args"], **args}
     if not isinstance(args, dict):
         raise UserError(f"{label}: the arguments of '{module}' must be a mapping (key: value lines), not {type(args).__name__}")
     _check_module_args(module, args, label)
     return module, args
+
+
+FREE_FORM = ("command", "shell")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
+_TRAILING_OPTION = re.compile(r"""\s+(creates|removes|chdir|executable|stdin)=("[^"]*"|'[^']*'|\S+)\s*$""")
+
+
+def free_form_args(text: str) -> dict:
+    """`- command: CMD [creates=P] [chdir=D] ...`: the command line (split on the host as Ansible splits it, never
+    run through a shell by command) and the options written after it, as Ansible reads them."""
+    options: dict = {}
+    while match := _TRAILING_OPTION.search(text):
+        value = match.group(2)
+        options.setdefault(match.group(1), value[1:-1] if value[:1] in "\"'" else value)
+        text = text[:match.start()]
+    return {"cmd": text.strip(), **options}
 
 
 def _check_module_args(module: str, args: dict, label: str) -> None:
@@ -311,7 +333,7 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
     return out
 
 
-IMPORT_KEYS = {"name", "vars", "when", "tags", *BECOME_KEYWORDS}
+IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
 MAX_IMPORT_DEPTH = 20
 
 
@@ -339,6 +361,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     import_vars = variables_of(raw.get("vars"), where)
     _inherit(tasks, when, tags, import_vars, become_of(raw, where))
+    if "environment" in raw:
+        inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
     return tasks
 
@@ -375,7 +399,7 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     read the same way when the playbook loads (its `when` checked for each task; a loop over it is refused)."""
     key = "import_role" if "import_role" in raw else "include_role"
     spec = raw[key]
-    bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", *BECOME_KEYWORDS}))
+    bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}))
     bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in ("name", "tasks_from"))
     if bad or not (isinstance(spec, dict) and isinstance(spec.get("name"), str) and "{{" not in spec["name"]):
         raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name written in the playbook, "
@@ -385,7 +409,10 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     if "tasks_from" in spec:
         entry["tasks_from"] = spec["tasks_from"]
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
-    return role_tasks(entry, ctx.playbook, source, ctx.play)
+    tasks = role_tasks(entry, ctx.playbook, source, ctx.play)
+    if "environment" in raw:
+        inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
+    return tasks
 
 
 def _play_hosts(raw: dict, where: str) -> str:

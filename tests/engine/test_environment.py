@@ -54,8 +54,23 @@ def test_bad_environments_are_refused_at_load_and_nothing_runs(tmp_path):
     first = {"name": "would make", "file": {"path": str(made), "state": "directory"}}
     for env, needle in (([1, 2], "'environment' must be a mapping"), ({"1BAD": "x"}, "not an environment variable name"),
                         ({"A": {"x": 1}}, "'environment' A must be a string"),
+                        ({"A": "a\0b"}, "'environment' A holds a NUL character"),
                         ({"A": "{{ undefined_here }}"}, "variable 'undefined_here' is undefined")):
         plays = [{"hosts": "all", "gather_facts": False, "tasks": [first, {"name": "t", "command": SHOW,
                                                                           "environment": env}]}]
         res = run_playbook(book(tmp_path, plays), inventory=INV)
         assert res.exit_code == 4 and needle in res.error and not made.exists(), (env, res.error)
+
+
+def test_an_environment_on_import_tasks_and_include_role_reaches_their_tasks(tmp_path):
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump([{"name": "imported", "command": SHOW, "register": "i"}]))
+    role = tmp_path / "roles" / "r" / "tasks" / "main.yml"
+    role.parent.mkdir(parents=True)
+    role.write_text(yaml.safe_dump([{"name": "in role", "command": SHOW, "register": "o"}]))
+    plays = [{"hosts": "all", "gather_facts": False, "tasks": [
+        {"import_tasks": "t.yaml", "environment": {"DFP_A": "imp"}},
+        {"include_role": {"name": "r"}, "environment": {"DFP_B": "role"}}]}]
+    res = run_playbook(book(tmp_path, plays), inventory=INV)
+    assert res.exit_code == 0, res.tasks
+    assert res.registered["h"]["i"]["stdout"].startswith("A=imp B= ")
+    assert res.registered["h"]["o"]["stdout"].startswith("A= B=role ")
