@@ -119,6 +119,25 @@ def check_args(spec: dict, args: dict, module: str) -> dict:
         if choices is not None and value is not None and value not in choices:
             raise ModuleError(f"module '{module}': argument '{name}' is {value!r}; choose one of: {', '.join(map(str, choices))}")
         out[name] = value
+    return _fold_aliases(spec, args, out, module)
+
+
+def _fold_aliases(spec: dict, args: dict, out: dict, module: str) -> dict:
+    """An entry with `"alias_of": OPTION` (Ansible's aliases: lineinfile's dest for path) gives its value to
+    OPTION and is left out of the result; both given, with different values, is refused (Ansible warns and takes
+    the alias's)."""
+    given = {name: name for name in spec if args.get(name) is not None}  # option -> who set it
+    for name, opts in spec.items():
+        option = opts.get("alias_of")
+        if option is None:
+            continue
+        value = out.pop(name)
+        if value is None or option not in out:  # out lacks it when one entry is checked alone (preflight's types)
+            continue
+        if option in given and out[option] != value:
+            raise ModuleError(f"module '{module}': '{given[option]}' and '{name}' (both '{option}') are given, as "
+                              f"{out[option]!r} and {value!r}; keep one of them")
+        out[option], given[option] = value, name
     return out
 
 

@@ -105,12 +105,61 @@ def _write_failed(path: str, exc: OSError, size: int) -> ModuleError:
     )
 
 
-def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool = False) -> str | None:
+def backup_name(path: str, style: str = "dfp") -> str:
+    """A name no file has yet for a backup of `path`: the tool's PATH.YYYYmmdd-HHMMSS.bak, or (style "ansible",
+    for the modules named as Ansible's) module_utils' backup_local name PATH.PID.YYYY-MM-DD@HH:MM:SS~. A name
+    taken already (one worker runs many tasks in a second) gets a counter: PATH.YYYYmmdd-HHMMSS.N.bak,
+    PATH.PID.YYYY-MM-DD@HH:MM:SS.N~."""
+    if style == "ansible":
+        stamp, end = f"{os.getpid()}.{time.strftime('%Y-%m-%d@%H:%M:%S')}", "~"
+    else:
+        stamp, end = time.strftime("%Y%m%d-%H%M%S"), ".bak"
+    name, n = f"{path}.{stamp}{end}", 1
+    while os.path.lexists(name):
+        name, n = f"{path}.{stamp}.{n}{end}", n + 1
+    return name
+
+
+def new_file_mode() -> int:
+    """The mode a file created now gets: 0666 less the umask (read by setting it, as nothing else reads it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def run_validate(command: str, path: str) -> None:
+    """Ansible's `validate`: COMMAND with %s replaced by `path` (quoted where it needs it), split as a shell would
+    but run without one, each word's ~ and $VARS expanded (module_utils' run_command); a non-zero exit is a
+    ModuleError with Ansible's words, the command's stderr in them."""
+    import shlex
+    import subprocess
+
+    try:
+        argv = [os.path.expanduser(os.path.expandvars(w)) for w in shlex.split(command % shlex.quote(path))]
+    except (TypeError, ValueError) as exc:
+        raise ModuleError(f"validate {command!r} cannot be used: {exc}; write one %s where the file goes "
+                          "(and %% for a percent sign)") from None
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    except OSError as exc:
+        raise ModuleError(f"failed to validate: cannot run {argv[0] if argv else command!r}: {exc.strerror or exc}; "
+                          "install it or fix the validate command") from None
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", errors="replace").strip()
+        raise ModuleError(f"failed to validate: rc:{proc.returncode} error:{err} (the file is unchanged: fix the "
+                          "content or the validate command)")
+
+
+def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool | str = False,
+                 validate: str | None = None) -> str | None:
     """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
 
     A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
     file keeps its mode (unless `mode` is given) and, when root writes it, its owner and group.
-    When the write fails (a full disk, permissions) the old file stays as it was, the temp file and a
+    `backup`: True names the copy of the old file backup_name(path); a string is the copy's path (a module
+    named as Ansible's names it after the path it was given, a symlink's too). `validate` (Ansible's: a command
+    with %s) is run on the temp file before the rename, which happens only when it exits 0 (run_validate).
+    When the write fails (a full disk, permissions, validate) the old file stays as it was, the temp file and a
     backup made for this write are removed, and the error is a ModuleError naming the path and the fix.
     """
     import shutil
@@ -120,11 +169,7 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool =
     backup_path = tmp = None
     try:
         if backup and os.path.exists(path):
-            backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.bak"
-            n = 1
-            while os.path.exists(backup_path):
-                backup_path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}.{n}.bak"
-                n += 1
+            backup_path = backup if isinstance(backup, str) else backup_name(path)
             shutil.copy2(path, backup_path)
         before = os.stat(path) if os.path.exists(path) else None
         if mode is None and before is not None:
@@ -134,6 +179,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool =
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if validate is not None:
+            run_validate(validate, tmp)
         if before is not None and os.geteuid() == 0:
             # the rename makes a new inode owned by us: give it the old owner (before chmod, which
             # chown would undo for setuid/setgid bits)
