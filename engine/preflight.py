@@ -14,6 +14,7 @@ from jinja2 import meta
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.errors import UserError
 from engine.inventory import Inventory
+from engine.lookups import check_literal_lookups
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task, walk_tasks
 from engine.templating import Templar, is_template
@@ -65,9 +66,12 @@ class Preflight:
         if isinstance(value, str) and is_template(value):
             if value not in self._parsed:
                 try:
-                    self._parsed[value] = required_names(self.env.parse(value))
+                    ast = self.env.parse(value)
+                    names = required_names(ast)
                 except Exception as exc:
                     raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
+                check_literal_lookups(ast, f"{task.source} ('{task.name}')")  # pipe, url...: refused before any host
+                self._parsed[value] = names
             found |= self._parsed[value]
         elif isinstance(value, dict):
             for k, v in value.items():

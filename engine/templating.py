@@ -164,6 +164,9 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     )
     env.globals["range"] = _bounded_range
     bound_filters(env.filters)
+    from engine.lookups import install  # lookup()/query(); imported here: engine.lookups reads this module's views
+
+    install(env)
     env.tests.update(
         success=lambda r: isinstance(r, Mapping) and not r.get("failed"),
         failed=lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
@@ -205,6 +208,16 @@ class LazyVars(Mapping):
         self._busy: set[str] = set()
         self.touched: set[str] = set()  # every name read through this view (secret taint)
         self.tainted = False  # a secret was read through a view nested in this one (hostvars[host])
+        self.origin: Any = None  # the play and task it renders for (engine/lookups.py Origin), set by engine/variables.py
+
+    @property
+    def templar(self) -> Templar:
+        return self._templar
+
+    @property
+    def rendering(self) -> frozenset[str]:
+        """The variables whose values are being rendered right now (a lookup inside one of them lands in it)."""
+        return frozenset(self._busy)
 
     def with_overlay(self, overlay: dict) -> LazyVars:
         """The same variables with `overlay`'s names (data, never rendered) read first: a message rendered
@@ -212,6 +225,7 @@ class LazyVars(Mapping):
         maps = getattr(self._layers, "maps", [self._layers])
         view = LazyVars(ChainMap(overlay, *maps), self._templar)
         view._data_ids = self._data_ids | {id(overlay)}
+        view.origin = self.origin
         return view
 
     def is_data(self, key: str) -> bool:
@@ -313,7 +327,10 @@ class Templar:
 
     def render_file(self, path: str, variables: Mapping) -> str:
         with open(path, encoding="utf-8") as fh:
-            source = fh.read()
+            return self.render_text(fh.read(), variables)
+
+    def render_text(self, source: str, variables: Mapping) -> str:
+        """A whole template as text, even when it is one expression (a file's trailing newline is kept)."""
         template = self._template(source)
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)

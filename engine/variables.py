@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from engine.inventory import Inventory
+from engine.lookups import Origin
 from engine.playbook import Play, Task
 from engine.results import HostState
 from engine.secrets import Secrets, has_value, is_secret_name, leaf_strings, secret_leaves
@@ -163,6 +164,7 @@ class Variables:
             play.defaults,
         )
         view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic))
+        view.origin = Origin(play, task, magic, extra, self.secrets)  # where lookups search, whom they name, what they mask
         hostvars.owner = view
         return view
 
@@ -176,8 +178,10 @@ class Variables:
         facts = {"facts": state.shared_facts or {}}
         registered, facts_set = state.shared_registered, state.shared_facts_set
         layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
-        return HostView(layers, self.templar, (registered, facts_set, facts, magic), state.shared_hidden, hostvars,
+        view = HostView(layers, self.templar, (registered, facts_set, facts, magic), state.shared_hidden, hostvars,
                         self.secrets)
+        view.origin = Origin(play, None, magic, {}, self.secrets)
+        return view
 
     def collect_secrets(self, state: HostState, play: Play) -> None:
         """Remember the values of secret-named variables from every source this play gives the host."""
