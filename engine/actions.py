@@ -180,12 +180,17 @@ def set_fact(call: ActionCall) -> dict:
     return {"changed": False, "msg": f"set {', '.join(call.args)}", "ansible_facts": call.args}
 
 
+def host_data_read(templar, value: Any, view) -> list[str]:
+    """The names of host data (registered results, facts, set_fact values) a template reads: rendered again
+    through a fresh view of the same variables, noting what it reads."""
+    probe = view.with_overlay({})
+    templar.render_value(value, probe)
+    return sorted(name for name in probe.touched if probe.is_data(name))
+
+
 def from_host_data(call: ActionCall, key: str) -> bool:
-    """The task's argument `key` was rendered from data a host returned (a registered result, a fact, a set_fact
-    value): rendered again through a fresh view of the same variables, noting what it reads."""
-    probe = call.view.with_overlay({})
-    call.executor.templar.render_value(call.task.args.get(key), probe)
-    return any(probe.is_data(name) for name in probe.touched)
+    """The task's argument `key` was rendered from data a host returned."""
+    return bool(host_data_read(call.executor.templar, call.task.args.get(key), call.view))
 
 
 def resolve_local(call: ActionCall, src: str, sub: str) -> Path:

@@ -16,7 +16,7 @@ from jinja2.sandbox import SecurityError
 
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine import become
-from engine.actions import ACTIONS, ActionCall, action_in, handles
+from engine.actions import ACTIONS, ActionCall, action_in, handles, host_data_read
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
@@ -135,10 +135,11 @@ class TaskExecutor:
     def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
         view = self.variables.view(state, play, task)
         if task.loop is None:
-            for cond in task.when:
-                if not self.truth(cond, view):
-                    return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {cond}"}
-            result = self._run_with_retries(state, play, task, None, view)
+            false = next((cond for cond in task.when if not self.truth(cond, view)), None)
+            if false is not None:  # registered too, as in Ansible (`result is skipped`)
+                result = {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
+            else:
+                result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
             items = loop_items(task, self.templar.render_value(task.loop, view))
             result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
@@ -230,6 +231,8 @@ class TaskExecutor:
         view.tainted = False
         args = {**linked, **self.templar.render_value(task.args, view)}
         args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
+        if task.module in CODE_ARGS:
+            refuse_host_data_as_code(self.templar, state, task, view)
         action = handles(task.module, args)
         target = state
         if task.delegate_to is not None and self.delegation is not None:
@@ -296,6 +299,35 @@ class TaskExecutor:
             view.touched.update(kept[0])
             view.tainted = kept[1]
         return merged
+
+
+CODE_ARGS = {"shell": ("cmd", "executable")}  # arguments a module runs as code (shell: through /bin/sh -c)
+# Names whose values a host returned: facts, other hosts' data (hostvars), a rescued failure's result, `result`
+# of until/changed_when; registered results and set_fact values are added per host.
+HOST_RETURNED = frozenset({"facts", "hostvars", "ansible_failed_result", "ansible_failed_task", "result"})
+
+
+def host_returned(templar: Templar, value: Any, view, state: HostState, task: Task) -> list[str]:
+    """The names of what a host returned that a template reads (the loop variable too, when the loop's list was
+    built from such data); inventory and play variables, magic names and literal loop items are the playbook's."""
+    returned = HOST_RETURNED | set(state.registered) | set(state.facts_set)
+    read = set(host_data_read(templar, value, view))
+    if task.loop is not None and task.loop_var in read and returned & set(host_data_read(templar, task.loop, view)):
+        returned |= {task.loop_var}
+    return sorted(read & returned)
+
+
+def refuse_host_data_as_code(templar: Templar, state: HostState, task: Task, view) -> None:
+    """What a host returned is data, never code: a shell command built from it could run that host's words on
+    another host or on the control node (delegate_to), so it is refused before anything runs."""
+    for key in CODE_ARGS[task.module]:
+        names = host_returned(templar, task.args[key], view, state, task) if key in task.args else []
+        if names:
+            raise TaskError(
+                f"{task.source} ('{task.name}'): the {task.module} {key} is built from what a host returned "
+                f"({', '.join(names)}), and host data never runs as shell code here. Pass it as an argument "
+                "instead: command with argv: [PROGRAM, '{{ value }}'] (no shell parses it), or write the command "
+                "in the playbook.")
 
 
 def loop_items(task: Task, value: Any) -> list:

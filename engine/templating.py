@@ -167,12 +167,15 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     from engine.lookups import install  # lookup()/query(); imported here: engine.lookups reads this module's views
 
     install(env)
-    env.tests.update(
-        success=lambda r: isinstance(r, Mapping) and not r.get("failed"),
-        failed=lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
-        changed=lambda r: isinstance(r, Mapping) and bool(r.get("changed")),
-        skipped=lambda r: isinstance(r, Mapping) and bool(r.get("skipped")),
-    )
+    tests = {  # Ansible's result tests, under each of its names
+        ("success", "succeeded", "successful"): lambda r: isinstance(r, Mapping) and not r.get("failed"),
+        ("failed", "failure"): lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
+        ("changed", "change"): lambda r: isinstance(r, Mapping) and bool(r.get("changed")),
+        ("skipped", "skip"): lambda r: isinstance(r, Mapping) and bool(r.get("skipped")),
+        ("unreachable",): lambda r: isinstance(r, Mapping) and bool(r.get("unreachable")),
+        ("reachable",): lambda r: isinstance(r, Mapping) and not r.get("unreachable"),
+    }
+    env.tests.update({name: test for names, test in tests.items() for name in names})
     return env
 
 
