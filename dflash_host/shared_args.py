@@ -28,6 +28,25 @@ SHARED: dict[str, dict] = {
     "fallback_index_urls": {"type": "list", "default": None, "var": "fallback_index_urls",
                             "help": "more package indexes used only when no find_links folder exists on the host "
                                     "(e.g. PyTorch's CPU index)"},
+    # command and shell (library/command.py, library/shell.py): ansible.builtin.command's options and ours
+    "command_chdir": {"type": "path", "default": None,
+                      "help": "working folder (relative creates/removes are taken from it)"},
+    "command_creates": {"type": "path", "default": None,
+                        "help": "a path or glob pattern: when it matches, the command is not run (changed false, rc 0)"},
+    "command_removes": {"type": "path", "default": None,
+                        "help": "a path or glob pattern: when it matches nothing, the command is not run (changed "
+                                "false, rc 0); checked after creates"},
+    "command_stdin": {"type": "str", "default": None,
+                      "help": "text fed to the program's standard input (else it reads from /dev/null)"},
+    "command_stdin_add_newline": {"type": "bool", "default": True, "help": "add a newline to a non-empty stdin"},
+    "command_strip_empty_ends": {"type": "bool", "default": True,
+                                 "help": "strip the line ends at the end of stdout and stderr (as Ansible does)"},
+    "command_env": {"type": "dict", "default": None, "help": "variables added to the inherited environment"},
+    "command_timeout_s": {"type": "float", "default": None,
+                          "help": "stop the program's whole process group after this many seconds; a failure"},
+    "command_expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
+    "command_check_safe": {"type": "bool", "default": False,
+                           "help": "the command only reads: run it in check mode too"},
 }
 
 

@@ -118,6 +118,8 @@ class TaskExecutor:
             return
         except Exception as exc:  # a template, argument or engine error tied to this task
             res = {"failed": True, "changed": False, "msg": failure_message(task, exc)}
+            if task.register:  # registered as Ansible registers a failed task (a rescue or a later `is failed` reads it)
+                state.registered[task.register] = res
         status = status_of(res)
         ignored = status == "failed" and task.ignore_errors
         if status == "failed" and not ignored:

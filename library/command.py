@@ -1,266 +1,119 @@
-"""Run a program (an argv list, never a shell string) unless its result already exists.
+"""Run a program unless its result already exists: Ansible's `cmd` (a command line split into arguments, never
+run by a shell) or an `argv` list.
 
-No role or playbook uses it: it is here for the benchmark's workload (bench/workload/ours.yaml, the
-same tasks as Ansible's) and for user playbooks.
+ansible.builtin.command's options and result, with a few of our own. No role or playbook uses it: it is here
+for the benchmark's workload (bench/workload/ours.yaml, the same tasks as Ansible's) and for user playbooks, for
+the steps no other module covers: a one-off build, a probe whose output a later task reads.
 
-For the steps no other module covers: a one-off build, a probe whose output a later task reads.
-`creates`/`removes` make it idempotent; the task's `changed_when` can refine what "changed" means.
-In check mode it does not run (it says it would), unless the task marks it `check_safe` (read-only).
+What runs: exactly one of `cmd` (a string, split with shlex.split as ansible.builtin.command splits it: quotes
+and backslashes group words, but no pipes, redirections, globs or `;`; Ansible's one-line form
+`- command: ls -l /tmp creates=/x` gives it too) and `argv` (a list, one item per argument). Each argument's
+`$VAR`, `${VAR}` and leading `~` of a `cmd` are expanded from the environment (the task's `environment` and
+`env`), one not set left as written, as Ansible does (quoting does not stop it, as in Ansible). An `argv` list
+is taken literally unless `expand_argument_vars: true` (a difference from Ansible, on purpose: an item that must
+reach the program as written, a value a host returned or a `sh -c` script whose `$X` that shell should expand,
+is never rewritten by the environment); `expand_argument_vars: false` takes a `cmd` literally too. `executable` is accepted and not used, with
+Ansible's warning: the shell module runs a shell.
 
-Result: `rc`, `stdout`, `stderr` (each cut to 64 KiB, head and tail, with a note), `duration_s`, `ran`
-(false when skipped; then `rc` is null), `argv`. A return code outside `expect_rc` fails the task,
-quoting the last lines of stderr.
+`creates`/`removes` (a path or a glob pattern, relative ones taken from `chdir`) make it idempotent: when they
+say it need not run, it is not run, with Ansible's result: changed false, rc 0, msg "Did not run command since
+'/x' exists" (or "... does not exist"; "Would not ..." in check mode) and stdout "skipped, since /x exists". The
+task's `changed_when` can refine what "changed" means. In check mode it does not run unless the task marks it
+`check_safe` (read-only): rc 0, msg "Command would have run if not in check mode (...)", changed true when
+creates or removes is given, else skipped (as Ansible).
+
+Result: Ansible's `cmd` (the argv list before expansion, as Ansible returns it), `rc`, `stdout`, `stderr` (their
+line ends at the end stripped, `strip_empty_ends`), `stdout_lines`, `stderr_lines`, `start`, `end`
+('%Y-%m-%d %H:%M:%S.%f'), `delta` ('H:MM:SS.ffffff'; start, end and delta null when it did not run); and ours:
+`argv` (what ran, expanded), `ran` (false when skipped or not run in check mode), `duration_s`. `stdin` gets a
+newline added (`stdin_add_newline`, as Ansible). A failure (rc outside expect_rc, a timeout) is changed true, as
+Ansible's is (the program ran): run() returns it with failed true rather than raising ModuleError (which would
+make it changed false); a refusal before anything ran (bad arguments, chdir, a program not found) is a
+ModuleError.
+
+Where we differ from ansible.builtin.command, on purpose:
+- msg: on success ours says what ran, its rc and time ("ran command ls: rc 0 in 0.004 s"; Ansible's is "") and on
+  failure ours starts with Ansible's "non-zero return code" and goes on with the rc expected and the last lines
+  of stderr (or stdout), because the console prints msg and a failure should say why without -v; Ansible's is
+  those three words alone. The skip and check-mode messages are Ansible's (check mode's with a note after them).
+- a return code outside `expect_rc` (default [0]) fails; `timeout_s` stops the program's whole process group
+  and fails (rc null); stdout and stderr are each cut to 64 KiB (head and tail, with a note and
+  `stdout_truncated_chars`); `env` adds variables; the program reads /dev/null when no stdin is given (Ansible's
+  inherits the module's); `check_safe` runs a read-only command in check mode (Ansible's never runs there).
+- a string `argv` is refused (Ansible's would make it one argument, or split it at commas); a chdir that is not
+  a folder, a program not found, `cmd` that cannot be split: a message that says the fix (Ansible's first words
+  kept where it has some: "Unable to change directory before execution"); a program not found keeps `cmd` the
+  list (Ansible's is then the string) and rc the errno (2, as Ansible's).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import threading
-import time
 
+from dflash_host.host.commands import check_argv, check_env, expand_argument, run_program, split_cmd
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "argv": {
-        "type": "raw",
-        "required": True,
-        "help": 'program and its arguments, e.g. ["uv", "venv", "/opt/env"]; a string is refused',
-    },
-    "chdir": {"type": "path", "default": None, "help": "working folder (relative creates/removes are taken from it)"},
-    "creates": {"type": "path", "default": None, "help": "skip (changed false) when this path exists"},
-    "removes": {"type": "path", "default": None, "help": "skip (changed false) when this path does not exist"},
-    "env": {"type": "dict", "default": None, "help": "variables added to the inherited environment"},
-    "stdin": {
+    "cmd": {
         "type": "str",
         "default": None,
-        "help": "text fed to the program's standard input (else it reads from /dev/null)",
+        "help": "the command line, split into arguments like a shell line (quotes, backslashes) but never run by "
+                "one: no pipes, redirections or globs; e.g. cmd: ls -l /tmp (exactly one of cmd and argv)",
     },
-    "timeout_s": {
-        "type": "float",
+    "argv": {
+        "type": "raw",
         "default": None,
-        "help": "stop the program's whole process group after this many seconds; a failure",
+        "help": 'program and its arguments as a list, e.g. ["uv", "venv", "/opt/env"]; a string is refused (that '
+                "is cmd)",
     },
-    "expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
-    "check_safe": {"type": "bool", "default": False, "help": "the command only reads: run it in check mode too"},
+    "expand_argument_vars": {
+        "type": "bool",
+        "default": None,
+        "help": "expand $VAR, ${VAR} and a leading ~ in each argument (one not set stays as written), as Ansible "
+                "does; default: yes for cmd, no for an argv list (its items reach the program as written)",
+    },
+    "executable": {
+        "type": "str",
+        "default": None,
+        "help": "not used, as in Ansible since 2.4 (a warning says so): the shell module runs a shell",
+    },
+    "chdir": {"include": "command_chdir"},
+    "creates": {"include": "command_creates"},
+    "removes": {"include": "command_removes"},
+    "stdin": {"include": "command_stdin"},
+    "stdin_add_newline": {"include": "command_stdin_add_newline"},
+    "strip_empty_ends": {"include": "command_strip_empty_ends"},
+    "env": {"include": "command_env"},
+    "timeout_s": {"include": "command_timeout_s"},
+    "expect_rc": {"include": "command_expect_rc"},
+    "check_safe": {"include": "command_check_safe"},
 }
 
-OUTPUT_LIMIT = 64 * 1024  # characters kept of stdout and of stderr each
-TAIL_LINES = 10  # lines of stderr quoted in a failure message
-KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL of a timed-out process group
-PIPE_DRAIN_S = 2.0  # how long to wait for output after the program exits (a background child may hold it)
 
-
-def check_argv(argv: object) -> list[str]:
-    """The argv as a list of strings, or a ModuleError saying how to write it."""
-    if isinstance(argv, str):
+def command_words(cmd: str | None, argv: object) -> list[str]:
+    """What runs, before expansion: cmd split as Ansible splits it, or argv; exactly one of them."""
+    if (cmd is None) == (argv is None):
+        got = "both" if cmd is not None else "neither"
         raise ModuleError(
-            f"module 'command': argument 'argv' is a string ({argv!r}); give a list instead, one item per "
-            f'argument, e.g. argv: ["ls", "-l", "/tmp"] (no shell is used, so no quoting or pipes)'
+            f"module 'command': give exactly one of 'cmd' and 'argv', got {got}: cmd is a command line split into "
+            'arguments like a shell line but never run by one (cmd: ls -l /tmp), argv a list with one item per '
+            'argument (argv: ["ls", "-l", "/tmp"]); for pipes or redirections use the shell module'
         )
-    if not isinstance(argv, (list, tuple)) or not argv:
-        raise ModuleError(
-            f"module 'command': argument 'argv' must be a non-empty list of strings, got {argv!r}; e.g. argv: [\"ls\", \"-l\"]"
-        )
-    out = []
-    for i, item in enumerate(argv):
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            raise ModuleError(
-                f"module 'command': argv[{i}] is {type(item).__name__} {item!r}; every item must be a "
-                f"string (or a number); quote it in the task"
-            )
-        out.append(str(item))
-    return out
-
-
-def check_expect_rc(values: list) -> list[int]:
-    out = []
-    for v in values:
-        try:
-            if isinstance(v, bool):
-                raise ValueError
-            out.append(int(v))
-        except (TypeError, ValueError):
-            raise ModuleError(f"module 'command': expect_rc must be a list of integers, got {values!r}; e.g. expect_rc: [0, 1]")
-    return out
-
-
-def check_env(env: dict | None) -> dict[str, str]:
-    out = {}
-    for key, value in (env or {}).items():
-        if value is None or isinstance(value, (dict, list)):
-            raise ModuleError(f"module 'command': env[{key!r}] is {value!r}; environment values must be strings or numbers")
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        out[str(key)] = str(value)
-    return out
-
-
-def skip_reason(creates: str | None, removes: str | None, exists=os.path.lexists) -> str | None:
-    """Why the command need not run, or None when it must."""
-    if creates is not None and exists(creates):
-        return f"{creates} exists"
-    if removes is not None and not exists(removes):
-        return f"{removes} does not exist"
-    return None
-
-
-def truncate(text: str, limit: int = OUTPUT_LIMIT) -> tuple[str, int]:
-    """Keep the head and the tail of a long output; return it and how many characters were cut."""
-    if len(text) <= limit:
-        return text, 0
-    cut = len(text) - limit
-    head = limit // 4
-    tail = limit - head
-    note = f"\n[... {cut} characters cut by the command module ...]\n"
-    return text[:head] + note + text[-tail:], cut
-
-
-def last_lines(text: str, n: int = TAIL_LINES) -> str:
-    lines = [line for line in text.rstrip().splitlines() if line.strip()]
-    return "\n".join(lines[-n:])
-
-
-def _reader(stream, chunks: list) -> None:
-    try:
-        while True:
-            data = stream.read1(65536)
-            if not data:
-                break
-            chunks.append(data)
-    except (OSError, ValueError):
-        pass
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the program's own process group (started with a new session), then SIGKILL."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def execute_argv(argv: list[str], cwd: str | None, env: dict, stdin: str | None, timeout_s: float | None) -> dict:
-    """Run argv in its own session; return rc (None on timeout), stdout, stderr, duration_s, timed_out."""
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env={**os.environ, **env},
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except FileNotFoundError:
-        where = "" if os.sep in argv[0] else " on PATH"
-        raise ModuleError(f"module 'command': program {argv[0]!r} not found{where}; install it or give its full path in argv[0]")
-    except PermissionError as exc:
-        raise ModuleError(f"module 'command': cannot execute {argv[0]!r}: {exc}; check its mode (chmod +x)")
-    except OSError as exc:
-        raise ModuleError(f"module 'command': cannot start {argv[0]!r}: {exc}")
-    out_chunks: list = []
-    err_chunks: list = []
-    readers = [
-        threading.Thread(target=_reader, args=(proc.stdout, out_chunks), daemon=True),
-        threading.Thread(target=_reader, args=(proc.stderr, err_chunks), daemon=True),
-    ]
-    for t in readers:
-        t.start()
-    if stdin is not None:
-        try:
-            proc.stdin.write(stdin.encode("utf-8"))
-        except BrokenPipeError:
-            pass
-        finally:
-            try:
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _stop_group(proc)
-    except BaseException:  # the task's own `timeout` (the worker interrupts the module): leave no process behind
-        _stop_group(proc)
-        raise
-    held_open = False
-    for t in readers:
-        t.join(PIPE_DRAIN_S)
-        held_open = held_open or t.is_alive()
-    return {
-        "rc": None if timed_out else proc.returncode,
-        "stdout": b"".join(out_chunks).decode("utf-8", errors="replace"),
-        "stderr": b"".join(err_chunks).decode("utf-8", errors="replace"),
-        "duration_s": round(time.monotonic() - start, 3),
-        "timed_out": timed_out,
-        "pipes_held_open": held_open,
-    }
+    return split_cmd(cmd) if cmd is not None else check_argv(argv)
 
 
 def run(args: dict, ctx: Context) -> dict:
-    argv = check_argv(args["argv"])
-    expect_rc = check_expect_rc(args["expect_rc"])
-    env = check_env(args["env"])
-    chdir = args["chdir"]
-    if chdir is not None and not os.path.isdir(chdir):
-        raise ModuleError(f"module 'command': chdir {chdir!r} is not a directory on this host; create it or fix 'chdir'")
-
-    def anchored(p: str | None) -> str | None:
-        return os.path.join(chdir, p) if p is not None and chdir is not None else p
-
-    base = {"argv": argv, "rc": None, "stdout": "", "stderr": "", "duration_s": 0.0, "ran": False}
-    reason = skip_reason(anchored(args["creates"]), anchored(args["removes"]))
-    if reason:
-        return {**base, "changed": False, "msg": f"skipped: {reason}"}
-    if ctx.check and not args["check_safe"]:
-        return {
-            **base,
-            "changed": True,
-            "msg": f"check mode: would run {argv[0]} (not run; set check_safe: true for a read-only command)",
-        }
-
-    res = execute_argv(argv, chdir, env, args["stdin"], args["timeout_s"])
-    stdout, out_cut = truncate(res["stdout"])
-    stderr, err_cut = truncate(res["stderr"])
-    result = {
-        **base,
-        "ran": True,
-        "rc": res["rc"],
-        "stdout": stdout,
-        "stderr": stderr,
-        "duration_s": res["duration_s"],
-    }
-    if out_cut:
-        result["stdout_truncated_chars"] = out_cut
-    if err_cut:
-        result["stderr_truncated_chars"] = err_cut
-    if res["pipes_held_open"]:
-        ctx.warn(f"{argv[0]}: a background process still holds its output open; output after exit is not captured")
-    quoted = last_lines(res["stderr"]) or last_lines(res["stdout"])
-    quote = f"; last output lines:\n{quoted}" if quoted else " and printed nothing"
-    if res["timed_out"]:
-        raise ModuleError(
-            f"command {argv[0]} timed out after {args['timeout_s']} s (timeout_s) and its process group was stopped{quote}",
-            **result,
-        )
-    if res["rc"] not in expect_rc:
-        raise ModuleError(
-            f"command {argv[0]} exited with rc {res['rc']} (expected {', '.join(map(str, expect_rc))}){quote}",
-            **result,
-        )
-    result.update(changed=True, msg=f"ran {argv[0]}: rc {res['rc']} in {res['duration_s']} s")
-    return result
+    words = command_words(args["cmd"], args["argv"])
+    if args["executable"] is not None:  # Ansible's words
+        ctx.warn(f"As of Ansible 2.4, the parameter 'executable' is no longer supported with the 'command' module. "
+                 f"Not using '{args['executable']}'.")
+    argv = words
+    expand = args["expand_argument_vars"]
+    if expand if expand is not None else args["cmd"] is not None:
+        environ = {**os.environ, **check_env(args["env"])}
+        argv = [expand_argument(word, environ) for word in words]
+    program_arg = "the first word of cmd" if args["cmd"] is not None else "argv[0]"
+    return run_program("command", argv, words, f"command {argv[0]}", program_arg, args, ctx)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What the module tests share: load a library module, call its run(), run it by hand, snapshot a tree.
+"""What the module tests share: load a library module, call its run(), run it by hand, snapshot a tree, a live PID.
 
 Imported by the test files beside it (tests/library/conftest.py puts this folder on sys.path).
 """
@@ -68,3 +68,12 @@ def snapshot(root: Path, files_only: bool = False) -> dict:
         st = p.lstat()
         out[str(p.relative_to(root))] = (st.st_mode, p.read_bytes() if p.is_file() else None)
     return out
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
