@@ -154,6 +154,14 @@ def meta(call: ActionCall) -> dict:
     return {"changed": False, "msg": f"meta: {call.args['action']}", "meta": call.args["action"]}
 
 
+@action("include_tasks")
+@action("include_role")
+def included(call: ActionCall) -> dict:
+    """An include reached on this host: its tasks follow here (the Runner runs them where this one ran)."""
+    what = call.args.get("file") or call.args.get("name")
+    return {"changed": False, "msg": f"included: {what}"}
+
+
 @action("debug")
 def debug(call: ActionCall) -> dict:
     templar = call.executor.templar

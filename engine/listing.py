@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from engine.playbook import Play, Task, walk_tasks
+from engine.playbook import Block, Include, Play, Task
 
 LISTINGS = ("hosts", "tasks", "tags")
 
@@ -17,7 +17,19 @@ def _tags(tags: set[str] | list[str]) -> str:
 
 
 def _task_label(task: Task) -> str:
-    return f"{task.role} : {task.name}" if task.role else task.name
+    """`role : name`; an unnamed task by its module as the playbook spells it (`ansible.builtin.debug`), as Ansible."""
+    name = task.name if task.named else task.action or task.module
+    return f"{task.role} : {name}" if task.role else name
+
+
+def listed_tasks(items: list) -> list[Task]:
+    """The tasks ansible-playbook lists: blocks opened, their rescue and always sections not; an include as itself
+    (Ansible reads it at run time)."""
+    out: list[Task] = []
+    for item in items:
+        out += listed_tasks(item.block) if isinstance(item, Block) else [item.marker] if isinstance(item, Include) \
+            else [item]
+    return out
 
 
 def listing(path: str | Path, plays: list[Play], hosts_for: Callable[[Play], list[str]],
@@ -30,7 +42,7 @@ def listing(path: str | Path, plays: list[Play], hosts_for: Callable[[Play], lis
             hosts = hosts_for(play)
             lines += [f"    pattern: ['{play.hosts}']", f"    hosts ({len(hosts)}):"]
             lines += [f"      {name}" for name in hosts]
-        tasks = [t for t in walk_tasks(play.tasks) if selected(t)]
+        tasks = [t for t in listed_tasks(play.tasks) if selected(t)]
         if "tasks" in what:
             lines.append("    tasks:")
             lines += [f"      {_task_label(t)}\tTAGS: {_tags(t.tags)}" for t in tasks]

@@ -23,6 +23,9 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
     "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "end_host", "end_batch", "end_play",
                                                                      "noop"]}},
+    # the include itself (engine/playbook.py Include): one ok result per host it reaches, as Ansible's "included"
+    "include_tasks": {"file": {"type": "str", "required": True}},
+    "include_role": {"name": {"type": "str", "required": True}, "tasks_from": {"type": "str"}},
     "template": {
         "src": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True},

@@ -75,6 +75,8 @@ class Task:
     # facts go to the delegate only with delegate_facts (engine/delegation.py)
     delegate_to: str | None = None
     delegate_facts: bool = False
+    named: bool = True  # the playbook gave it a name (else `name` is the module's)
+    action: str = ""  # the module as the playbook spells it (ansible.builtin.copy), for --list-tasks
 
 
 @dataclass
@@ -90,12 +92,25 @@ class Block:
     always: list = field(default_factory=list)
 
 
+@dataclass
+class Include:
+    """include_tasks / include_role, read when the playbook loads: `marker` is the include itself (its `when`
+    decides per host, and it counts as one ok task, as Ansible's "included: ..."), `tasks` what it brings, run on
+    the hosts where the marker ran."""
+
+    marker: Task
+    tasks: list = field(default_factory=list)  # Task | Block | Include
+
+
 def walk_tasks(items: list) -> list[Task]:
-    """Every Task in a list of tasks and blocks, depth first (block, rescue, always)."""
+    """Every Task in a list of tasks, blocks and includes, depth first (block, rescue, always; an include's
+    marker, then its tasks)."""
     out: list[Task] = []
     for item in items:
         if isinstance(item, Block):
             out += walk_tasks(item.block) + walk_tasks(item.rescue) + walk_tasks(item.always)
+        elif isinstance(item, Include):
+            out += [item.marker] + walk_tasks(item.tasks)
         else:
             out.append(item)
     return out
@@ -168,7 +183,8 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
 
 
 FREE_FORM = ("command", "shell")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
-_TRAILING_OPTION = re.compile(r"""\s+(creates|removes|chdir|executable|stdin)=("[^"]*"|'[^']*'|\S+)\s*$""")
+_TRAILING_OPTION = re.compile(
+    r"""\s+(creates|removes|chdir|executable|stdin)=("[^"]*"|'[^']*'|(?:\{\{.*?\}\}|\S)+)\s*$""")  # {{ }} may hold spaces
 
 
 def free_form_args(text: str) -> dict:
@@ -213,7 +229,7 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         raw = {**raw, "meta": {"action": raw["meta"]}}
     module, args = _task_module(raw, label)
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
-                **task_keywords(raw, label))
+                named=name is not None, **task_keywords(raw, label))
 
 
 BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", "environment",
@@ -308,16 +324,32 @@ def short_names(raw: Any, source: str) -> Any:
 
 def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     """One entry of a task list: a task, a block, or `import_role` (the role's tasks, in place)."""
+    spelled = raw
     raw = short_names(raw, source)
     if isinstance(raw, dict) and "block" in raw:
         return [parse_block(raw, source, ctx)]
     if isinstance(raw, dict) and {"import_role", "include_role"} & set(raw):
         if ctx.play is None:
             raise UserError(f"{source}: import_role and include_role are not allowed here (handlers)")
-        return import_role(raw, source, ctx)
+        return spelled_include(import_role(raw, source, ctx), spelled)
     if isinstance(raw, dict) and ({"import_tasks", "include_tasks"} & set(raw)):
-        return import_tasks(raw, source, ctx)
-    return [parse_task(raw, source, ctx.role, ctx.role_dir)]
+        return spelled_include(import_tasks(raw, source, ctx), spelled)
+    task = parse_task(raw, source, ctx.role, ctx.role_dir)
+    task.action = spelled_module(spelled, task.module)
+    return [task]
+
+
+def spelled_include(items: list, raw: dict) -> list:
+    """An include's marker named by its key as spelled (ansible.builtin.include_role), for --list-tasks."""
+    for item in items:
+        if isinstance(item, Include):
+            item.marker.action = spelled_module(raw, item.marker.module)
+    return items
+
+
+def spelled_module(raw: dict, module: str) -> str:
+    """The module's key as the playbook spells it (ansible.builtin.copy or copy)."""
+    return next((k for k in raw if isinstance(k, str) and k.rsplit(".", 1)[-1] == module), module)
 
 
 def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -> list:
@@ -360,11 +392,25 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     import_vars = variables_of(raw.get("vars"), where)
-    _inherit(tasks, when, tags, import_vars, become_of(raw, where))
+    dynamic = key.split(".")[-1] == "include_tasks" and ctx.play is not None  # in handlers: read as an import
+    _inherit(tasks, [] if dynamic else when, tags, import_vars, become_of(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
+    if dynamic:
+        return [include_of(raw, key, {"file": file}, source, ctx, tasks, when, tags, import_vars)]
     return tasks
+
+
+def include_of(raw: dict, key: str, args: dict, source: str, ctx: ParseContext, tasks: list, when: list,
+               tags: set, include_vars: dict) -> Include:
+    """The Include of include_tasks / include_role: its marker task (named as the playbook names it, with the
+    include's when, tags and vars) and the tasks it brings."""
+    short = key.split(".")[-1]
+    marker = Task(name=raw.get("name") or short, module=short, args=args, source=source, role=ctx.role,
+                  role_dir=ctx.role_dir, when=list(when), tags=set(tags), vars=dict(include_vars),
+                  named="name" in raw, action=key)
+    return Include(marker, tasks)
 
 
 def _name_with(tasks, import_vars: dict) -> None:
@@ -409,9 +455,16 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     if "tasks_from" in spec:
         entry["tasks_from"] = spec["tasks_from"]
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
+    when = entry.pop("when", None) if key == "include_role" else None  # the include's own, not each task's
     tasks = role_tasks(entry, ctx.playbook, source, ctx.play)
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
+    if key == "include_role":
+        where = f"{source} (include_role {spec['name']})"
+        tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+        args = {k: spec[k] for k in ("name", "tasks_from") if k in spec}
+        conditions = condition_list(when, where, "when") if when is not None else []
+        return [include_of(raw, key, args, source, ctx, tasks, conditions, tags, variables_of(raw.get("vars"), where))]
     return tasks
 
 

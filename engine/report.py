@@ -187,14 +187,20 @@ def format_diff(diff: dict) -> str:
 
 def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     """Per host counts as Ansible's PLAY RECAP: ok counts every task that succeeded, changed ones included
-    (ok=5 changed=2 is five successes, two of which changed something). Only the plays' hosts: a delegate outside
+    (ok=5 changed=2 is five successes, two of which changed something); an ignored failure counts as ok and
+    ignored; meta tasks are not counted. Only the plays' hosts: a delegate outside
     them (its start's own records) is counted in the task of the host that delegated to it."""
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
-        key = "ignored" if r.ignored else "rescued" if r.rescued else r.status
         counts = stats.get(r.host)
-        if counts is None:
+        if counts is None or r.module == "meta":  # Ansible counts no meta task (noop, flush_handlers, end_*)
             continue
+        if r.ignored:  # an ignored failure is also ok (and changed, when it changed), as Ansible counts it
+            counts["ignored"] += 1
+            counts["ok"] += 1
+            counts["changed"] += r.changed
+            continue
+        key = "rescued" if r.rescued else r.status
         counts[key] += 1
         if key == "changed":
             counts["ok"] += 1

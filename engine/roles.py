@@ -112,7 +112,8 @@ def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
                 setattr(t, key, value)
         t.when = role_when + t.when
         t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
-    play.handlers.extend(handlers)
+    known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
+    play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
     play.roles.append(name)
     return tasks
 

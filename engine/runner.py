@@ -26,7 +26,7 @@ from engine.errors import UserError
 from engine.host_start import HostStart
 from engine.inventory import Inventory
 from engine.play_stops import PlayStops
-from engine.playbook import Block, Play, Task
+from engine.playbook import Block, Include, Play, Task
 from engine.preflight import Preflight
 from engine.results import HostState, TaskResult
 from engine.start_at import StartAt
@@ -88,8 +88,12 @@ class Runner:
         return hosts
 
     def task_selected(self, task: Task) -> bool:
+        """Ansible's tag rules: `always` runs unless skipped by another of its tags; `never` runs only when one
+        of its tags is asked for by name."""
         if "always" in task.tags:
             return not (self.skip_tags & task.tags - {"always"})
+        if "never" in task.tags and not (self.tags & task.tags):
+            return False
         if self.tags and not (self.tags & task.tags):
             return False
         return not (self.skip_tags & task.tags)
@@ -206,7 +210,8 @@ class Runner:
     def _flush_handlers(self, states: list[HostState], play: Play) -> None:
         """The notified handlers, in the order the play lists them, on the hosts that notified them (at the end
         of the play, or at a `meta: flush_handlers`)."""
-        for handler in play.handlers:
+        consumed: dict[int, set] = {}  # per host, the names and topics that ran a handler: cleared at the end, so
+        for handler in play.handlers:  # every handler listening to one topic runs, as in Ansible
             if self.stops.fatal is not None:
                 break
             triggers = {handler.name, *handler.listen}
@@ -214,7 +219,9 @@ class Runner:
             if active:
                 self._run_on(active, play, handler, handler=True)
                 for s in active:
-                    s.notified -= triggers
+                    consumed.setdefault(id(s), set()).update(s.notified & triggers)
+        for s in states:
+            s.notified -= consumed.get(id(s), set())
 
     def _run_once(self, states: list[HostState], play: Play, task: Task) -> None:
         """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and
@@ -244,10 +251,17 @@ class Runner:
         elif action == "end_host":
             for s in states:
                 s.ended = s.ended or s.host.name in hit
-        elif action in ("end_batch", "end_play") and hit:
+        elif action in ("end_batch", "end_play") and self._first_ran(states, ran) in hit:
+            # as Ansible's, which runs these once: the first host's `when` decides for the whole batch
             for s in states:
                 s.ended = True
             self.play_ended = self.play_ended or action == "end_play"  # and no later batch (Ansible 2.12+)
+
+    @staticmethod
+    def _first_ran(states: list[HostState], ran: list) -> str | None:
+        """The first host (in the play's order) a task ran on."""
+        names = {r.host for r in ran}
+        return next((s.host.name for s in states if s.host.name in names), None)
 
     def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
         """Tasks and blocks in order, each on the hosts of `states` still active."""
@@ -256,6 +270,8 @@ class Runner:
                 return
             if isinstance(item, Block):
                 self._run_block(states, play, item)
+            elif isinstance(item, Include):
+                self._run_include(states, play, item)
             elif self.start_at.skips(item):
                 continue
             elif self.task_selected(item) and item.run_once:
@@ -264,6 +280,18 @@ class Runner:
                 ran = self._run_on([s for s in states if s.running], play, item)
                 if item.module == "meta":
                     self._meta(states, play, item, ran)
+
+    def _run_include(self, states: list[HostState], play: Play, include: Include) -> None:
+        """include_tasks / include_role: the include on each running host (its `when` decides there, one ok result
+        each), then what it brings on the hosts it reached; not selected by --tags, nothing of it runs."""
+        if self.start_at.pending:  # --start-at-task looks inside (the include is read at load)
+            self._run_items(states, play, include.tasks)
+            return
+        if not self.task_selected(include.marker):
+            return
+        ran = self._run_on([s for s in states if s.running], play, include.marker)
+        reached = {r.host for r in ran if r.status == "ok"}
+        self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
 
     def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
         """block, then rescue on the hosts that failed in it, then always on every host that entered it."""

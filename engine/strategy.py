@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
 # only chooses whose variables it sets).
-LOCAL_ACTIONS = ("assert", "debug", "fail", "meta", "set_fact")
+LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "meta", "set_fact")
 
 # The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
 ACCEPTED_PREFIX = "(failure accepted by failed_when) "

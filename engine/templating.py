@@ -38,7 +38,7 @@ from engine.template_bounds import (
     tick,
 )
 
-_SINGLE_EXPR = re.compile(r"^\{\{\s*((?:(?!\{\{|\}\}).)*?)\s*\}\}$", re.S)
+_SINGLE_EXPR = re.compile(r"\A\{\{\s*((?:(?!\{\{|\}\}).)*?)\s*\}\}\Z", re.S)  # "{{ x }}\n" is text, as Ansible's
 
 
 def to_bool(value: Any) -> bool:
@@ -144,6 +144,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     env = Sandbox(
         undefined=StrictUndefined,
         keep_trailing_newline=True,
+        trim_blocks=True,  # as Ansible's templating: the newline after a {% block %} tag goes
         loader=jinja2.FileSystemLoader(searchpath or []),
         autoescape=False,
     )
@@ -298,7 +299,7 @@ class Templar:
         template = self._template(source)
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)
-            return bounded_output(template.root_render_func(ctx))
+            return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
 
     def render_value(self, value: Any, variables: Mapping) -> Any:
         if isinstance(value, str):
@@ -337,7 +338,14 @@ class Templar:
         template = self._template(source)
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)
-            return bounded_output(template.root_render_func(ctx))
+            return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
+
+
+def trailing_newlines_kept(source: str, out: str) -> str:
+    """As Ansible's templating: the text ends in at least as many line breaks as the template did (trim_blocks
+    takes the one after a closing `{% endfor %}`; Ansible gives it back)."""
+    missing = (len(source) - len(source.rstrip("\n"))) - (len(out) - len(out.rstrip("\n")))
+    return out + "\n" * missing if missing > 0 else out
 
 
 def undefined_name(exc: Exception) -> str | None:

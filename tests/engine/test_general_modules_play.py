@@ -56,11 +56,13 @@ TASKS = [
         "changed_when": False,
         "failed_when": "env_text.rc not in [0, 1]",  # in check mode the file may not exist yet
     },
-    {"name": "Look at the env file", "stat": {"path": "{{ base }}/conf/app.env", "checksum": True}, "register": "st"},
+    {"name": "Look at the env file", "stat": {"path": "{{ base }}/conf/app.env", "checksum_algorithm": "sha256"},
+     "register": "st"},
     {
         "name": "The env file holds what was written",
         "when": "not ansible_check_mode",
-        "assert": {"that": ["st.exists", "st.mode == '0640'", "'LOG=info' in env_text.stdout", f"st.sha256 == '{APP_SHA}'"]},
+        "assert": {"that": ["st.stat.exists", "st.stat.mode == '0640'", "'LOG=info' in env_text.stdout",
+                            f"st.stat.checksum == '{APP_SHA}'", f"st.sha256 == '{APP_SHA}'"]},
     },
     {"name": "Wait for the build marker", "wait_for": {"path": "{{ base }}/built", "timeout_s": 5}},
     {

@@ -44,12 +44,16 @@ def test_end_host_ends_that_hosts_play_without_failing_it_and_the_next_play_runs
     assert res.recap["a"]["failed"] == 0
 
 
-def test_end_play_ends_the_play_for_every_host(tmp_path):
-    tasks = [{"name": "first", "debug": {"msg": "x"}},
-             {"meta": "end_play", "when": "inventory_hostname == 'b'"},
-             {"name": "later", "debug": {"msg": "x"}}]
-    res = run(tmp_path, tasks)
-    assert res.exit_code == 0 and not any(t["task"] == "later" for t in res.tasks), res.tasks
+def test_end_play_ends_the_play_for_every_host_when_the_first_hosts_condition_holds(tmp_path):
+    """As ansible-playbook runs it: end_play runs once, so the batch's first host's `when` decides."""
+    for first_holds in (True, False):
+        tasks = [{"name": "first", "debug": {"msg": "x"}},
+                 {"meta": "end_play", "when": f"inventory_hostname == '{'a' if first_holds else 'b'}'"},
+                 {"name": "later", "debug": {"msg": "x"}}]
+        res = run(tmp_path, tasks)
+        later = [t["host"] for t in res.tasks if t["task"] == "later"]
+        assert res.exit_code == 0 and sorted(later) == ([] if first_holds else ["a", "b"]), (first_holds, res.tasks)
+        assert res.recap["a"]["ok"] == (1 if first_holds else 2)  # the meta task itself is not counted
 
 
 def test_noop_and_a_refused_action(tmp_path):
