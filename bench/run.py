@@ -43,7 +43,7 @@ from bench.timing import compile_tree, log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
-SECTIONS = ("peers", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
+SECTIONS = ("peers", "parity", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
 
@@ -102,6 +102,12 @@ class Bench:
     # -- 1 and 2: the workload on every tool (bench/side_by_side.py) -------------------------------------
     def section_peers(self) -> None:
         side_by_side.section_peers(self)
+
+    # -- 2b: the differential corpus's Ansible playbooks, no change, ours and ansible-playbook (bench/parity.py) ----
+    def section_parity(self) -> None:
+        from bench import parity
+
+        parity.section_parity(self)
 
     # -- 7: 50 and 100 hosts, --forks (bench/fleet.py) ------------------------------------------------------
     def section_fleet(self) -> None:
@@ -193,7 +199,7 @@ class Bench:
         self._note_quick()
         compile_tree(ROOT)  # like the peers' installed packages (bench/timing.py compile_tree says why)
         try:
-            if self.only & {"peers", "header", "models"}:
+            if self.only & {"peers", "parity", "header", "models"}:
                 self.start_pool()
             for name in SECTIONS:
                 if name in self.only:

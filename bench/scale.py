@@ -49,6 +49,19 @@ def run_wait4(argv: list[str], cwd: str, timeout: float = 900) -> tuple[float, s
     return wall, text, usage.ru_utime + usage.ru_stime, usage.ru_maxrss
 
 
+def _warm_up(argv: list[str]) -> list[str]:
+    """The first contact with every host (the runtime shipped, the workload's folder made), again once if hosts
+    were unreachable in it: on this loaded 2-core machine a first contact with 1,000 sessions was seen to lose
+    a host now and then. What the failed try said is kept in the results; the timed runs must not fail."""
+    try:
+        run_wait4(argv, str(peers.ROOT))
+        return []
+    except RunFailed as exc:
+        log(f"scale: the warm-up failed, trying once more: {exc}")
+        run_wait4(argv, str(peers.ROOT))
+        return [str(exc)[:2000]]
+
+
 def section_scale(bench) -> None:
     from tests.sshd_harness import SshdPool, write_inventory
 
@@ -61,8 +74,9 @@ def section_scale(bench) -> None:
     argv_on = {n: peers.ours_argv(write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n]), home, "ours", n,
                                   forks=FORKS) for n in (1, SCALE_HOSTS)}
     runs: dict = {}
+    warm_up: list[str] = []
     try:
-        run_wait4(argv_on[SCALE_HOSTS], str(peers.ROOT))  # warm-up on every host: creates the workload's folder
+        warm_up = _warm_up(argv_on[SCALE_HOSTS])
         for n, argv in argv_on.items():
             wall, out, cpu, rss = run_wait4(argv, str(peers.ROOT))
             if not no_change(out):
@@ -76,7 +90,7 @@ def section_scale(bench) -> None:
         "control_cpu_per_host_ms": marginal_ms(one, many, SCALE_HOSTS),
         "control_rss_per_host_kib": round((many["control_rss_kib"] - one["control_rss_kib"]) / (SCALE_HOSTS - 1), 1),
     }
-    bench.details["scale"] = {"hosts": SCALE_HOSTS, "forks": FORKS, "runs": runs, **figures,
+    bench.details["scale"] = {"hosts": SCALE_HOSTS, "forks": FORKS, "runs": runs, **figures, "warm_up_failures": warm_up,
                               "pool": f"{SCALE_HOSTS} hosts on {len({h.pid for h in pool.hosts})} sshd listeners"}
     bench.keys.update({"scale_1000_control_cpu_s": many["control_cpu_s"],
                        "scale_1000_control_rss_mib": round(many["control_rss_kib"] / 1024, 1),
