@@ -92,12 +92,15 @@ def handles(module: str, args: dict) -> bool:
 
 @action("assert")
 def assert_(call: ActionCall) -> dict:
+    """Ansible's assert: `that` (one or a list), fail_msg (alias msg), success_msg, quiet; the result's
+    assertion and evaluated_to name the condition that failed (ours also puts it in the default message)."""
     that = call.task.args["that"]
     conditions = that if isinstance(that, list) else [that]
     for cond in conditions:
         if not call.truth(cond):
-            return {"failed": True, "changed": False, "msg": call.args.get("fail_msg") or f"assertion failed: {cond}"}
-    return {"changed": False, "msg": call.args.get("success_msg") or f"all {len(conditions)} assertion(s) passed"}
+            msg = call.args.get("fail_msg") or call.args.get("msg") or f"Assertion failed: {cond}"
+            return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False}
+    return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed"}
 
 
 @action("fail")
@@ -164,7 +167,11 @@ def included(call: ActionCall) -> dict:
 
 @action("debug")
 def debug(call: ActionCall) -> dict:
+    """Ansible's debug: msg or var, shown from the -v level `verbosity` on (below it: skipped, as Ansible's)."""
     templar = call.executor.templar
+    console = call.executor.console
+    if int(call.args.get("verbosity") or 0) > (console.verbose if console is not None else 0):
+        return {"skipped": True, "changed": False, "msg": "Verbosity threshold not met."}
     if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
         expr = call.task.args["var"]
         value = templar.evaluate(expr, call.view)
@@ -181,11 +188,12 @@ def debug(call: ActionCall) -> dict:
 def set_fact(call: ActionCall) -> dict:
     variables = call.executor.variables
     derived = variables.secret_touched(call.view)  # computed from a secret: the values are secrets too
-    for name, value in call.args.items():
+    values = {k: v for k, v in call.args.items() if k != "cacheable"}  # Ansible's fact cache: none here
+    for name, value in values.items():
         if derived or is_secret_name(name):
             variables.secrets.add(value)
-    call.facts_owner.facts_set.update(call.args)
-    return {"changed": False, "msg": f"set {', '.join(call.args)}", "ansible_facts": call.args}
+    call.facts_owner.facts_set.update(values)
+    return {"changed": False, "msg": f"set {', '.join(values)}", "ansible_facts": values}
 
 
 def host_data_read(templar, value: Any, view) -> list[str]:

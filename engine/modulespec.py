@@ -16,9 +16,10 @@ LIBRARY = PROJECT_ROOT / "library"
 # Actions the engine performs on the control node (no module runs for them on the host, or the
 # engine prepares what the host module receives).
 ENGINE_ACTIONS: dict[str, dict | None] = {
-    "assert": {"that": {"type": "raw", "required": True}, "fail_msg": {"type": "str"}, "success_msg": {"type": "str"}},
+    "assert": {"that": {"type": "raw", "required": True}, "fail_msg": {"type": "str"}, "msg": {"type": "str"},
+               "success_msg": {"type": "str"}, "quiet": {"type": "bool", "default": False}},
     "fail": {"msg": {"type": "str", "default": "failed as requested"}},
-    "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}},
+    "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}, "verbosity": {"type": "int", "default": 0}},
     "set_fact": None,  # any names
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
     "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "end_host", "end_batch", "end_play",
