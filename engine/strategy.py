@@ -228,18 +228,11 @@ class TaskExecutor:
         check = self.check if task.check_mode is None else bool(task.check_mode)
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
-        linked = linked_values(task.module, task.args, view)
-        view.touched.clear()  # what the task's own arguments read, not the `when` nor linked variables (secret taint)
-        view.tainted = False
-        args = {**linked, **self.templar.render_value(task.args, view)}
-        args = {k: v for k, v in args.items() if v is not None or k in ("content",)}
+        args = self._rendered_args(task, view)
         if task.module in CODE_ARGS:
             refuse_host_data_as_code(self.templar, state, task, view)
         action = handles(task.module, args)
-        target = state
-        if task.delegate_to is not None and self.delegation is not None:
-            target = self.delegation.target(state, play, task, view, connect=not (action and task.module in LOCAL_ACTIONS))
-            state.delegated_to = target.host.name if target is not state else None
+        target = self._target(state, play, task, view, action)
         with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():
             if action:
                 result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target))
@@ -253,6 +246,23 @@ class TaskExecutor:
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
         return result
+
+    def _rendered_args(self, task: Task, view) -> dict:
+        """The task's arguments rendered for this host, with those its module links to variables; the view then
+        knows what they read (not the `when` nor the linked variables: the secret taint of a diff)."""
+        linked = linked_values(task.module, task.args, view)
+        view.touched.clear()
+        view.tainted = False
+        args = {**linked, **self.templar.render_value(task.args, view)}
+        return {k: v for k, v in args.items() if v is not None or k in ("content",)}
+
+    def _target(self, state: HostState, play: Play, task: Task, view, action: bool) -> HostState:
+        """Where the module runs: this host, or its delegate (connected unless the action never leaves here)."""
+        if task.delegate_to is None or self.delegation is None:
+            return state
+        target = self.delegation.target(state, play, task, view, connect=not (action and task.module in LOCAL_ACTIONS))
+        state.delegated_to = target.host.name if target is not state else None
+        return target
 
     def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None,
                environment: dict | None = None) -> dict:
