@@ -87,7 +87,7 @@ def handles(module: str, args: dict) -> bool:
         from engine.model_relay import relayed
 
         return relayed(args)
-    return module in ACTIONS and not (module == "copy" and "src" not in args)
+    return module in ACTIONS and not (module == "copy" and ("src" not in args or args.get("remote_src")))
 
 
 @action("assert")
@@ -273,15 +273,20 @@ def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, 
     return staged
 
 
+COPY_FOLDER_ARGS = ("delete_extra", "mode", "owner", "group")  # what the host's copy takes beside a manifest
+
+
 @action("copy")
 def copy_from_control_node(call: ActionCall) -> dict:
     """copy with `src:` on the control node: plan on the host, upload what differs, install atomically."""
     src = resolve_local(call, str(call.args.pop("src")), "files/")
     dest = str(call.args["dest"])
     entries, dest_dir = _copy_entries(call, src, dest)
+    given_mode = call.args.get("mode")  # the task's mode for every file; else each keeps the control node's
     manifest = [{"path": rel, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
-                 "mode": "%04o" % (p.stat().st_mode & 0o777)} for p, rel in entries]
-    extra = {k: v for k, v in call.args.items() if k == "delete_extra"}
+                 **({} if given_mode is not None else {"mode": "%04o" % (p.stat().st_mode & 0o777)})}
+                for p, rel in entries]
+    extra = {k: v for k, v in call.args.items() if k in COPY_FOLDER_ARGS}
     plan = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "plan", **extra})
     if plan.get("failed") or call.check or not plan.get("would_change"):
         return plan

@@ -1,6 +1,27 @@
-"""Ensure a file has the given content, mode and owner; or a folder holds a given set of files.
+"""Ensure a file has the given content, mode and owner (ansible.builtin.copy's host side: its options, results
+and messages); or a folder holds a given set of files (the engine's `src:` on the control node).
 
-One file: `content` (text) or `content_b64` (bytes), written atomically, only when its sha256 differs.
+One file: `content` (text; a mapping or list is written as JSON, as Ansible does) or `content_b64` (bytes, ours),
+or with `remote_src: true` the file `src` already on the host; written through a temp file in dest's folder
+(checked by `validate`, a command with %s, before the rename), only when its sha1 differs; a symlink at dest is
+replaced by the file unless `follow: true` (then its target is written). `force: false` leaves an existing dest
+alone; `backup` keeps the old file as DEST.PID.YYYY-MM-DD@HH:MM:SS~ (`backup_file`); `mode` is a number, an octal
+string or symbolic (u=rw,g=r,o=), `preserve` (remote_src) takes src's; a new file gets 0666 less the umask, a
+replaced one keeps its mode (with remote_src: src's, as Ansible's). Results as Ansible's: changed, dest,
+checksum (sha1), md5sum and src where its copy module answers (a write, remote_src), path where its file module
+does (content already there), and for a dest that exists uid, gid, owner, group, mode, state and size;
+backup_file; with --diff the content's before/after (before_header, after_header; dst_binary, src_binary,
+dst_larger, src_larger for what is not shown) or, content already there, the file module's mode/owner diff.
+Beside them ours: msg, sha256 (of the content). tests/library/test_copy_against_ansible.py runs both.
+
+Where it differs on purpose: dest's missing folders are created (0755 less the umask, or directory_mode, each)
+where Ansible fails with "Destination directory ... does not exist"; `validate` without %s is refused before
+anything is compared; remote_src copies one file (a folder as src is refused) and validates the copy, where
+Ansible sets the task's mode and owner on src itself to validate it; mode preserve with content is refused
+(Ansible's takes its controller temp file's 0600); the result has no `src` for content (Ansible's names its
+uploaded temp file, gone when the task ends). local_follow, decrypt, unsafe_writes, attributes and the SELinux
+options are not arguments: a task using them is refused when the playbook is loaded.
+
 A folder (the engine drives this for `src:` on the control node): `manifest` lists the files by path,
 sha256 and mode; phase `plan` says which files the host lacks, the engine uploads those to temp
 files, and phase `install` checks each upload's sha256 and renames it into place.
@@ -25,7 +46,8 @@ import posixpath
 import re
 import stat
 
-from dflash_host.host.files import atomic_write, ensure_attributes, parse_mode, read_bytes, resolve_gid, resolve_uid
+from dflash_host.host.fileattrs import lookup_gid, lookup_uid, mode_arg, mode_for, path_info, set_attributes
+from dflash_host.host.files import atomic_write, backup_name, ensure_attributes, new_file_mode, resolve_gid, resolve_uid
 from dflash_host.host.manifest import (
     NEW_DIR_MODE,
     NEW_FILE_MODE,
@@ -45,18 +67,39 @@ ARGS = {
     "dest": {
         "type": "path",
         "required": True,
-        "help": "the file (or, with manifest, the folder) on the host; a symlink is followed",
+        "help": "the file (or, with manifest, the folder) on the host; an existing folder (remote_src) gets src's "
+                "name in it",
     },
-    "content": {"type": "str", "default": None, "help": "the file's text (UTF-8)"},
-    "content_b64": {"type": "str", "default": None, "help": "the file's bytes, base64"},
+    "content": {"type": "raw", "default": None,
+                "help": "the file's text (UTF-8); a mapping or a list is written as JSON"},
+    "content_b64": {"type": "str", "default": None, "help": "the file's bytes, base64 (ours)"},
+    "src": {"type": "path", "default": None,
+            "help": "with remote_src: the file on the host to copy (without it, src: in a task is a file on the "
+                    "control node, which the engine uploads)"},
+    "remote_src": {"type": "bool", "default": False, "help": "src is a file already on the host"},
     "mode": {
-        "type": "str",
+        "type": "raw",
         "default": None,
-        "help": "octal string such as \"0640\" (new files get 0644; with manifest: the default for its entries)",
+        "help": 'octal string such as "0640" (or the number YAML makes of 0640), symbolic (u=rw,g=r,o=), or '
+                "preserve (remote_src: src's mode); none: a new file gets 0666 less the umask, a replaced one keeps "
+                "its mode; with manifest: the default for its entries (octal only)",
     },
+    "directory_mode": {"type": "raw", "default": None,
+                       "help": "the mode of each folder created for dest (none: 0755 less the umask); existing "
+                               "folders keep theirs"},
     "owner": {"type": "str", "default": None, "help": "user name or uid"},
     "group": {"type": "str", "default": None, "help": "group name or gid"},
-    "backup": {"type": "bool", "default": False, "help": "keep a timestamped copy of a file whose content is replaced"},
+    "backup": {"type": "bool", "default": False,
+               "help": "keep a copy of a file whose content is replaced (DEST.PID.YYYY-MM-DD@HH:MM:SS~, in "
+                       "backup_file)"},
+    "force": {"type": "bool", "default": True, "help": "false: an existing dest is left as it is (content, mode, owner)"},
+    "follow": {"type": "bool", "default": False,
+               "help": "a symlink at dest: write its target (false: the link is replaced by the file)"},
+    "validate": {"type": "str", "default": None,
+                 "help": "a command run on the new content (%s: its temp file beside dest) before it replaces dest, "
+                         "without a shell; a non-zero exit fails the task and leaves dest as it was"},
+    "checksum": {"type": "str", "default": None,
+                 "help": "the sha1 the content (or src) must have; a mismatch fails the task before dest is written"},
     "manifest": {
         "type": "list",
         "default": None,
@@ -80,121 +123,251 @@ ARGS = {
     },
 }
 
-DIFF_TEXT_LIMIT = 256 * 1024  # larger contents show as a summary in the diff
+DIFF_LIMIT = 104448  # Ansible's MAX_FILE_SIZE_FOR_DIFF: larger files are not shown in the diff
+ONE_FILE_ONLY = ("content", "content_b64", "src", "remote_src", "validate", "checksum", "directory_mode")
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def content_for_diff(data: bytes | None) -> str | None:
-    """Text as-is; binary or large content as a one-line summary."""
-    if data is None:
+def _digests(data: bytes | None, path: str | None) -> tuple[str, str, str]:
+    """(sha1, md5, sha256) of the bytes, or of the file at path (read in chunks)."""
+    digests = [hashlib.sha1(), hashlib.md5(), hashlib.sha256()]  # noqa: S324 - Ansible's checksum and md5sum fields
+    if data is not None:
+        for d in digests:
+            d.update(data)
+    else:
+        with open(path or "", "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                for d in digests:
+                    d.update(chunk)
+    sha1, md5, sha256 = (d.hexdigest() for d in digests)
+    return sha1, md5, sha256
+
+
+def sha1_file(path: str) -> str | None:
+    """The sha1 of a regular file (not a symlink) this user can read, else None (Ansible's dest checksum)."""
+    if os.path.islink(path) or not os.path.isfile(path) or not os.access(path, os.R_OK):
         return None
-    if len(data) <= DIFF_TEXT_LIMIT:
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    return f"<{len(data)} bytes, sha256 {sha256_bytes(data)}>"
-
-
-def decide_file(
-    current: bytes | None, cur_mode: int | None, cur_ids: tuple, data: bytes, mode: int | None, ids: tuple
-) -> list[str]:
-    """What differs between the file as found and as wanted: a list of 'content', 'mode', 'owner'."""
-    what = []
-    if current is None or current != data:
-        what.append("content")
-    if mode is not None and cur_mode is not None and cur_mode != mode:
-        what.append("mode")
-    if cur_ids and any(want is not None and want != have for want, have in zip(ids, cur_ids)):
-        what.append("owner")
-    return what
+    return _digests(None, path)[0]
 
 
 # ---------------------------------------------------------------- single file
 
 
-def _describe(path: str, data: bytes | None) -> dict:
-    if data is None:
-        return {"state": "absent"}
-    st = os.stat(path)
-    return {
-        "state": "file",
-        "mode": f"{st.st_mode & 0o7777:04o}",
-        "uid": st.st_uid,
-        "gid": st.st_gid,
-        "content": content_for_diff(data),
-    }
+class Source:
+    """The bytes wanted at dest: `data` (content, content_b64) or the host file `path` (remote_src)."""
+
+    def __init__(self, data: bytes | None, path: str | None) -> None:
+        self.data, self.path = data, path
+        self.sha1, self.md5, self.sha256 = _digests(data, path)
+
+    def head(self, size: int) -> bytes:
+        if self.data is not None:
+            return self.data[:size]
+        with open(self.path or "", "rb") as fh:
+            return fh.read(size)
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else os.path.getsize(self.path or "")
 
 
-def file_data(args: dict) -> bytes:
-    """The file's bytes from content or content_b64 (exactly one), refusing folder-mode arguments."""
-    for name in ("staged",):
-        if args[name]:
-            raise ModuleError(f"module 'copy': argument '{name}' belongs to folder mode; give 'manifest' too or drop it")
+def file_source(args: dict) -> Source:
+    """What to write, from content, content_b64 or remote_src's src (exactly one), refusing folder-mode arguments
+    and the combinations Ansible refuses, with its words."""
+    if args["staged"]:
+        raise ModuleError("module 'copy': argument 'staged' belongs to folder mode; give 'manifest' too or drop it")
     if args["delete_extra"]:
         raise ModuleError("module 'copy': delete_extra only works with 'manifest' (folder mode); drop it")
-    if (args["content"] is None) == (args["content_b64"] is None):
-        raise ModuleError(
-            "module 'copy': give exactly one of 'content' (text) or 'content_b64' (base64 bytes) "
-            "(or 'manifest' for a folder); for a file on the control node use src:"
-        )
+    given = [name for name in ("content", "content_b64", "src") if args[name] is not None]
+    if not given:
+        raise ModuleError("src (or content) is required; give content (text), content_b64 (bytes), or src with "
+                          "remote_src: true (a file on the host)")
+    if len(given) > 1:
+        what = "src and content are mutually exclusive" if "src" in given else "content and content_b64 are mutually exclusive"
+        raise ModuleError(f"{what}; keep one of {', '.join(given)}")
     if args["content"] is not None:
-        return args["content"].encode("utf-8")
-    try:
-        return base64.b64decode(args["content_b64"], validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise ModuleError(f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64")
+        content = args["content"]
+        if isinstance(content, (dict, list)):
+            import json
+
+            content = json.dumps(content)
+        return Source(str(content).encode("utf-8", errors="surrogateescape"), None)
+    if args["content_b64"] is not None:
+        try:
+            return Source(base64.b64decode(args["content_b64"], validate=True), None)
+        except (binascii.Error, ValueError) as exc:
+            raise ModuleError(f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64")
+    src = os.path.expandvars(args["src"])
+    if not args["remote_src"]:
+        raise ModuleError("module 'copy': src here is a file on the host, which needs remote_src: true (a file on the "
+                          "control node is uploaded by the engine: copy with src: in a task)")
+    if not os.path.exists(src):
+        raise ModuleError(f"Source {src} not found; give the path of a file on the host")
+    if not os.access(src, os.R_OK):
+        raise ModuleError(f"Source {src} not readable; fix its permissions (or become a user who may read it)")
+    if os.path.isdir(src):
+        raise ModuleError(f"module 'copy': src {src} is a folder; remote_src copies one file here (a folder on the "
+                          "host is not copied: copy its files one by one, or copy the folder from the control node)")
+    if not os.path.isfile(src):
+        raise ModuleError(f"Cannot copy invalid source '{src}': not a file")
+    return Source(None, src)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def content_diff(dest: str, source: Source) -> dict:
+    """Ansible's copy diff (_get_diff_data): dest as it is (before, or dst_binary / dst_larger) and the new content
+    (after, or src_binary / src_larger)."""
+    diff: dict = {}
+    if not os.path.lexists(dest) or not os.path.exists(dest):
+        diff["before"] = ""
+    else:
+        try:
+            with open(dest, "rb") as fh:
+                head = fh.read(8192)
+            size = os.lstat(dest).st_size
+            if b"\x00" in head:
+                diff["dst_binary"] = 1
+            elif size > DIFF_LIMIT:
+                diff["dst_larger"] = DIFF_LIMIT
+            else:
+                with open(dest, "rb") as fh:
+                    diff.update(before_header=dest, before=_text(fh.read()))
+        except OSError:
+            diff["before"] = ""
+    if source.size > DIFF_LIMIT:
+        diff["src_larger"] = DIFF_LIMIT
+    else:
+        data = source.data if source.data is not None else source.head(DIFF_LIMIT + 1)
+        if b"\x00" in data:
+            diff["src_binary"] = 1
+        else:
+            diff.update(after_header=dest if source.path is None else source.path, after=_text(data))
+    return diff
+
+
+def _mode(args: dict, source: Source) -> int | str | None:
+    value = args["mode"]
+    if value == "preserve":
+        if source.path is None:
+            raise ModuleError("module 'copy': mode preserve keeps the mode of src, and content has none; give a mode "
+                              "such as \"0644\"")
+        return stat.S_IMODE(os.stat(source.path).st_mode)
+    return mode_arg(value, "copy")
+
+
+def make_parents(folder: str, directory_mode: int | str | None) -> None:
+    """dest's missing folders, each 0755 less the umask or directory_mode (ours: Ansible fails)."""
+    missing = []
+    at = folder
+    while not os.path.lexists(at) and at != os.path.dirname(at):
+        missing.append(at)
+        at = os.path.dirname(at)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, NEW_DIR_MODE)
+        except FileExistsError:
+            continue
+        if directory_mode is not None:
+            os.chmod(path, mode_for(directory_mode, os.stat(path)))
+
+
+def _where(args: dict, source: Source) -> str:
+    """The file to write: dest, or with remote_src the file named as src in the folder dest names."""
+    dest = os.path.abspath(os.path.expandvars(args["dest"]))
+    if args["dest"].endswith("/") or os.path.isdir(dest):
+        if source.path is None:
+            raise ModuleError(f"can not use content with a dir as dest: {dest} is a folder; give the file's full path "
+                              "(folder/NAME)")
+        dest = os.path.join(dest, os.path.basename(source.path))
+    return dest
 
 
 def run_file(args: dict, ctx: Context) -> dict:
-    data = file_data(args)
-    mode = parse_mode(args["mode"])
-    uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
-    dest = os.path.realpath(args["dest"])
-    if os.path.isdir(dest):
-        raise ModuleError(f"module 'copy': dest {args['dest']} is a directory; give the file's full path (folder/NAME)")
-    try:
-        current = read_bytes(dest)
-    except OSError as exc:
-        raise ModuleError(f"module 'copy': cannot read {dest}: {exc.strerror}; fix its permissions or the path")
-    cur_mode, cur_ids = None, ()
-    if current is not None:
-        st = os.stat(dest)
-        cur_mode, cur_ids = st.st_mode & 0o7777, (st.st_uid, st.st_gid)
-    sha = sha256_bytes(data)
-    base = {"dest": dest, "sha256": sha, "size": len(data)}
-    what = decide_file(current, cur_mode, cur_ids, data, mode, (uid, gid))
-    if not what:
-        return {**base, "changed": False, "msg": f"{dest} is as wanted (sha256 {sha[:12]})"}
-    verb = "create" if current is None else "update " + "/".join(what) + " of"
-    before = _describe(dest, current) if ctx.diff else None
+    source = file_source(args)
+    lookup_uid(args["owner"]), lookup_gid(args["group"])  # an owner the host lacks fails before anything is written
+    mode = _mode(args, source)
+    directory_mode = mode_arg(args["directory_mode"], "copy")
+    validate = args["validate"]
+    if validate is not None and "%s" not in validate:
+        raise ModuleError(f"validate must contain %s: {validate}; write %s where the file to check goes")
+    remote = source.path is not None
+    dest = shown = _where(args, source)
+    if args["follow"] and os.path.islink(dest) and os.path.exists(dest):
+        dest = os.path.realpath(dest)
+    present = os.path.exists(dest) if (args["follow"] or remote) else os.path.lexists(dest)
+    base = {"dest": dest, "checksum": source.sha1, "sha256": source.sha256}
+    if remote:
+        base.update(src=source.path, md5sum=source.md5)
+    if present and not args["force"]:
+        return {"dest": dest, **({"src": source.path} if remote else {}), "changed": False, "msg": "file already exists"}
+    write = sha1_file(dest) != source.sha1 or os.path.islink(dest)
+    if args["checksum"] and (write or remote) and args["checksum"] != source.sha1:
+        raise ModuleError("Copied file does not match the expected checksum. Transfer failed. (the content's sha1 is "
+                          f"{source.sha1}; fix the content or the checksum)", checksum=source.sha1,
+                          expected_checksum=args["checksum"])
+    if not write:
+        return _keep(dest, base, args, mode, remote, ctx)
+    result = {**base, "md5sum": source.md5, "changed": True}  # Ansible's copy module answers a write
+    if ctx.diff:
+        result["diff"] = content_diff(shown, source)
     if ctx.check:
-        result = {**base, "changed": True, "msg": f"check mode: would {verb} {dest}"}
-        if ctx.diff:
-            after = {"state": "file", "content": content_for_diff(data)}
-            if mode is not None or cur_mode is not None:
-                after["mode"] = f"{mode if mode is not None else cur_mode:04o}"
-            result["diff"] = {"before": before, "after": after}
+        result["msg"] = f"check mode: would {'update' if present else 'create'} {dest}"
+        if present:
+            set_attributes(dest, None if os.path.islink(dest) else mode, args["owner"], args["group"], True)
+            result.update(path_info(dest))
         return result
-    backup_file = None
+    backup = backup_name(dest, "ansible") if args["backup"] and os.path.exists(dest) else False
+    folder = os.path.dirname(dest)
     try:
-        parent = os.path.dirname(dest)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, mode=NEW_DIR_MODE)
-        if "content" in what:
-            backup_file = atomic_write(dest, data, mode if mode is not None else cur_mode, args["backup"])
-        ensure_attributes(dest, mode, uid, gid, False)
+        if not os.path.isdir(folder):
+            make_parents(folder, directory_mode)
+        replaced = os.path.exists(dest) and not os.path.islink(dest)
+        if remote and replaced:
+            base_mode = stat.S_IMODE(os.stat(source.path or "").st_mode)  # Ansible: src's attributes, not dest's
+        elif replaced:
+            base_mode = stat.S_IMODE(os.stat(dest).st_mode)
+        else:
+            base_mode = new_file_mode()
+        final = base_mode if mode is None else mode_for(mode, _as_file(base_mode))
+        backup_file = atomic_write(dest, source.data, final, backup, validate, os.path.splitext(dest)[1],
+                                   source.path)
+        if remote:  # Ansible's copystat of src: its times (and, over a file, its mode) go to dest
+            st = os.stat(source.path or "")
+            os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+        set_attributes(dest, mode, args["owner"], args["group"], False)
     except OSError as exc:
-        raise ModuleError(f"module 'copy': cannot write {dest}: {exc.strerror}; fix the permissions of the path or its folder")
-    done = "created" if current is None else "updated " + "/".join(what) + " of"
-    result = {**base, "changed": True, "msg": f"{done} {dest}"}
+        raise ModuleError(f"Failed to copy {source.path or 'the content'} to {dest}: {exc.strerror}; fix the "
+                          "permissions of the path or its folder") from None
     if backup_file:
         result["backup_file"] = backup_file
-    if ctx.diff:
-        result["diff"] = {"before": before, "after": _describe(dest, data)}
+    result.update(path_info(dest), msg=f"{'updated' if replaced else 'created'} {dest}")
+    return result
+
+
+def _as_file(mode: int) -> os.stat_result:
+    """A regular file's stat with `mode`: what a symbolic mode is applied to before the file exists."""
+    return os.stat_result((stat.S_IFREG | mode, 0, 0, 1, 0, 0, 0, 0, 0, 0))
+
+
+def _keep(dest: str, base: dict, args: dict, mode, remote: bool, ctx: Context) -> dict:
+    """The content is there already: only the mode, owner and group (Ansible's file module on dest, or its copy
+    module for remote_src)."""
+    diff: dict | None = {"before": {"path": dest}, "after": {"path": dest}} if ctx.diff and not remote else None
+    changed = set_attributes(dest, mode, args["owner"], args["group"], ctx.check, diff)
+    result = {**base, "changed": changed}
+    if not remote:
+        result["path"] = dest
+    if diff is not None:
+        result["diff"] = diff
+    verb = "would change" if ctx.check else "changed"
+    result.update(path_info(dest), msg=f"{verb} the mode/owner of {dest}" if changed else f"{dest} is as wanted "
+                  f"(sha1 {base['checksum'][:12]})")
     return result
 
 
@@ -203,10 +376,14 @@ def run_file(args: dict, ctx: Context) -> dict:
 
 def folder_args(args: dict) -> dict:
     """The folder-mode arguments checked: entries, uid, gid, dest_real, staged {path: upload}, wanted {path: entry}."""
-    for name in ("content", "content_b64"):
-        if args[name] is not None:
+    for name in ONE_FILE_ONLY:
+        if args[name] not in (None, False):
             raise ModuleError(f"module 'copy': give either '{name}' or 'manifest', not both")
-    entries = check_manifest(args["manifest"], parse_mode(args["mode"]))
+    mode = mode_arg(args["mode"], "copy")
+    if isinstance(mode, str):
+        raise ModuleError(f"module 'copy': with a manifest mode is the default of its entries, an octal mode such as "
+                          f"\"0644\", not {mode!r}")
+    entries = check_manifest(args["manifest"], mode)
     uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
     dest = args["dest"]
     if args["delete_extra"]:

@@ -1,79 +1,219 @@
-"""Ensure a path is a directory, a file's mode/owner, or absent.
+"""Ensure what is at a path: a directory, a file's mode/owner/times, a symlink, a hard link, a touched file, or
+nothing: ansible.builtin.file's options, aliases, results and messages.
 
-The building block of every role's layout: folders for environments, logs and configs, with the
-mode and owner the service needs. Only what differs is changed, and only what can be the tool's:
+The building block of every role's layout (folders for environments, logs and configs, with the mode and owner
+the service needs), and what a playbook written for Ansible gets: `path` (aliases dest, name); `state` absent,
+directory, file, hard, link, touch (none: what is there now, else directory with recurse, else file); `src` of a
+link (relative to the link's folder) or a hard link; `force`, `follow` (true: a symlink's target gets the mode,
+owner and times), `recurse` (with directory: mode, owner, group and times on everything inside); `mode` as a
+number, an octal string or symbolic (u+rw,g-w,o=); `owner`, `group`; `modification_time` and `access_time`
+(preserve, now, or a time in *_time_format; touch's default is now, so a touch changes every run). Results as
+Ansible's: path (dest and src for link, hard and touch), changed, and for a path that exists its uid, gid, owner,
+group, mode ("0644"), state and size; `diff` ({before, after}: path, state, mode, owner, group, mtime, atime;
+path_content of a folder removed) with --diff only; failures start with Ansible's words ("file (/x) is absent,
+cannot continue"); beside them ours: msg. A task naming none of path, dest, name is refused by the module (the
+engine's load-time check cannot know an alias). tests/library/test_file_against_ansible.py runs both on copies of
+the same trees.
 
-- absent refuses `/`, top-level, system and home folders (and the folders holding the home),
-  relative paths and paths with `..` (dflash_host/host/paths.py), before anything is looked at;
-- a folder that exists keeps its mode and owner unless the task names one; the mode or owner of a
-  system or home folder is never changed;
-- folders it creates get 0755 (less what the umask takes away), parents included; `mode` sets the
-  last one exactly.
+Only what can be the tool's is changed:
+- absent refuses `/`, top-level, system and home folders (and the folders holding the home), relative paths and
+  paths with `..` (dflash_host/host/paths.py), before anything is looked at; a non-empty folder only goes with
+  recurse: true (Ansible removes it whatever it holds, and refuses recurse beside absent); a symlink goes, never
+  what it points at;
+- a path that exists keeps its mode and owner unless the task names one; the mode or owner of a system or home
+  folder is never changed (managed_path before any chmod or chown, a link's target and everything recurse
+  reaches included), nor is a file or folder replaced by a link (force) unless managed_path accepts it;
+- folders it creates get 0755 (less what the umask takes away), parents included; `mode`, `owner` and `group`
+  set the last one only (Ansible gives them to every folder it creates);
+- relative paths (and a relative src of a hard link) are refused; recurse leaves a symlink's target alone (only
+  the link's own owner and group are set): Ansible with follow changes a target outside the folder too;
+- a symlink's own mode is not looked at (Linux has none): Ansible's check mode calls a mode on one a change.
+attributes, SELinux options and unsafe_writes are not arguments: a task using them is refused when the playbook
+is loaded. A mode or a time that cannot be read is refused before anything is looked at (Ansible's only when it
+is applied).
 """
 
 from __future__ import annotations
 
 import os
 
-from dflash_host.host.files import ensure_attributes, parse_mode, resolve_gid, resolve_uid
+from dflash_host.host.fileattrs import get_state, mode_arg, path_info, set_attributes, unknown_ids
 from dflash_host.host.paths import check_plain, managed_path
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
-    "path": {"type": "path", "required": True, "help": "the path on the host (absolute, or starting with ~/)"},
+    "path": {"type": "path", "default": None,
+             "help": "the path on the host (absolute, or starting with ~/); required: path or its alias dest or name"},
+    "dest": {"type": "path", "default": None, "alias_of": "path", "help": "alias of path"},
+    "name": {"type": "path", "default": None, "alias_of": "path", "help": "alias of path"},
     "state": {
         "type": "str",
-        "default": "directory",
-        "choices": ["directory", "file", "absent"],
-        "help": "directory, file (must exist; only mode/owner managed), absent",
-    },
-    "mode": {
-        "type": "str",
         "default": None,
-        "help": 'octal string such as "0750"; none: an existing path keeps its mode',
+        "choices": ["absent", "directory", "file", "hard", "link", "touch"],
+        "help": "directory (made with its parents), file (must exist: mode/owner/times only), link, hard, touch "
+                "(an empty file made, or the times set to now), absent; none: what is there now, else directory "
+                "with recurse, else file",
     },
+    "src": {"type": "path", "default": None,
+            "help": "what a link points to (state link: relative to the link's folder, may not exist with force; "
+                    "state hard: an absolute path that exists)"},
+    "recurse": {"type": "bool", "default": False,
+                "help": "state directory: mode, owner, group and times on everything inside too; state absent (ours): "
+                        "remove a non-empty directory"},
+    "force": {"type": "bool", "default": False,
+              "help": "link/hard: replace a file (or an empty folder) at path, link to a src that does not exist yet"},
+    "follow": {"type": "bool", "default": True,
+               "help": "a symlink at path: its target gets the mode, owner, group and times (state file/directory: "
+                       "the target is what is managed)"},
+    "mode": {"type": "raw", "default": None,
+             "help": 'octal string such as "0750" (or the number YAML makes of 0750), or symbolic (u=rwX,g=rX,o=); '
+                     "none: an existing path keeps its mode"},
     "owner": {"type": "str", "default": None, "help": "user name or uid"},
     "group": {"type": "str", "default": None, "help": "group name or gid"},
-    "recurse": {"type": "bool", "default": False, "help": "with state=absent, remove a non-empty directory too"},
+    "modification_time": {"type": "str", "default": None,
+                          "help": "preserve, now, or a time in modification_time_format; none: preserve (touch: now)"},
+    "modification_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of modification_time"},
+    "access_time": {"type": "str", "default": None,
+                    "help": "preserve, now, or a time in access_time_format; none: preserve (touch: now)"},
+    "access_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of access_time"},
 }
 
-
-def describe(path: str) -> dict:
-    """The state of a path as the diff shows it."""
-    if not os.path.lexists(path):
-        return {"state": "absent"}
-    st = os.lstat(path)
-    kind = "directory" if os.path.isdir(path) else "file"
-    return {"state": kind, "mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid}
-
-
 NEW_DIR_MODE = 0o755  # folders the tool creates: the server and the ssh user read them; secrets sit in 0600 files
+NOW = "now"
 
 
-def remove(path: str, recurse: bool, ctx: Context) -> dict:
+def guard(path: str) -> None:
+    """Refuse to change the mode or owner of a path the tool cannot own (e.g. dfp_root=/tmp with a mode)."""
+    managed_path(path, "path")
+
+
+class Call:
+    """One call's checked arguments: the mode (a number or a symbolic mode), the times, check and diff."""
+
+    def __init__(self, args: dict, ctx: Context, state: str) -> None:
+        self.mode = mode_arg(args["mode"], "file")
+        self.owner, self.group = args["owner"], args["group"]
+        self.follow, self.force, self.recurse = args["follow"], args["force"], args["recurse"]
+        self.check = ctx.check
+        self.ctx = ctx
+        self.mtime = self.atime = None
+        if state != "absent":  # Ansible reads the times only where it sets them
+            default = NOW if state == "touch" else "preserve"
+            self.mtime = _timestamp(args["modification_time"] or default, args["modification_time_format"])
+            self.atime = _timestamp(args["access_time"] or default, args["access_time_format"])
+
+    def attributes(self, path: str, diff: dict | None, made: bool = False) -> bool:
+        """Mode, owner, group, then the times, where they differ; `made`: a path this call created, needing no
+        guard (a new folder at the top level, /srv/app, gets its mode)."""
+        changed = set_attributes(path, self.mode, self.owner, self.group, self.check, diff, None if made else guard)
+        return update_times(path, self.mtime, self.atime, self.check, diff) or changed
+
+    def target(self, path: str) -> str:
+        """Where the attributes go: a symlink's target with follow (Ansible's load_file_common_arguments)."""
+        return os.path.realpath(path) if self.follow and os.path.islink(path) else path
+
+
+def _timestamp(value: str, fmt: str):
+    """None (preserve), NOW, or the seconds `value` stands for in `fmt` (local time)."""
+    if value == "preserve":
+        return None
+    if value == NOW:
+        return NOW
+    import time
+
+    try:
+        return time.mktime(time.strptime(value, fmt))
+    except (ValueError, OverflowError) as exc:
+        raise ModuleError(f"Error while obtaining timestamp for time {value} using format {fmt}: {exc}; give preserve, "
+                          "now or a time in that format") from None
+
+
+def update_times(path: str, mtime, atime, check: bool, diff: dict | None) -> bool:
+    """Ansible's update_timestamp_for_file: both now sets the clock's time (a change every time); else the
+    times asked that differ."""
+    if mtime is None and atime is None:
+        return False
+    import time
+
+    try:
+        st = os.stat(path)
+        if mtime == NOW and atime == NOW:
+            mtime = atime = time.time()
+            set_time = None
+        else:
+            mtime = st.st_mtime if mtime is None else time.time() if mtime == NOW else mtime
+            atime = st.st_atime if atime is None else time.time() if atime == NOW else atime
+            if mtime == st.st_mtime and atime == st.st_atime:
+                return False
+            set_time = (atime, mtime)
+        if not check:
+            os.utime(path, set_time)
+    except OSError as exc:
+        raise ModuleError(f"Error while updating modification or access time: {exc}; fix the path's permissions") from None
+    if diff is not None:
+        for key, before, after in (("mtime", st.st_mtime, mtime), ("atime", st.st_atime, atime)):
+            if after != before:
+                diff.setdefault("before", {})[key] = before
+                diff.setdefault("after", {})[key] = after
+    return True
+
+
+def initial_diff(path: str, state: str, prev: str) -> dict:
+    diff: dict = {"before": {"path": path}, "after": {"path": path}}
+    if prev != state:
+        diff["before"]["state"], diff["after"]["state"] = prev, state
+        if state == "absent" and prev == "directory":
+            walked: dict = {"directories": [], "files": []}
+            for base, folders, files in os.walk(path):
+                walked["directories"] += [os.path.join(base, f) for f in folders]
+                walked["files"] += [os.path.join(base, f) for f in files]
+            diff["before"]["path_content"] = walked
+    return diff
+
+
+# ---------------------------------------------------------------- states
+
+
+def ensure_absent(path: str, c: Call) -> dict:
     """state=absent, once managed_path has accepted the path: a symlink goes, never what it points at."""
-    path = managed_path(path, "path")
-    before = describe(path)
-    if before["state"] == "absent":
-        return {"changed": False, "msg": f"{path} is already absent", "path": path}
-    is_dir = before["state"] == "directory" and not os.path.islink(path)
-    if is_dir and os.listdir(path) and not recurse:
-        raise ModuleError(f"{path} is a non-empty directory; set recurse: true to remove it with its contents")
-    if not ctx.check:
-        if is_dir:
+    prev = get_state(path)
+    if prev == "absent":
+        return {"path": path, "changed": False, "state": "absent", "msg": f"{path} is already absent"}
+    diff = initial_diff(path, "absent", prev)
+    if prev == "directory" and os.listdir(path) and not c.recurse:
+        raise ModuleError(f"{path} is a non-empty directory; set recurse: true to remove it with its contents", path=path)
+    if not c.check:
+        if prev == "directory":
             import shutil  # here: its import (bz2, lzma, fnmatch) costs every run on every host
 
-            shutil.rmtree(path)
+            try:
+                shutil.rmtree(path)
+            except OSError as exc:
+                raise ModuleError(f"rmtree failed: {exc}; fix the permissions inside {path}") from None
         else:
-            os.unlink(path)
-    return {"changed": True, "msg": f"removed {path}", "path": path, "diff": {"before": before, "after": {"state": "absent"}}}
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise ModuleError(f"Unlinking failed. {exc.strerror}: fix the permissions of its folder", path=path) from None
+    return {"path": path, "changed": True, "diff": diff, "state": "absent", "msg": f"removed {path}"}
 
 
-def make_dirs(path: str, mode: int | None) -> list:
-    """Create `path` and its missing parents (NEW_DIR_MODE, umask applies); `mode` sets the last one exactly.
+def ensure_file(path: str, c: Call) -> dict:
+    prev = get_state(path)
+    if prev != "file" and c.follow and prev == "link":
+        path = os.path.realpath(path)
+        prev = get_state(path)
+    if prev not in ("file", "hard"):
+        raise ModuleError(f"file ({path}) is {prev}, cannot continue; state=file only manages an existing file "
+                          "(state=touch or copy creates one)", path=path, state=prev)
+    diff = initial_diff(path, "file", prev)
+    return {"path": path, "changed": c.attributes(path, diff), "diff": diff}
 
-    Only the folders created here are touched: an existing parent keeps its mode.
-    """
+
+def make_dirs(path: str) -> list:
+    """Create `path` and its missing parents (NEW_DIR_MODE, umask applies). An existing parent keeps its mode."""
     missing = []
     at = path
     while not os.path.lexists(at):
@@ -83,51 +223,247 @@ def make_dirs(path: str, mode: int | None) -> list:
         try:
             os.mkdir(folder, NEW_DIR_MODE)
         except FileExistsError:
-            pass  # made meanwhile by someone else: theirs, left as it is
+            if not os.path.isdir(folder):
+                raise ModuleError(f"There was an issue creating {folder} as requested: it exists and is not a folder; "
+                                  "move it away or choose another path", path=path) from None
         except OSError as exc:
-            raise ModuleError(f"cannot create the folder {folder}: {exc.strerror}; fix the parent folder or choose another path")
-    if mode is not None and missing:
-        os.chmod(path, mode)  # mkdir's mode is masked by the umask
+            raise ModuleError(f"There was an issue creating {folder} as requested: {exc.strerror}; fix the parent "
+                              "folder or choose another path", path=path) from None
     return list(reversed(missing))
 
 
-def guard_attributes(path: str, mode: int | None, uid: int | None, gid: int | None) -> None:
-    """Refuse to change the mode or owner of a path the tool cannot own (e.g. dfp_root=/tmp with a mode)."""
-    if (mode, uid, gid) != (None, None, None) and ensure_attributes(path, mode, uid, gid, check=True):
-        managed_path(path, "path")
+def ensure_directory(path: str, c: Call) -> dict:
+    prev = get_state(path)
+    if c.follow and prev == "link":
+        path = os.path.realpath(path)
+        prev = get_state(path)
+    diff = initial_diff(path, "directory", prev)
+    if prev == "absent":
+        if c.check:
+            return {"path": path, "changed": True, "diff": diff}
+        make_dirs(path)
+        c.attributes(path, diff, made=True)
+        return {"path": path, "changed": True, "diff": diff}
+    if prev != "directory":
+        raise ModuleError(f"{path} already exists as a {prev}; move it away or choose another path", path=path)
+    changed = c.attributes(path, diff)
+    if c.recurse:
+        changed = recursive_attributes(path, c) or changed
+    return {"path": path, "changed": changed, "diff": diff}
+
+
+def recursive_attributes(top: str, c: Call) -> bool:
+    """Mode, owner, group and times on everything under `top`; a symlink gets its own owner and group, its
+    target is left alone (Ansible with follow sets it, and recurses into a linked folder, outside `top` too)."""
+    changed = False
+    for base, folders, files in os.walk(top):
+        for name in folders + files:
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                changed = set_attributes(path, None, c.owner, c.group, c.check, None, guard) or changed
+            else:
+                changed = c.attributes(path, None) or changed
+    return changed
+
+
+def _replace(path: str, prev: str, make) -> None:
+    """Put a new link at `path` in place of what is there (Ansible's temp name, then a rename)."""
+    import time
+
+    tmp = os.path.join(os.path.dirname(path), f".{os.getpid()}.{time.time()}.tmp")
+    try:
+        if prev == "directory":
+            os.rmdir(path)
+        make(tmp)
+        os.rename(tmp, path)
+    except OSError as exc:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise ModuleError(f"Error while replacing: {exc}; fix the permissions of {os.path.dirname(path)}", path=path) from None
+
+
+def ensure_symlink(path: str, src: str | None, c: Call) -> dict:
+    prev = get_state(path)
+    if src is None and c.follow and os.path.exists(path) and os.path.islink(path):
+        src = os.readlink(path)
+    folder = path if not os.path.islink(path) and os.path.isdir(path) else os.path.dirname(path)
+    absrc = None if src is None else os.path.join(folder, src)
+    if not c.force and absrc is not None and not os.path.exists(absrc):
+        raise ModuleError(f"src file does not exist, use 'force=yes' if you really want to create the link: {absrc}",
+                          path=path, src=src)
+    if prev == "directory":
+        if not c.force:
+            raise ModuleError(f"refusing to convert from {prev} to symlink for {path}; set force: true to replace an "
+                              "empty folder", path=path)
+        if os.listdir(path):
+            raise ModuleError(f"the directory {path} is not empty, refusing to convert it", path=path)
+    elif prev in ("file", "hard") and not c.force:
+        raise ModuleError(f"refusing to convert from {prev} to symlink for {path}; set force: true to replace it",
+                          path=path)
+    diff = initial_diff(path, "link", prev)
+    changed = False
+    if prev != "link":
+        if src is None:
+            raise ModuleError("src is required for creating new symlinks; give src: what the link points to")
+        changed = True
+    elif src is not None:
+        old = os.readlink(path)
+        if old != src:
+            diff["before"]["src"], diff["after"]["src"] = old, src
+            changed = True
+    if changed and not c.check:
+        if prev != "absent":
+            managed_path(path, "path")  # what is there goes: only where the tool may delete
+            _replace(path, prev, lambda tmp: os.symlink(src, tmp))
+        else:
+            try:
+                os.symlink(src, path)
+            except OSError as exc:
+                raise ModuleError(f"Error while linking: {exc}; fix the folder or choose another path", path=path) from None
+    elif changed and prev != "absent":
+        managed_path(path, "path")  # check mode refuses as the real run would
+    result = {"dest": path, "src": src, "changed": changed, "diff": diff}
+    if c.check and not os.path.exists(path):
+        return result
+    target = c.target(path)
+    if c.follow and os.path.islink(path) and not os.path.exists(target):
+        c.ctx.warn("Cannot set fs attributes on a non-existent symlink target. follow should be set to False to "
+                   "avoid this.")
+    else:
+        result["changed"] = c.attributes(target, diff) or changed
+    return result
+
+
+def ensure_hardlink(path: str, src: str | None, c: Call) -> dict:
+    prev = get_state(path)
+    target = c.target(path)
+    if prev != "hard" and src is None:
+        raise ModuleError("src is required for creating new hardlinks; give src: the file to link to")
+    if src is not None:
+        src = check_plain(src, "src")
+        if not os.path.exists(src):
+            raise ModuleError(f"src does not exist: {src}; give an existing file", dest=path, src=src)
+    diff = initial_diff(path, "hard", prev)
+    changed = False
+    if prev == "absent":
+        changed = True
+    elif prev == "link":
+        old = os.readlink(path)
+        if old != src:
+            diff["before"]["src"], diff["after"]["src"] = old, src
+            changed = True
+    elif prev == "hard":
+        if src is not None and os.stat(path).st_ino != os.stat(src).st_ino:
+            changed = True
+            if not c.force:
+                raise ModuleError("Cannot link, different hard link exists at destination; set force: true to replace it",
+                                  dest=path, src=src)
+    elif prev == "file":
+        changed = True
+        if not c.force:
+            raise ModuleError("Cannot link, file exists at destination; set force: true to replace it", dest=path, src=src)
+    elif prev == "directory":
+        changed = True
+        if os.stat(path).st_ino == os.stat(src).st_ino:
+            return {"path": path, "changed": False}
+        if not c.force:
+            raise ModuleError("Cannot link: different hard link exists at destination", dest=path, src=src)
+    if changed:
+        if prev != "absent":
+            managed_path(path, "path")  # what is there goes: only where the tool may delete
+        if not c.check:
+            if prev != "absent":
+                _replace(path, prev, lambda tmp: os.link(src, tmp, follow_symlinks=c.follow))
+            else:
+                try:
+                    os.link(src, path, follow_symlinks=c.follow)
+                except OSError as exc:
+                    raise ModuleError(f"Error while linking: {exc}; a hard link needs src on the same filesystem",
+                                      path=path) from None
+    result = {"dest": path, "src": src, "changed": changed, "diff": diff}
+    if c.check and not os.path.exists(path):
+        return result
+    result["changed"] = c.attributes(target, diff) or changed
+    return result
+
+
+def execute_touch(path: str, c: Call) -> dict:
+    prev = get_state(path)
+    changed = False
+    if prev == "absent":
+        if c.check:
+            return {"dest": path, "changed": True}
+        try:
+            open(path, "wb").close()  # noqa: SIM115 - an empty file, as Ansible's touch makes it (0666 less the umask)
+        except OSError as exc:
+            raise ModuleError(f"Error, could not touch target. {exc.strerror}: fix the folder or choose another path",
+                              path=path) from None
+        changed = True
+    diff = initial_diff(path, "touch", prev)
+    try:
+        changed = c.attributes(c.target(path), diff) or changed
+    except ModuleError:
+        if prev == "absent":  # made by this call: it goes again
+            os.remove(path)
+        raise
+    return {"dest": path, "changed": changed, "diff": diff}
+
+
+# ---------------------------------------------------------------- the call
+
+
+def _state_and_path(args: dict) -> tuple[str | None, str]:
+    """The state asked and the path, checked (absent: by managed_path, before anything is looked at)."""
+    if args["path"] is None:
+        raise ModuleError("missing required arguments: path; give path (or its alias dest or name)")
+    path = os.path.expandvars(args["path"])  # Ansible's path type expands $VARS too
+    state = args["state"]
+    if state == "absent":
+        return state, managed_path(path, "path")
+    path = check_plain(path, "path")
+    src = args["src"]
+    if state == "hard" and src and os.path.isdir(path):  # Ansible: a folder as path means the file src names in it
+        path = os.path.join(path, os.path.basename(src))
+    return state, path
+
+
+def _message(result: dict, state: str, check: bool) -> str:
+    where = result.get("path") or result.get("dest")
+    if not result["changed"]:
+        return f"{where} is as wanted ({state})"
+    return f"{'would change' if check else 'changed'} {where} ({state})"
 
 
 def run(args: dict, ctx: Context) -> dict:
-    state = args["state"]
-    mode = parse_mode(args["mode"])
-    uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
+    state, path = _state_and_path(args)
+    src = os.path.expandvars(args["src"]) if args["src"] is not None else None
+    if state is None:
+        prev = get_state(path)
+        state = prev if prev != "absent" else "directory" if args["recurse"] else "file"
+    if args["recurse"] and state not in ("directory", "absent"):
+        raise ModuleError("recurse option requires state to be 'directory'", path=path)
+    if src and state not in ("link", "hard"):
+        raise ModuleError("src option requires state to be 'link' or 'hard'", path=path)
+    c = Call(args, ctx, state)
+    if ctx.check and state != "absent":
+        for warning in unknown_ids(args["owner"], args["group"]):
+            ctx.warn(warning)
     if state == "absent":
-        return remove(args["path"], args["recurse"], ctx)
-    path = check_plain(args["path"], "path")
-    before = describe(path)
-
-    if state == "file":
-        if before["state"] != "file":
-            raise ModuleError(
-                f"{path} does not exist as a file; state=file only manages an existing file's mode/owner (use copy to create one)"
-            )
-        guard_attributes(path, mode, uid, gid)
-        changed = ensure_attributes(path, mode, uid, gid, ctx.check)
+        result = ensure_absent(path, c)
+    elif state == "file":
+        result = ensure_file(path, c)
+    elif state == "directory":
+        result = ensure_directory(path, c)
+    elif state == "link":
+        result = ensure_symlink(path, src, c)
+    elif state == "hard":
+        result = ensure_hardlink(path, src, c)
     else:
-        if before["state"] == "file":
-            raise ModuleError(f"{path} exists and is not a directory; move it away or choose another path")
-        changed = before["state"] == "absent"
-        if changed and not ctx.check:
-            make_dirs(path, mode)
-        if before["state"] != "absent":
-            guard_attributes(path, mode, uid, gid)
-        if not ctx.check or before["state"] != "absent":
-            changed = ensure_attributes(path, mode, uid, gid, ctx.check) or changed
-    after = describe(path) if not ctx.check else {"state": state}
-    msg = f"{'would change' if ctx.check else 'changed'} {path}" if changed else f"{path} is as wanted"
-    result = {"changed": changed, "msg": msg, "path": path}
-    if changed:
-        result["diff"] = {"before": before, "after": after}
+        result = execute_touch(path, c)
+    if not ctx.diff:
+        result.pop("diff", None)
+    result.update(path_info(result.get("path") or result["dest"]))
+    result.setdefault("msg", _message(result, state, ctx.check))
     return result
 
 

@@ -147,11 +147,12 @@ def run_validate(command: str, path: str) -> None:
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", errors="replace").strip()
         raise ModuleError(f"failed to validate: rc:{proc.returncode} error:{err} (the file is unchanged: fix the "
-                          "content or the validate command)")
+                          "content or the validate command)", exit_status=proc.returncode,
+                          stdout=proc.stdout.decode("utf-8", errors="replace"), stderr=err)
 
 
-def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool | str = False,
-                 validate: str | None = None) -> str | None:
+def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup: bool | str = False,
+                 validate: str | None = None, suffix: str = "", source: str | None = None) -> str | None:
     """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
 
     A reader never sees a half-written file, and a crash leaves the old one in place. A replaced
@@ -161,6 +162,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool |
     with %s) is run on the temp file before the rename, which happens only when it exits 0 (run_validate).
     When the write fails (a full disk, permissions, validate) the old file stays as it was, the temp file and a
     backup made for this write are removed, and the error is a ModuleError naming the path and the fix.
+    `suffix` ends the temp file's name (the file's extension, for a validate command that reads it); `source`
+    (data None) is a file whose bytes are copied in, read in chunks.
     """
     import shutil
     import tempfile
@@ -174,9 +177,13 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool |
         before = os.stat(path) if os.path.exists(path) else None
         if mode is None and before is not None:
             mode = before.st_mode & 0o7777
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if source is not None:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, fh, 1 << 20)
+            else:
+                fh.write(data or b"")
             fh.flush()
             os.fsync(fh.fileno())
         if validate is not None:
@@ -195,9 +202,16 @@ def atomic_write(path: str, data: bytes, mode: int | None = None, backup: bool |
                 except OSError:
                     pass
         if isinstance(exc, OSError):
-            raise _write_failed(path, exc, len(data)) from None
+            raise _write_failed(path, exc, len(data) if data is not None else _size(source)) from None
         raise
     return backup_path
+
+
+def _size(path: str | None) -> int:
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
 
 
 def read_bytes(path: str) -> bytes | None:

@@ -81,7 +81,7 @@ def test_check_and_diff_short_flags_as_in_ansible(tmp_path):
     code, out = invoke("play", str(pb), "-i", str(inv), "-C", "-D")
     assert code == 0, out
     assert not marker.exists() and target.read_text() == "old line\n", "check mode changed the host"
-    assert "before:" in out and "old line" in out and "new line" in out, out  # the diff is shown
+    assert "--- before" in out and "-old line" in out and "+new line" in out, out  # the diff is shown, as lines
 
 
 @pytest.mark.parametrize("flags,level", [

@@ -36,18 +36,23 @@ def mode_of(p: Path) -> int:
 
 
 @pytest.mark.parametrize(
-    "current, cur_mode, cur_ids, data, mode, ids, expected",
+    "dest_before, source, expected",
     [
-        (None, None, (), b"x", None, (None, None), ["content"]),
-        (b"x", 0o644, (1, 1), b"x", None, (None, None), []),
-        (b"x", 0o644, (1, 1), b"y", None, (None, None), ["content"]),
-        (b"x", 0o644, (1, 1), b"x", 0o600, (None, None), ["mode"]),
-        (b"x", 0o600, (1, 1), b"x", 0o600, (2, None), ["owner"]),
-        (b"x", 0o644, (1, 1), b"y", 0o600, (1, 2), ["content", "mode", "owner"]),
+        (None, b"new\n", {"before": "", "after_header": "D", "after": "new\n"}),
+        (b"old\n", b"new\n", {"before_header": "D", "before": "old\n", "after_header": "D", "after": "new\n"}),
+        (b"a\x00b", b"text", {"dst_binary": 1, "after_header": "D", "after": "text"}),
+        (b"x", b"\x00\x01", {"before_header": "D", "before": "x", "src_binary": 1}),
+        (b"x" * (copy_mod.DIFF_LIMIT + 1), b"y" * (copy_mod.DIFF_LIMIT + 1), {"dst_larger": copy_mod.DIFF_LIMIT,
+                                                                           "src_larger": copy_mod.DIFF_LIMIT}),
     ],
+    ids=["absent", "text", "dest-binary", "content-binary", "both-large"],
 )
-def test_decide_file_table(current, cur_mode, cur_ids, data, mode, ids, expected):
-    assert copy_mod.decide_file(current, cur_mode, cur_ids, data, mode, ids) == expected
+def test_content_diff_says_what_ansibles_copy_says(tmp_path, dest_before, source, expected):
+    dest = tmp_path / "D"
+    if dest_before is not None:
+        dest.write_bytes(dest_before)
+    got = copy_mod.content_diff(str(dest), copy_mod.Source(source, None))
+    assert got == {k: str(dest) if v == "D" else v for k, v in expected.items()}
 
 
 def test_plan_entries_separates_uploads_from_mode_fixes():
@@ -124,9 +129,11 @@ def test_check_mode_changes_nothing_and_says_what_would_change(tmp_path):
     os.chmod(dest, 0o644)
     before = snapshot(tmp_path)
     res = call({"dest": str(dest), "content": "new\n", "mode": "0600"}, check=True, diff=True)
-    assert res["changed"] is True and "would update content/mode" in res["msg"]
-    assert res["diff"]["before"]["content"] == "old\n" and res["diff"]["after"]["content"] == "new\n"
-    assert res["diff"]["after"]["mode"] == "0600"
+    assert res["changed"] is True and f"would update {dest}" in res["msg"]
+    assert res["diff"]["before"] == "old\n" and res["diff"]["after"] == "new\n"
+    assert snapshot(tmp_path) == before
+    mode_only = call({"dest": str(dest), "content": "old\n", "mode": "0600"}, check=True, diff=True)
+    assert mode_only["changed"] is True and mode_only["diff"]["after"]["mode"] == "0600"
     assert snapshot(tmp_path) == before
     absent = call({"dest": str(tmp_path / "new" / "g"), "content": "x"}, check=True)
     assert absent["changed"] is True and snapshot(tmp_path) == before
@@ -136,16 +143,17 @@ def test_diff_shows_before_and_after(tmp_path):
     dest = tmp_path / "f.txt"
     dest.write_text("one\n")
     res = call({"dest": str(dest), "content": "two\n"}, diff=True)
-    assert res["diff"]["before"]["content"] == "one\n" and res["diff"]["after"]["content"] == "two\n"
+    assert res["diff"] == {"before_header": str(dest), "before": "one\n", "after_header": str(dest), "after": "two\n"}
     created = call({"dest": str(tmp_path / "g"), "content": "x"}, diff=True)
-    assert created["diff"]["before"] == {"state": "absent"}
+    assert created["diff"]["before"] == "" and "before_header" not in created["diff"]
+    assert "diff" not in call({"dest": str(tmp_path / "h"), "content": "x"})  # with --diff only
 
 
 def test_binary_content_b64_is_written_and_summarised_in_the_diff(tmp_path):
     data = bytes(range(256))
     dest = tmp_path / "blob.bin"
     res = call({"dest": str(dest), "content_b64": base64.b64encode(data).decode()}, diff=True)
-    assert dest.read_bytes() == data and res["diff"]["after"]["content"].startswith("<256 bytes, sha256")
+    assert dest.read_bytes() == data and res["diff"] == {"before": "", "src_binary": 1}
     assert call({"dest": str(dest), "content_b64": base64.b64encode(data).decode()})["changed"] is False
 
 
@@ -168,13 +176,84 @@ def test_content_change_keeps_existing_mode_and_backup_keeps_the_old_bytes(tmp_p
     assert Path(res["backup_file"]).read_text() == "v1"
 
 
-def test_symlink_dest_is_followed_and_stays_a_link(tmp_path):
+def test_symlink_dest_is_replaced_by_the_file_unless_follow(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("a")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    call({"dest": str(link), "content": "b"})
-    assert link.is_symlink() and real.read_text() == "b"
+    res = call({"dest": str(link), "content": "a"})  # the same content: the link is still replaced (Ansible's way)
+    assert res["changed"] and not link.is_symlink() and link.read_text() == "a" and real.read_text() == "a"
+    link.unlink()
+    link.symlink_to(real)
+    res = call({"dest": str(link), "content": "b", "follow": True})
+    assert link.is_symlink() and real.read_text() == "b" and res["dest"] == str(real)
+
+
+def test_result_fields_are_ansibles(tmp_path):
+    dest = tmp_path / "f.txt"
+    res = call({"dest": str(dest), "content": "hi\n", "mode": "u=rw,g=r,o="})
+    assert res["checksum"] == hashlib.sha1(b"hi\n").hexdigest()  # noqa: S324 - Ansible's checksum
+    assert res["md5sum"] == hashlib.md5(b"hi\n").hexdigest()  # noqa: S324 - Ansible's md5sum
+    assert (res["dest"], res["mode"], res["state"], res["size"], res["uid"]) == (str(dest), "0640", "file", 3, os.getuid())
+    again = call({"dest": str(dest), "content": "hi\n"})
+    assert again["changed"] is False and again["path"] == str(dest) and "md5sum" not in again
+
+
+def test_force_false_leaves_an_existing_file_alone(tmp_path):
+    dest = tmp_path / "f"
+    dest.write_text("mine")
+    os.chmod(dest, 0o600)
+    res = call({"dest": str(dest), "content": "theirs", "mode": "0644", "force": False})
+    assert res["changed"] is False and res["msg"] == "file already exists"
+    assert dest.read_text() == "mine" and mode_of(dest) == 0o600
+    assert call({"dest": str(tmp_path / "g"), "content": "x", "force": False})["changed"] is True
+
+
+def test_validate_runs_on_the_temp_file_with_dests_extension(tmp_path):
+    dest = tmp_path / "app.conf"
+    dest.write_text("old")
+    with pytest.raises(ModuleError, match="failed to validate"):
+        call({"dest": str(dest), "content": "bad", "validate": "grep -q good %s"})
+    assert dest.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["app.conf"]
+    call({"dest": str(dest), "content": "good", "validate": "sh -c 'case $0 in *.conf) grep -q good $0;; *) exit 3;; esac' %s"})
+    assert dest.read_text() == "good"
+    with pytest.raises(ModuleError, match="validate must contain %s"):
+        call({"dest": str(dest), "content": "good", "validate": "true"})
+
+
+def test_remote_src_copies_a_file_on_the_host(tmp_path):
+    src = tmp_path / "src.txt"
+    src.write_text("from the host\n")
+    os.chmod(src, 0o750)
+    folder = tmp_path / "into"
+    folder.mkdir()
+    res = call({"dest": str(folder), "src": str(src), "remote_src": True})
+    made = folder / "src.txt"
+    assert res["changed"] and res["dest"] == str(made) and made.read_text() == "from the host\n"
+    assert mode_of(made) == 0o666 & ~umask() and res["src"] == str(src)
+    old = tmp_path / "old.txt"
+    old.write_text("old")
+    call({"dest": str(old), "src": str(src), "remote_src": True})
+    assert old.read_text() == "from the host\n" and mode_of(old) == 0o750  # over a file: src's mode, as Ansible's
+    assert call({"dest": str(old), "src": str(src), "remote_src": True})["changed"] is False
+    preserved = call({"dest": str(tmp_path / "p.txt"), "src": str(src), "remote_src": True, "mode": "preserve"})
+    assert preserved["mode"] == "0750"
+    with pytest.raises(ModuleError, match="needs remote_src: true"):
+        call({"dest": str(old), "src": str(src)})
+    with pytest.raises(ModuleError, match="is a folder; remote_src copies one file"):
+        call({"dest": str(tmp_path / "x"), "src": str(folder), "remote_src": True})
+
+
+def umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def test_missing_folders_are_made_with_directory_mode(tmp_path):
+    dest = tmp_path / "a" / "b" / "f"
+    call({"dest": str(dest), "content": "x", "directory_mode": "0700"})
+    assert mode_of(tmp_path / "a") == mode_of(tmp_path / "a" / "b") == 0o700 and dest.read_text() == "x"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
@@ -191,11 +270,14 @@ def test_owner_and_group_are_set_and_then_unchanged(tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        ({}, "exactly one of 'content'"),
-        ({"content": "a", "content_b64": "YQ=="}, "exactly one of 'content'"),
+        ({}, r"src \(or content\) is required"),
+        ({"content": "a", "content_b64": "YQ=="}, "content and content_b64 are mutually exclusive"),
         ({"content_b64": "not base64!"}, "not valid base64"),
-        ({"content": "a", "mode": "rw-r--r--"}, "not an octal number"),
-        ({"content": "a", "owner": "dfp-no-such-user"}, "does not exist on this host"),
+        ({"content": "a", "mode": "rw-r--r--"}, "mode must be in octal or symbolic form"),
+        ({"content": "a", "mode": "preserve"}, "mode preserve keeps the mode of src"),
+        ({"content": "a", "owner": "dfp-no-such-user"}, "chown failed: failed to look up user dfp-no-such-user"),
+        ({"content": "a", "group": "dfp-no-such-group"}, "chgrp failed: failed to look up group"),
+        ({"content": "a", "checksum": "0" * 40}, "does not match the expected checksum"),
         ({"content": "a", "delete_extra": True}, "only works with 'manifest'"),
         ({"content": "a", "staged": {"a": "/tmp/x"}}, "belongs to folder mode"),
     ],
@@ -208,7 +290,7 @@ def test_bad_input_gives_a_clear_error_and_writes_nothing(tmp_path, args, words)
 
 
 def test_dest_that_is_a_directory_is_refused(tmp_path):
-    with pytest.raises(ModuleError, match="is a directory; give the file's full path"):
+    with pytest.raises(ModuleError, match="can not use content with a dir as dest"):
         call({"dest": str(tmp_path), "content": "a"})
 
 
@@ -369,3 +451,15 @@ def test_plan_in_check_mode_reports_what_would_change(tmp_path):
     assert call({"dest": str(tmp_path / "d"), "manifest": manifest}, check=True)["changed"] is True
     assert call({"dest": str(tmp_path / "d"), "manifest": manifest})["changed"] is False
     assert not (tmp_path / "d").exists()
+
+
+def test_manifest_takes_a_default_mode_as_yaml_gives_it_and_refuses_a_symbolic_one(tmp_path):
+    manifest = make_source({"a.txt": (b"x", None)})
+    dest = tmp_path / "d"
+    staged = stage(tmp_path, {"a.txt": (b"x", None)}, ["a.txt"])
+    call({"dest": str(dest), "manifest": manifest, "phase": "install", "staged": staged, "mode": 0o640})
+    assert mode_of(dest / "a.txt") == 0o640
+    with pytest.raises(ModuleError, match="an octal mode"):
+        call({"dest": str(dest), "manifest": manifest, "mode": "u=rw"})
+    with pytest.raises(ModuleError, match="either 'validate' or 'manifest'"):
+        call({"dest": str(dest), "manifest": manifest, "validate": "true %s"})

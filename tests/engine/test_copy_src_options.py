@@ -1,0 +1,47 @@
+"""copy with `src:` from the control node keeps the task's mode, owner and group (they were dropped before: the
+prompts copy's mode 0600 was not applied), and `remote_src: true` leaves src to the host module, as Ansible's."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+
+import yaml
+
+from engine.api import run_playbook
+
+INV = {"all": {"hosts": {"h": {"ansible_connection": "local"}}}}
+
+
+def run(tmp_path, tasks):
+    path = tmp_path / "pb.yaml"
+    path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    return run_playbook(str(path), inventory=INV)
+
+
+def test_mode_owner_and_group_reach_the_files_and_a_second_run_changes_nothing(tmp_path):
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "prompts.jsonl").write_text('{"prompt": "x"}\n')
+    os.chmod(tmp_path / "files" / "prompts.jsonl", 0o644)
+    dest = tmp_path / "out"
+    nobody = pwd.getpwnam("nobody")
+    tasks = [{"name": "put", "copy": {"src": "prompts.jsonl", "dest": f"{dest}/", "mode": "0600",
+                                      "owner": "nobody"}}]
+    first = run(tmp_path, tasks)
+    assert first.exit_code == 0, first.tasks
+    st = (dest / "prompts.jsonl").stat()
+    assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == nobody.pw_uid
+    again = run(tmp_path, tasks)
+    assert again.exit_code == 0 and again.recap["h"]["changed"] == 0, again.tasks
+
+
+def test_remote_src_copies_a_file_already_on_the_host(tmp_path):
+    (tmp_path / "here.txt").write_text("on the host\n")
+    tasks = [{"name": "copy there", "copy": {"src": str(tmp_path / "here.txt"), "dest": str(tmp_path / "there.txt"),
+                                             "remote_src": True, "mode": "0640"}}]
+    res = run(tmp_path, tasks)
+    assert res.exit_code == 0, res.tasks
+    assert (tmp_path / "there.txt").read_text() == "on the host\n"
+    assert stat.S_IMODE((tmp_path / "there.txt").stat().st_mode) == 0o640
+    assert res.results[0].result.get("src") == str(tmp_path / "here.txt")  # the host module's result, not an upload
