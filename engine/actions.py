@@ -237,7 +237,7 @@ def template(call: ActionCall) -> dict:
     src = resolve_local(call, call.args["src"], "templates/")
     content = call.executor.templar.render_file(str(src), call.view)
     copy_args = {"dest": call.args["dest"], "content": content}
-    for k in ("mode", "owner", "group", "backup"):
+    for k in ("mode", "owner", "group", "backup", "force", "validate"):  # Ansible's template options the copy has
         if call.args.get(k) is not None:
             copy_args[k] = call.args[k]
     return call.module("copy", copy_args)

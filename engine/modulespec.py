@@ -34,6 +34,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
         "owner": {"type": "str"},
         "group": {"type": "str"},
         "backup": {"type": "bool", "default": False},
+        "force": {"type": "bool", "default": True},
+        "validate": {"type": "str"},
     },
 }
 

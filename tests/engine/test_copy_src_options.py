@@ -45,3 +45,17 @@ def test_remote_src_copies_a_file_already_on_the_host(tmp_path):
     assert (tmp_path / "there.txt").read_text() == "on the host\n"
     assert stat.S_IMODE((tmp_path / "there.txt").stat().st_mode) == 0o640
     assert res.results[0].result.get("src") == str(tmp_path / "here.txt")  # the host module's result, not an upload
+
+
+def test_template_takes_force_and_validate_as_ansibles(tmp_path):
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "conf.j2").write_text("port={{ 80 + 1 }}\n")
+    dest = tmp_path / "app.conf"
+    dest.write_text("kept\n")
+    keep = [{"name": "no force", "template": {"src": "conf.j2", "dest": str(dest), "force": False}}]
+    assert run(tmp_path, keep).exit_code == 0 and dest.read_text() == "kept\n"
+    bad = [{"name": "refused", "template": {"src": "conf.j2", "dest": str(dest), "validate": "grep -q nomatch %s"}}]
+    res = run(tmp_path, bad)
+    assert res.exit_code == 2 and dest.read_text() == "kept\n", res.tasks  # validate failed: dest untouched
+    good = [{"name": "valid", "template": {"src": "conf.j2", "dest": str(dest), "validate": "grep -q port= %s"}}]
+    assert run(tmp_path, good).exit_code == 0 and dest.read_text() == "port=81\n"
