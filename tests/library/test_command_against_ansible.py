@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _ansible_side import env, python_with_ansible
 
 from tests.helpers import required_ansible_tool
 
@@ -78,16 +79,6 @@ DIFFERENCES = {
 }
 
 
-def _python_with_ansible(tool: Path) -> str:
-    first = tool.read_text(errors="replace").splitlines()[0]
-    return first[2:].strip() if first.startswith("#!") else sys.executable
-
-
-def _env(home: Path) -> dict:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp"), "ANSIBLE_REMOTE_TEMP": str(home / ".ansible-remote")}
-
-
 def _prepare(folder: Path, files: list) -> Path:
     folder.mkdir(parents=True)
     for name in files:
@@ -123,8 +114,8 @@ def both(tmp_path_factory) -> dict:
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     proc = subprocess.run(
         [str(playbook_tool), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={_python_with_ansible(playbook_tool)}", str(book)],
-        capture_output=True, text=True, timeout=300, cwd=home, env=_env(home))
+         f"ansible_python_interpreter={python_with_ansible(playbook_tool)}", str(book)],
+        capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
     assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
     theirs = json.loads(out_file.read_text())
     out = {}
@@ -133,7 +124,7 @@ def both(tmp_path_factory) -> dict:
         args_file = root / f"{cid}.args.json"
         args_file.write_text(json.dumps(_args(args, folder)))
         mine = subprocess.run([sys.executable, "-m", f"library.{module}", str(args_file), *(["--check"] if check else [])],
-                              capture_output=True, text=True, timeout=60, cwd=ROOT, env=_env(home))
+                              capture_output=True, text=True, timeout=60, cwd=ROOT, env=env(home))
         assert mine.stderr == "", mine.stderr
         out[cid] = (theirs[cid], json.loads(mine.stdout), root / "theirs" / cid, folder)
     return out

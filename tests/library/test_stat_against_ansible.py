@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _ansible_side import env, python_with_ansible
 
 from tests.helpers import required_ansible_tool
 
@@ -97,16 +98,6 @@ DIFFERENCES = [
 ]
 
 
-def _python_with_ansible(tool: Path) -> str:
-    first = tool.read_text(errors="replace").splitlines()[0]
-    return first[2:].strip() if first.startswith("#!") else sys.executable
-
-
-def _env(home: Path) -> dict:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp"), "ANSIBLE_REMOTE_TEMP": str(home / ".ansible-remote")}
-
-
 def _tree(t: Path, home: Path) -> None:
     """The paths the cases stat; every atime in the future (and after the ctime), so no read moves it."""
     t.mkdir()
@@ -141,7 +132,7 @@ def _ours(work: Path, home: Path, cid: str, args: dict) -> dict:
     args_file = work / f"{cid}.args.json"
     args_file.write_text(json.dumps(args))
     proc = subprocess.run([sys.executable, "-m", "library.stat", str(args_file)], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT, env=_env(home))
+                          timeout=60, cwd=ROOT, env=env(home))
     assert proc.stderr == "", proc.stderr
     return json.loads(proc.stdout)
 
@@ -164,8 +155,8 @@ def both(tmp_path_factory) -> dict:
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     proc = subprocess.run(
         [str(playbook_tool), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={_python_with_ansible(playbook_tool)}", str(book)],
-        capture_output=True, text=True, timeout=300, cwd=home, env=_env(home))
+         f"ansible_python_interpreter={python_with_ansible(playbook_tool)}", str(book)],
+        capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
     assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
     theirs = json.loads(out_file.read_text())
     return {cid: (theirs[cid], _ours(work, home, cid, _args(args, t))) for cid, args in every}
@@ -258,8 +249,8 @@ def test_a_playbook_written_for_ansible_runs_the_same_with_ours(tmp_path):
     home.mkdir()
     proc = subprocess.run(
         [str(playbook_tool), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={_python_with_ansible(playbook_tool)}", "-l", "localhost", str(book)],
-        capture_output=True, text=True, timeout=300, cwd=home, env=_env(home))
+         f"ansible_python_interpreter={python_with_ansible(playbook_tool)}", "-l", "localhost", str(book)],
+        capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
     assert proc.returncode == 0, f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h": {"ansible_connection": "local"}}}}))
