@@ -52,6 +52,33 @@ def _regex_search(value: str, pattern: str, group: int = 0) -> str | None:
     return m.group(group) if m else None
 
 
+def _regex_test(value: Any, pattern: str, ignorecase: bool = False, multiline: bool = False,
+                match_type: str = "search") -> bool:
+    """Ansible's `match`/`search`/`regex` tests: re.match, re.search or re.fullmatch of the pattern on the text."""
+    flags = (re.I if ignorecase else 0) | (re.M if multiline else 0)
+    find = {"match": re.match, "search": re.search, "fullmatch": re.fullmatch}[match_type]
+    return find(pattern, str(value), flags) is not None
+
+
+_VERSION_OPS = {"<": "lt", "<=": "le", "==": "eq", "=": "eq", "!=": "ne", "<>": "ne", ">=": "ge", ">": "gt"}
+
+
+def _version_key(text: Any) -> tuple:
+    """A loose version's parts in order (numbers as numbers, before any text at the same place)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[a-z]+", str(text).lower()))
+
+
+def _version_test(value: Any, version: Any, operator: str = "eq", strict: bool = False) -> bool:
+    """Ansible's `version` test (loose versions): value OPERATOR version, with Ansible's operator names."""
+    import operator as ops
+
+    name = _VERSION_OPS.get(operator, operator)
+    if name not in ("lt", "le", "eq", "ne", "ge", "gt"):
+        raise TaskError(f"the version test takes an operator of {', '.join(_VERSION_OPS)} or lt/le/eq/ne/ge/gt, "
+                        f"not {operator!r}")
+    return getattr(ops, name)(_version_key(value), _version_key(version))
+
+
 def _mandatory(value: Any, msg: str | None = None) -> Any:
     if isinstance(value, Undefined):
         raise jinja2.UndefinedError(msg or "mandatory variable is undefined")
@@ -177,6 +204,16 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         ("reachable",): lambda r: isinstance(r, Mapping) and not r.get("unreachable"),
     }
     env.tests.update({name: test for names, test in tests.items() for name in names})
+    env.tests.update(  # Ansible's other common tests
+        match=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "match"),
+        search=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "search"),
+        regex=_regex_test,
+        version=_version_test,
+        version_compare=_version_test,
+        contains=lambda seq, item: item in seq,
+        subset=lambda a, b: set(a) <= set(b),
+        superset=lambda a, b: set(a) >= set(b),
+    )
     return env
 
 

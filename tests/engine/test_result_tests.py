@@ -27,3 +27,16 @@ def test_result_tests_under_every_ansible_name(tmp_path):
     assert shown == {"changed": "110", "change": "110", "failed": "010", "failure": "010", "success": "101",
                      "succeeded": "101", "successful": "101", "skipped": "001", "skip": "001", "reachable": "111",
                      "unreachable": "000"}, shown
+
+
+def test_ansibles_other_tests_match_search_regex_version_contains_subset(tmp_path):
+    exprs = ["'abc' is match('a.c')", "'xabc' is match('abc')", "'xabc' is search('ab')", "'ABC' is search('b', ignorecase=true)",
+             "'abc' is regex('^abc$', match_type='fullmatch')", "'2.10.1' is version('2.9', '>')",
+             "'1.0' is version('1.0.0', 'lt')", "'3.12' is version_compare('3.12', '==')", "[1, 2] is contains(2)",
+             "[1] is subset([1, 2])", "[1, 2] is superset([3])"]
+    tasks = [{"name": "t", "debug": {"msg": " ".join(f"{{{{ ({e}) | int }}}}" for e in exprs)}}]
+    path = tmp_path / "pb.yaml"
+    path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    res = run_playbook(str(path), inventory=INV)
+    assert res.exit_code == 0, res.tasks
+    assert res.results[0].msg == "1 0 1 1 1 1 1 1 1 1 0"
