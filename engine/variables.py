@@ -68,13 +68,15 @@ class HostVars(Mapping):
         return view
 
     def __contains__(self, name: object) -> bool:
-        return name in self._variables.inventory.hosts
+        return name in self._variables.inventory.hosts or name in self._variables.states
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._variables.inventory.hosts)
+        """The inventory's hosts, then a delegate the run started that is not one (the implicit localhost)."""
+        hosts = self._variables.inventory.hosts
+        return iter([*hosts, *(n for n in self._variables.states if n not in hosts)])
 
     def __len__(self) -> int:
-        return len(self._variables.inventory.hosts)
+        return sum(1 for _ in self)
 
 
 class HostView(LazyVars):

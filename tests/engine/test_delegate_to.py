@@ -92,6 +92,10 @@ def test_delegate_facts_sets_the_delegates_variables(tmp_path, trio):
     res = run(book(tmp_path, tasks, hosts="h1"), inv)
     assert res.exit_code == 0, res.tasks
     assert msg_of(res, "read") == "from h1 yes unset unset"
+    to_local = [{"name": "for localhost", "set_fact": {"seen": 1}, "delegate_to": "localhost", "delegate_facts": True},
+                {"name": "known", "debug": {"msg": "{{ 'localhost' in hostvars }} {{ hostvars['localhost'].seen }}"}}]
+    res = run(book(tmp_path, to_local, hosts="h1"), inv)
+    assert res.exit_code == 0 and msg_of(res, "known") == "True 1", res.tasks
 
 
 def test_run_once_with_delegate_to_runs_one_command_on_the_delegate(tmp_path, trio, shared_tmp):

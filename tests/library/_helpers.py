@@ -5,6 +5,7 @@ Imported by the test files beside it (tests/library/conftest.py puts this folder
 
 from __future__ import annotations
 
+import http.server
 import importlib
 import json
 import subprocess
@@ -77,3 +78,25 @@ def alive(pid: int) -> bool:
             return fh.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class ReplyingHandler(http.server.BaseHTTPRequestHandler):
+    """A real HTTP server's handler for the uri tests: `_reply` sends a status, a body and headers, and does not
+    mind a client that gave up (a timeout case)."""
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, code: int, body: bytes, ctype: str | None = "text/plain", extra: dict | None = None):
+        try:
+            self.send_response(code)
+            if ctype:
+                self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass

@@ -12,31 +12,15 @@ import threading
 import time
 
 import pytest
-from _helpers import ROOT, load_module, run_module
+from _helpers import ROOT, ReplyingHandler, load_module, run_module
 
 from dflash_host.module import ModuleError
 
 uri = load_module("uri")
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
+class Handler(ReplyingHandler):
     seen: list = []
-
-    def log_message(self, *args):
-        pass
-
-    def _reply(self, code: int, body: bytes, ctype: str = "text/plain", extra: dict | None = None):
-        try:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (the timeout test)
 
     def _handle(self):
         length = int(self.headers.get("Content-Length") or 0)

@@ -28,31 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import yaml
 from _ansible_side import fields, run_ansible, run_ours
+from _helpers import ReplyingHandler
 
 PASSWORD = "s3cret-pw"  # noqa: S105 - the test server's
 AUTH = "Basic " + base64.b64encode(f"u:{PASSWORD}".encode()).decode()
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
+class Handler(ReplyingHandler):
     def version_string(self):
         return "dfp-test-server"  # not the python version: the same on both sides anyway, but short
-
-    def _reply(self, code: int, body: bytes, ctype: str | None = "text/plain", extra: dict | None = None):
-        try:
-            self.send_response(code)
-            if ctype:
-                self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (the timeout case)
 
     def _handle(self):
         length = int(self.headers.get("Content-Length") or 0)
