@@ -150,3 +150,19 @@ def fields(result: dict) -> dict:
 def warnings_of(result: dict) -> list:
     """Our warnings (Ansible's registered results hold none: its controller prints them, and we look there)."""
     return list(result.get("warnings") or [])
+
+
+def registered_by_ansible(tool: Path, home: Path, work: Path, tasks: list[tuple[str, dict]]) -> dict:
+    """{case id: what Ansible registered}: each (case id, task) one task of a single ansible-playbook run on
+    localhost (failures ignored, so every case registers), the results written out by a last copy task."""
+    out_file = work / "theirs.json"
+    play = [dict(task, name=cid, register=f"r{i}", ignore_errors=True) for i, (cid, task) in enumerate(tasks)]
+    collected = ", ".join(f"'{cid}': r{i}" for i, (cid, _task) in enumerate(tasks))
+    play.append({"name": "write", "copy": {"dest": str(out_file), "content": "{{ {" + collected + "} | to_json }}"}})
+    book = work / "book.yaml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": play}]))
+    proc = subprocess.run(
+        [str(tool), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={python_with_ansible(tool)}",
+         str(book)], capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
+    assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(out_file.read_text())

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _ansible_side import env, python_with_ansible
+from _ansible_side import env, registered_by_ansible
 
 from tests.helpers import required_ansible_tool
 
@@ -102,22 +102,9 @@ def both(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("command-vs-ansible")
     home = root / "home"
     home.mkdir()
-    out_file = root / "theirs.json"
-    tasks = []
-    for i, (cid, module, args, check, files) in enumerate(CASES):
-        folder = _prepare(root / "theirs" / cid, files)
-        tasks.append({"name": cid, module: _args(args, folder), "register": f"r{i}", "ignore_errors": True,
-                      "check_mode": check})
-    collected = ", ".join(f"'{cid}': r{i}" for i, (cid, *_rest) in enumerate(CASES))
-    tasks.append({"name": "write", "copy": {"dest": str(out_file), "content": "{{ {" + collected + "} | to_json }}"}})
-    book = root / "book.yaml"
-    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    proc = subprocess.run(
-        [str(playbook_tool), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={python_with_ansible(playbook_tool)}", str(book)],
-        capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
-    assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
-    theirs = json.loads(out_file.read_text())
+    tasks = [(cid, {module: _args(args, _prepare(root / "theirs" / cid, files)), "check_mode": check})
+             for cid, module, args, check, files in CASES]
+    theirs = registered_by_ansible(playbook_tool, home, root, tasks)
     out = {}
     for cid, module, args, check, files in CASES:
         folder = _prepare(root / "ours" / cid, files)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _ansible_side import env, python_with_ansible
+from _ansible_side import env, python_with_ansible, registered_by_ansible
 
 from tests.helpers import required_ansible_tool
 
@@ -146,19 +146,7 @@ def both(tmp_path_factory) -> dict:
     home.mkdir()
     _tree(t, home)
     every = CASES + [(cid, args) for cid, args, _a, _o in DIFFERENCES]
-    tasks = [{"name": cid, "stat": _args(args, t), "register": f"r{i}", "ignore_errors": True}
-             for i, (cid, args) in enumerate(every)]
-    out_file = work / "theirs.json"
-    collected = ", ".join(f"'{cid}': r{i}" for i, (cid, _args_) in enumerate(every))
-    tasks.append({"name": "write", "copy": {"dest": str(out_file), "content": "{{ {" + collected + "} | to_json }}"}})
-    book = work / "book.yaml"
-    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    proc = subprocess.run(
-        [str(playbook_tool), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={python_with_ansible(playbook_tool)}", str(book)],
-        capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
-    assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
-    theirs = json.loads(out_file.read_text())
+    theirs = registered_by_ansible(playbook_tool, home, work, [(cid, {"stat": _args(args, t)}) for cid, args in every])
     return {cid: (theirs[cid], _ours(work, home, cid, _args(args, t))) for cid, args in every}
 
 
