@@ -148,7 +148,7 @@ class OptionTask(Task):
 
     def __deepcopy__(self, memo: dict) -> OptionTask:
         """Itself: Invoke deep-copies every task of the collection on each start (its name transform), which
-        walked each option table, about 20 ms of every CLI run; a task is never changed after it is made
+        walked each option table: about 0.1 s of `invoke --list` on 2 cores (0.29 -> 0.19 s); a task is never changed after it is made
         (its flags are fresh Arguments from get_arguments each time)."""
         return self
 
