@@ -280,7 +280,7 @@ def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, 
     return None
 
 
-def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str) -> dict:
+def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str, refused: list) -> dict:
     """Stop what runs (whole tree), drop its records, start the launch and prove it serves."""
     check_log(launch["log"], launch.get("root"))  # a foreign log stops us before the old server is stopped
     if ctx.check:
@@ -289,7 +289,10 @@ def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str) -> d
     if launch["mode"] != "systemd":
         remove_tool_file(p["pidfile"], "pidfile", False)
     remove_tool_file(p["running"], "running", False)
-    out = start(launch, p, ctx, server)
+    try:
+        out = start(launch, p, ctx, server)
+    except ModuleError as exc:
+        raise _with_refused(exc, refused) from None
     out["reason"] = reason
     if stopped:
         out["stopped"] = stopped
@@ -309,7 +312,17 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     kept = _keep_running(args, ctx, force, launch, p, now, fresh, state["running"].get("started_at"))
     if isinstance(kept, dict):
         return kept
-    return _restart(launch, p, ctx, state["server"], kept or _restart_reason(now, fresh))
+    return _restart(launch, p, ctx, state["server"], kept or _restart_reason(now, fresh), now.get("refused") or [])
+
+
+def _with_refused(exc: ModuleError, refused: list) -> ModuleError:
+    """A port taken after the pidfile's processes were refused as not ours: say why they were (they may
+    well be the holder), so that the error explains itself."""
+    if not refused or "owners" not in exc.data:
+        return exc
+    why = "; ".join(f"PID {r['pid']}: {r['reason']}" for r in refused)
+    return ModuleError(f"{exc.msg}. The processes the pidfile names were not proven ours, so none was stopped ({why})",
+                       **exc.data, refused=refused)
 
 
 # --------------------------------------------------------------------------- stopped, absent

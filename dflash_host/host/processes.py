@@ -4,8 +4,13 @@ A PID alone proves nothing (PIDs are reused), and a process name proves less. A 
 only when its PID, start time and command line match what the pidfile recorded, or when it descends
 from such a process. The pidfile (JSON, written atomically):
 
-    {"pid", "pgid", "sid", "start_time" (psutil create_time), "cmdline": [...],
-     "tree": [{"pid", "start_time", "cmdline"}, ...]}
+    {"pid", "pgid", "sid", "start_time" (psutil create_time), "since_boot", "boot_id", "cmdline": [...],
+     "tree": [{"pid", "start_time", "since_boot", "boot_id", "cmdline"}, ...]}
+
+`since_boot` (seconds from boot to the start, /proc/<pid>/stat) and `boot_id` (the kernel's id of this
+boot) identify a process whatever the wall clock does: `start_time` is boot time + ticks, and the boot
+time moves whenever the clock is stepped (NTP after boot, a VM resumed from a pause), so a server would
+otherwise stop being provably ours. Pidfiles without them (older versions) are checked by `start_time`.
 
 `tree` records descendants seen after the start (update_pidfile_tree), so a child that double-forked
 out of the process group, or was orphaned when its parent died, is still recognised as ours.
@@ -15,6 +20,7 @@ SIGTERM, a grace period, SIGKILL for what remains, then wait until every one is 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -26,9 +32,11 @@ import psutil
 from dflash_host.host.files import atomic_write, load_json
 from dflash_host.module import ModuleError
 
-# psutil's create_time is boot time + start ticks; boot time moves when the wall clock is stepped.
-# A reused PID would also need the same command line to pass within this window.
+# For records without since_boot: psutil's create_time is boot time + start ticks, and boot time moves
+# when the wall clock is stepped. A reused PID would also need the same command line to pass within this window.
 START_TIME_TOLERANCE_S = 1.0
+# since_boot is a count of clock ticks (1/100 s): equal for the same process, whatever the clock did.
+SINCE_BOOT_TOLERANCE_S = 0.005
 POLL_S = 0.05
 KILL_WAIT_S = 10.0
 
@@ -57,7 +65,15 @@ def _check_entry(path: str, entry: Any, where: str) -> dict:
     cmdline = entry.get("cmdline")
     if not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline):
         raise _garbage(path, f"{where}.cmdline must be a list of strings, got {cmdline!r}")
-    return {"pid": pid, "start_time": float(start), "cmdline": list(cmdline)}
+    out = {"pid": pid, "start_time": float(start), "cmdline": list(cmdline)}
+    since, boot = entry.get("since_boot"), entry.get("boot_id")
+    if since is not None or boot is not None:  # both or neither: one alone proves nothing
+        if not isinstance(since, (int, float)) or isinstance(since, bool) or since < 0:
+            raise _garbage(path, f"{where}.since_boot must be a number of seconds >= 0, got {since!r}")
+        if not isinstance(boot, str) or not boot:
+            raise _garbage(path, f"{where}.boot_id must be the kernel's boot id (a string), got {boot!r}")
+        out.update(since_boot=float(since), boot_id=boot)
+    return out
 
 
 def validate_record(data: Any, path: str) -> dict:
@@ -90,10 +106,39 @@ def read_pidfile(path: str) -> dict | None:
     return validate_record(data, path)
 
 
+@functools.lru_cache(maxsize=1)
+def boot_id() -> str | None:
+    """The kernel's id of this boot (a reboot changes it); None where /proc does not tell."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def since_boot(pid: int) -> float | None:
+    """Seconds from boot to the start of `pid` (/proc/<pid>/stat starttime), which no clock step moves."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rindex(b")") + 2:].split()[19])  # field 22; the name (field 2) may hold spaces
+    except (OSError, ValueError, IndexError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def describe(proc: psutil.Process) -> dict:
-    """A tree entry for a live process: {pid, start_time, cmdline}."""
+    """A tree entry for a live process: {pid, start_time, since_boot, boot_id, cmdline} (no since_boot and
+    boot_id where /proc cannot tell them)."""
     with proc.oneshot():
-        return {"pid": proc.pid, "start_time": proc.create_time(), "cmdline": proc.cmdline()}
+        return _with_boot({"pid": proc.pid, "start_time": proc.create_time(), "cmdline": proc.cmdline()})
+
+
+def _with_boot(entry: dict) -> dict:
+    since, boot = since_boot(entry["pid"]), boot_id()
+    if since is not None and boot is not None:
+        entry.update(since_boot=since, boot_id=boot)
+    return entry
 
 
 def _write(path: str, record: dict) -> None:
@@ -125,11 +170,28 @@ def mismatch(entry: dict, live: dict | None) -> str | None:
     """
     if live is None:
         return "no such process"
+    if "since_boot" in entry and "since_boot" in live:
+        return _cmdline_mismatch(entry, live) or _boot_mismatch(entry, live)  # another command says most
     if abs(float(live["start_time"]) - float(entry["start_time"])) > START_TIME_TOLERANCE_S:
         return (
             f"PID {entry['pid']} was reused: it started at {live['start_time']:.2f}, "
             f"the recorded process at {entry['start_time']:.2f}"
         )
+    return _cmdline_mismatch(entry, live)
+
+
+def _boot_mismatch(entry: dict, live: dict) -> str | None:
+    if live["boot_id"] != entry["boot_id"]:
+        return f"PID {entry['pid']} was reused: the host rebooted since the process was recorded"
+    if abs(float(live["since_boot"]) - float(entry["since_boot"])) > SINCE_BOOT_TOLERANCE_S:
+        return (
+            f"PID {entry['pid']} was reused: it started {live['since_boot']:.2f} s after boot, "
+            f"the recorded process {entry['since_boot']:.2f} s after boot"
+        )
+    return None
+
+
+def _cmdline_mismatch(entry: dict, live: dict) -> str | None:
     if list(live["cmdline"]) != list(entry["cmdline"]):
         return f"PID {entry['pid']} runs {' '.join(live['cmdline'])!r}, the recorded process ran {' '.join(entry['cmdline'])!r}"
     return None
@@ -147,7 +209,7 @@ def _live(pid: int) -> tuple[psutil.Process | None, dict | None]:
         # Another user's process: its start time is still readable; its command line may not be.
         try:
             proc = psutil.Process(pid)
-            return proc, {"pid": pid, "start_time": proc.create_time(), "cmdline": ["<access denied>"]}
+            return proc, _with_boot({"pid": pid, "start_time": proc.create_time(), "cmdline": ["<access denied>"]})
         except psutil.Error:
             return None, None
 
@@ -226,16 +288,15 @@ def update_pidfile_tree(path: str) -> dict:
     for entry in record["tree"]:
         if mismatch(entry, _live(entry["pid"])[1]) is None:
             keep.append(entry)
-    known = {(e["pid"], round(e["start_time"], 1)) for e in keep} | {(record["pid"], round(record["start_time"], 1))}
+    known = {e["pid"] for e in keep} | {record["pid"]}  # all live and proven just now: a PID names one process
     for proc in found["managed"]:
+        if proc.pid in known:
+            continue
         try:
-            entry = describe(proc)
+            keep.append(describe(proc))
         except psutil.Error:
             continue
-        key = (entry["pid"], round(entry["start_time"], 1))
-        if key not in known and entry["pid"] != record["pid"]:
-            keep.append(entry)
-            known.add(key)
+        known.add(proc.pid)
     if keep != record["tree"]:
         record["tree"] = keep
         _write(path, record)

@@ -62,8 +62,11 @@ def e2e_root(sshd_pool):
     return E2E_ROOT
 
 
-def msgs(res) -> list:
-    return [(t["host"], t["task"], t["status"], t["msg"][:600]) for t in res.tasks if t["status"] in ("failed", "changed")]
+def msgs(res) -> str:
+    """The changed and failed tasks, one line each, for an assertion's message: a string, which pytest prints
+    whole (it shortens the repr of a list to a few hundred characters)."""
+    return "\n".join(f"{t['host']} | {t['task']} | {t['status']} | {t['msg'][:1500]}"
+                     for t in res.tasks if t["status"] in ("failed", "changed"))
 
 
 def result(res, task: str, host: str) -> dict:

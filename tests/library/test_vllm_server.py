@@ -159,6 +159,34 @@ def test_first_start_then_handler_does_not_restart_a_second_time(fake):
     assert not handler["changed"] and handler["pid"] == started["pid"]
 
 
+def _edit_record(fake, **change) -> dict:
+    """Rewrite the pidfile with every entry (top and tree) changed by `change`: {field: f(old value)}."""
+    original = fake.record()
+    edit = lambda e: {**e, **{k: f(e[k]) for k, f in change.items()}}  # noqa: E731
+    fake.pidfile.write_text(json.dumps({**edit(original), "tree": [edit(e) for e in original["tree"]]}))
+    return original
+
+
+def test_a_clock_stepped_after_the_start_leaves_the_server_ours(fake):
+    """NTP stepping the clock after boot (or a VM resumed from a pause) moves every wall-clock start time:
+    the handler must still know its server, not start a second one onto the same port."""
+    started = fake.up()
+    _edit_record(fake, start_time=lambda t: t - 300)
+    handler = fake.call("restarted", only_if_stale=True)
+    assert not handler["changed"] and not handler["failed"] and handler["pid"] == started["pid"], handler["msg"]
+
+
+def test_a_port_held_by_a_refused_pidfile_process_says_why_it_was_refused(fake):
+    started = fake.up()
+    original = _edit_record(fake, since_boot=lambda t: t + 7)  # as if the PID had been reused
+    try:
+        res = fake.call("restarted")
+        assert res["failed"] and "nothing was started" in res["msg"], res["msg"]
+        assert f"PID {started['pid']}: PID {started['pid']} was reused" in res["msg"], res["msg"]
+    finally:
+        fake.pidfile.write_text(json.dumps(original))  # ours again: the fixture's cleanup stops it
+
+
 def test_model_file_change_makes_the_launch_stale(fake):
     fake.up()
     time.sleep(0.01)

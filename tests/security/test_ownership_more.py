@@ -160,7 +160,9 @@ def test_stopping_drops_a_pidfile_whose_pid_was_reused_with_a_warning_and_leaves
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         record = describe(psutil.Process(other.pid))
-        record.update(pgid=other.pid, sid=other.pid, tree=[], start_time=record["start_time"] - 3600)
+        # an earlier process with this PID: it started earlier after boot (and an hour earlier by the clock)
+        record.update(pgid=other.pid, sid=other.pid, tree=[], start_time=record["start_time"] - 3600,
+                      since_boot=record["since_boot"] / 2)
         pidfile = tmp_path / "dflash" / "run" / "vllm.pid"
         pidfile.parent.mkdir(parents=True)
         pidfile.write_text(json.dumps(record))

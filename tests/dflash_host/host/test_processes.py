@@ -14,10 +14,12 @@ import pytest
 
 from dflash_host.host.processes import (
     START_TIME_TOLERANCE_S,
+    boot_id,
     examine,
     managed_processes,
     mismatch,
     read_pidfile,
+    since_boot,
     stop_processes,
     update_pidfile_tree,
     validate_record,
@@ -93,7 +95,54 @@ def test_mismatch_requires_start_time_and_command_line(live, expected):
         assert expected in why
 
 
+BOOT = "5f1c9a8e-0000-4000-8000-000000000001"
+
+
+@pytest.mark.parametrize(
+    "live, expected",
+    [
+        # the wall clock was stepped by an hour since the record: the same boot and ticks since boot prove it
+        ({"pid": 1234, "start_time": 1700003600.5, "since_boot": 42.17, "boot_id": BOOT, "cmdline": ["python3", "-m", "vllm"]}, None),
+        ({"pid": 1234, "start_time": 1700000000.5, "since_boot": 43.0, "boot_id": BOOT, "cmdline": ["python3", "-m", "vllm"]}, "42.17 s after boot"),
+        ({"pid": 1234, "start_time": 1700000000.5, "since_boot": 42.17, "boot_id": "other", "cmdline": ["python3", "-m", "vllm"]}, "rebooted"),
+        ({"pid": 1234, "start_time": 1700000000.5, "since_boot": 42.17, "boot_id": BOOT, "cmdline": ["sleep", "100"]}, "runs 'sleep 100'"),
+    ],
+)
+def test_mismatch_by_time_since_boot_ignores_a_stepped_clock(live, expected):
+    why = mismatch(dict(_record(), since_boot=42.17, boot_id=BOOT), live)
+    assert why is None if expected is None else expected in why
+
+
+def test_since_boot_without_boot_id_is_a_clear_error(tmp_path):
+    with pytest.raises(ModuleError, match="the record.boot_id"):
+        validate_record({"pid": 7, "start_time": 5, "since_boot": 3.5, "cmdline": ["a"]}, "/x")
+
+
 # ---------------------------------------------------------------- real process trees
+
+
+def test_since_boot_is_the_kernels_start_time_of_the_process():
+    me = psutil.Process()
+    assert since_boot(me.pid) == pytest.approx(me.create_time() - psutil.boot_time(), abs=1.01)
+    assert boot_id() and since_boot(2**22 + 1) is None  # beyond pid_max: no such process
+
+
+def test_a_server_stays_ours_after_the_clock_is_stepped(gpu, tmp_path):
+    """A clock stepped after the start (NTP after boot, a VM resumed) moves every wall-clock start time
+    by the step: the record's start_time no longer matches, its time since boot still does."""
+    tree = gpu.start({"name": "top", "children": [{"name": "engine"}]})
+    path = tmp_path / "vllm.pid"
+    rec = write_pidfile(str(path), tree.procs["top"])
+    assert rec["boot_id"] == boot_id() and rec["tree"][0]["since_boot"] == since_boot(tree.pids["engine"])
+    stepped = dict(rec, start_time=rec["start_time"] - 300, tree=[dict(e, start_time=e["start_time"] - 300) for e in rec["tree"]])
+    path.write_text(json.dumps(stepped))
+    found = examine(read_pidfile(str(path)))
+    assert found["refused"] == [] and {p.pid for p in found["managed"]} == {tree.pids["top"], tree.pids["engine"]}
+    # the same record without its boot fields (a pidfile of an older version) is judged by the wall clock
+    old = {k: v for k, v in stepped.items() if k not in ("since_boot", "boot_id")}
+    old["tree"] = [{k: v for k, v in e.items() if k not in ("since_boot", "boot_id")} for e in stepped["tree"]]
+    path.write_text(json.dumps(old))
+    assert "was reused" in examine(read_pidfile(str(path)))["refused"][0]["reason"]
 
 
 def test_write_pidfile_records_group_session_and_current_descendants(gpu, tmp_path):
