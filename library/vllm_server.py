@@ -320,7 +320,7 @@ def _with_refused(exc: ModuleError, refused: list) -> ModuleError:
     well be the holder), so that the error explains itself."""
     if not refused or "owners" not in exc.data:
         return exc
-    why = "; ".join(f"PID {r['pid']}: {r['reason']}" for r in refused)
+    why = "; ".join(r["reason"] for r in refused)  # each reason names its PID
     return ModuleError(f"{exc.msg}. The processes the pidfile names were not proven ours, so none was stopped ({why})",
                        **exc.data, refused=refused)
 

@@ -182,7 +182,7 @@ def test_a_port_held_by_a_refused_pidfile_process_says_why_it_was_refused(fake):
     try:
         res = fake.call("restarted")
         assert res["failed"] and "nothing was started" in res["msg"], res["msg"]
-        assert f"PID {started['pid']}: PID {started['pid']} was reused" in res["msg"], res["msg"]
+        assert f"were not proven ours, so none was stopped (PID {started['pid']} was reused" in res["msg"], res["msg"]
     finally:
         fake.pidfile.write_text(json.dumps(original))  # ours again: the fixture's cleanup stops it
 
