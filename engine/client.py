@@ -33,6 +33,7 @@ from engine.inventory import Host
 from engine.modulespec import LIBRARY
 from engine.transport import Transport, WorkerDied, connect
 
+NOT_RETRIED = (HostUnreachable, UserError)  # refusals (host key, auth, bad settings): retrying cannot help
 FIRST_RETRY_WAIT_S = 0.3  # after a failed first connect; each later wait doubles, up to 2 s
 PUT_CHUNK = 4 << 20  # bytes per `put` request to a become worker (5.3 MiB of base64 on one JSON line)
 _UNSET = object()
@@ -71,7 +72,7 @@ def _open_transport(host: Host) -> Transport:
     try:
         try:
             return connect(host)
-        except (HostUnreachable, UserError):
+        except NOT_RETRIED:
             raise
         except Exception:
             if attempts == 1:
@@ -94,7 +95,7 @@ def _retry_connect(host: Host, attempts: int) -> Transport:
     from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
     @retry(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=2 * FIRST_RETRY_WAIT_S, max=2),
-           reraise=True, retry=retry_if_exception(lambda e: not isinstance(e, (HostUnreachable, UserError))))
+           reraise=True, retry=retry_if_exception(lambda e: not isinstance(e, NOT_RETRIED)))
     def attempt() -> Transport:
         return connect(host)
 

@@ -6,14 +6,13 @@ import ast
 import functools
 import hashlib
 import marshal
-import os
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_host.shared_args import UnknownInclude, resolve_entries
 from engine.errors import UserError
+from engine.report import write_atomically
 from engine.runtime import CACHE
 
 ARGS_CACHE = CACHE / "module-args"  # each module's ARGS literal, keyed by its path, time and size
@@ -63,11 +62,12 @@ def _read_args_literal(path: Path) -> dict:
     the file keeps its time and size (as Python's own bytecode cache), else parsed and cached."""
     st = path.stat()
     stamp = (sys.version, str(path), st.st_mtime_ns, st.st_size)
-    cached = _cached_args(path, stamp)
+    cache = ARGS_CACHE / f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}.bin"
+    cached = _cached_args(cache, stamp)
     if cached is not None:
         return cached
     args = _parse_args_literal(path)
-    _cache_args(path, stamp, args)
+    _cache_args(cache, stamp, args)
     return args
 
 
@@ -83,13 +83,9 @@ def _parse_args_literal(path: Path) -> dict:
     raise UserError(f"{path}: a module must define ARGS = {{...}}")
 
 
-def _args_cache_file(path: Path) -> Path:
-    return ARGS_CACHE / f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}.bin"
-
-
-def _cached_args(path: Path, stamp: tuple) -> dict | None:
+def _cached_args(cache: Path, stamp: tuple) -> dict | None:
     try:
-        data = marshal.loads(_args_cache_file(path).read_bytes())  # noqa: S302 - the user's own cache, written below
+        data = marshal.loads(cache.read_bytes())  # noqa: S302 - the user's own cache, written below
     except (OSError, EOFError, ValueError, TypeError):
         return None
     if isinstance(data, tuple) and len(data) == 2 and data[0] == stamp and isinstance(data[1], dict):
@@ -97,14 +93,11 @@ def _cached_args(path: Path, stamp: tuple) -> dict | None:
     return None
 
 
-def _cache_args(path: Path, stamp: tuple, args: dict) -> None:
+def _cache_args(cache: Path, stamp: tuple, args: dict) -> None:
     """Best effort: a cache that cannot be written only costs the parse next time."""
-    target = _args_cache_file(path)
     try:
         ARGS_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-        tmp.write_bytes(marshal.dumps((stamp, args)))
-        os.replace(tmp, target)
+        write_atomically(str(cache), marshal.dumps((stamp, args)))
     except (OSError, ValueError):
         pass
 
