@@ -39,6 +39,7 @@ ns = Collection(
     invoke_task(speed.tune, speed.TUNE_OPTIONS, "tune",
                 "Measure the baseline and each k, choose num_speculative_tokens, write it to host_vars."),
     invoke_task(cmd.inventory, INVENTORY_OPTIONS, "inventory", "Print the inventory as JSON, like ansible-inventory."),
+    Task(cmd.disconnect, name="disconnect"),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),
     Task(cmd.module_docs, name="module-docs"),
     Task(cmd.lock, name="lock"),

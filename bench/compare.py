@@ -4,7 +4,10 @@ Each tree's CLI (`python -m invoke play bench/workload/ours.yaml`, run in that t
 sshd hosts, repetitions interleaved across trees so that the machine's load hits them alike; wall
 medians and CPU (the CLI process; the hosts' side: the sshd sessions and everything below them).
 
-Usage: python bench/compare.py TREE1,TREE2,... [--reps 5] [--hosts 1,8,16]
+With --persist S the hosts' ssh options ask for kept connections (`-o ControlMaster=auto -o ControlPersist=S`):
+a tree that keeps them leaves a daemon, whose CPU during each run is counted with the CLI's.
+
+Usage: python bench/compare.py TREE1,TREE2,... [--reps 5] [--hosts 1,8,16] [--persist 60]
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.peers import ours_argv, workload_base  # noqa: E402
-from bench.timing import compile_tree, own_cpu, tree_cpu  # noqa: E402
+from bench.timing import compile_tree, daemon_cpu, own_cpu, tree_cpu  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--hosts", default="1,8,16")
     ap.add_argument("--first-octet", type=int, default=140)
+    ap.add_argument("--persist", help="ControlPersist for the hosts (e.g. 60): kept connections")
     args = ap.parse_args(argv)
     import pwd
 
@@ -46,13 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict = {}
     try:
         tmp = Path(tempfile.mkdtemp(prefix="dfp-compare-"))
-        invs = {n: write_inventory(tmp / f"inv-{n}.yaml", pool.hosts[:n]) for n in sizes}
+        keep = {"ansible_ssh_common_args": f"-o ControlMaster=auto -o ControlPersist={args.persist}"}
+        invs = {n: write_inventory(tmp / f"inv-{n}.yaml", pool.hosts[:n], vars=keep if args.persist else None)
+                for n in sizes}
 
         def run(tree: str, n: int) -> tuple:
             argv = ours_argv(invs[n], home, "compare", n)
-            host0, ctl0, t0 = tree_cpu(listeners), own_cpu(True), time.perf_counter()
+            host0, ctl0, t0 = tree_cpu(listeners), own_cpu(True) + daemon_cpu(), time.perf_counter()
             proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
-            wall, ctl = time.perf_counter() - t0, own_cpu(True) - ctl0
+            wall, ctl = time.perf_counter() - t0, own_cpu(True) + daemon_cpu() - ctl0
             time.sleep(0.2)
             if proc.returncode != 0:
                 raise SystemExit(f"{tree}: exit {proc.returncode}\n{proc.stdout[-2000:]}")

@@ -77,6 +77,23 @@ def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
     return round(a / b, digits)
 
 
+def daemon_cpu() -> float:
+    """CPU seconds used so far by this user's kept-connection daemons (engine/persist_daemon.py): they outlive
+    the CLI, so the CLI's own rusage does not hold their share of a run."""
+    import psutil
+
+    from engine import persist
+
+    total = 0.0
+    for pidfile in persist.folder().glob("*.pid"):
+        try:
+            times = psutil.Process(int(pidfile.read_text())).cpu_times()
+            total += times.user + times.system
+        except (OSError, ValueError, psutil.Error):
+            continue
+    return total
+
+
 def tree_cpu(pids: list[int]) -> float:
     """CPU seconds used so far by these processes and all their descendants, dead or alive.
 

@@ -189,6 +189,17 @@ def inventory(c, **opts):
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+def disconnect(c):
+    """Close the connections kept for later runs (ControlPersist in the hosts' ssh options), as `ssh -O exit`."""
+    from engine import persist
+    from engine.errors import UserError
+
+    try:
+        print("kept connections: closed" if persist.stop() else "kept connections: none")
+    except UserError as exc:
+        raise fail_user(exc) from None
+
+
 def bench(c, quick=False):
     """Benchmarks against Ansible, pyinfra and raw Fabric; writes bench/results.json and docs/BENCHMARKS.md."""
     argv = [sys.executable, str(ROOT / "bench" / "run.py")] + (["--quick"] if quick else [])

@@ -272,10 +272,15 @@ class WorkerClient:
                 first = False
 
     def close(self) -> None:
-        """Ask every worker to exit (the one holding the host lock releases it), then close the connection."""
+        """Ask every worker to exit (the one holding the host lock releases it), then close the connection. A kept
+        connection's worker (ControlPersist) releases the lock and stays for the next run instead."""
         for channel in [*self._become.values(), self._login]:
             try:
-                channel.transport.request({"op": "exit"})
+                if channel.transport.persistent:
+                    if channel.transport.request({"op": "release"}).get("kept"):
+                        channel.transport.keep()  # type: ignore[attr-defined]
+                else:
+                    channel.transport.request({"op": "exit"})
             except Exception:  # noqa: S110 - a host already gone at the end of the run: closing is all that is left
                 pass
             channel.transport.close()

@@ -32,10 +32,12 @@ from engine.inventory import Host
 ARG_VARIABLES = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 # -o options this tool honours (lower case, as ssh reads them).
 SUPPORTED_OPTIONS = ("proxyjump", "proxycommand", "port", "user", "identityfile", "stricthostkeychecking",
-                     "userknownhostsfile", "connecttimeout")
-# Ansible's default ansible_ssh_args: they tune ssh's connection sharing; this tool keeps one connection per host
-# for the whole run anyway, so they are accepted and have no effect.
-NO_EFFECT_OPTIONS = ("controlmaster", "controlpersist", "controlpath")
+                     "userknownhostsfile", "connecttimeout", "controlmaster", "controlpersist")
+# Where ssh keeps its control socket: this tool keeps its own (engine/persist.py), so it is accepted, no effect.
+NO_EFFECT_OPTIONS = ("controlpath",)
+MASTER_WORDS = ("yes", "auto", "ask", "autoask")  # ControlMaster values that share a connection (ssh_config(5))
+_DURATION = re.compile(r"^(?:\d+[sSmMhHdDwW]?)+$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 FLAG_OPTIONS = {"-J": "proxyjump", "-p": "port", "-l": "user", "-i": "identityfile", "-F": "configfile"}
 CHECKING_WORDS = {"yes": "yes", "ask": "yes", "true": "yes", "no": "no", "off": "no", "false": "no",
                   "accept-new": "accept-new"}
@@ -69,6 +71,7 @@ class Hop:
     via: Union[Hop, ProxyCommandSpec, None] = None
     password: str | None = None
     compress: bool = False
+    persist_s: float | None = None  # ControlPersist: keep the connection and its worker this long idle; 0 = no end
 
     @property
     def where(self) -> str:
@@ -108,7 +111,7 @@ def _refuse(host: Host, variable: str, what: str, fix: str) -> SshOptionError:
                           + ["-J", "-p", "-l", "-i", "-F", "-C"])
     return SshOptionError(
         f"host {host.name}: {variable} {what}; nothing was sent to the host. {fix} Supported: {supported} "
-        f"(ControlMaster/ControlPersist/ControlPath are accepted and have no effect)."
+        f", -o ControlMaster, -o ControlPersist (ControlPath is accepted and has no effect)."
     )
 
 
@@ -364,10 +367,26 @@ def resolve(host: Host) -> Hop:
         timeout=timeout,
         password=str(host.vars["ansible_password"]) if host.vars.get("ansible_password") else None,
         compress=cmd.compress,
+        persist_s=_persist(host, options),
     )
     target.via = _proxy(host, options, cmd.values, files, 0, target)
     _check_tokens(host, target)
     return target
+
+
+def _persist(host: Host, options: dict) -> float | None:
+    """ControlPersist with ControlMaster on (as ssh, which keeps a master only when ControlMaster shares one):
+    seconds idle before the kept connection closes, 0 for no end (`yes` or 0); None when nothing is kept."""
+    value = str(options.get("controlpersist", "no")).strip().lower()
+    if str(options.get("controlmaster", "no")).strip().lower() not in MASTER_WORDS or value in ("no", "false"):
+        return None
+    if value in ("yes", "true", "0"):
+        return 0.0
+    if not _DURATION.match(value):
+        raise SshOptionError(f"host {host.name}: ControlPersist '{value}' is not yes, no or a time such as 60, "
+                             "60s, 10m or 1h30m; nothing was sent to the host. Fix the ssh option (ansible_ssh_args "
+                             "or the ssh config).")
+    return float(sum(int(n) * _UNIT_S[u.lower()] for n, u in re.findall(r"(\d+)([a-zA-Z]?)", value)))
 
 
 def _check_tokens(host: Host, hop: Hop) -> None:
@@ -386,6 +405,10 @@ def check_ssh_settings(host: Host) -> None:
     if host.connection not in ("ssh", "paramiko", "smart"):
         return
     try:
-        resolve(host)
+        hop = resolve(host)
     except SshOptionError as exc:
         raise UserError(str(exc)) from None
+    if hop.persist_s is not None:
+        from engine.persist import private_folder
+
+        private_folder()  # a kept connection's socket folder others could enter: refused before any host

@@ -25,6 +25,7 @@ from typing import Callable
 from engine.errors import HostUnreachable
 from engine.inventory import Host
 from engine.ssh_connect import open_connection
+from engine.ssh_options import resolve
 
 WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_bytes()
 WORKER_KEY = hashlib.sha256(WORKER_SOURCE).hexdigest()[:32]
@@ -96,6 +97,7 @@ class Transport:
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
 
+    persistent = False  # True: the worker is kept for the next run when this one ends (engine/persist.py)
     discovered: str | None = None  # the interpreter the worker reported (hello's executable), once it started
 
     def python(self) -> str:
@@ -385,7 +387,13 @@ def connect(host: Host) -> Transport:
     if kind == "local":
         t: Transport = LocalTransport(host)
     elif kind in ("ssh", "paramiko", "smart"):
-        t = SSHTransport(host)
+        hop = resolve(host)
+        if hop.persist_s is not None:
+            from engine.persist import PersistentTransport
+
+            t = PersistentTransport(host, hop)
+        else:
+            t = SSHTransport(host)
     else:
         raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
     t.open()

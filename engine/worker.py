@@ -9,6 +9,10 @@ bootstrap command, so nothing is ever interpolated into a shell), then JSON requ
   {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "source"}  (source: the first time only)
   {"id", "op": "put", "path", "data": B64, "append"} -> {"written": N} or {"error"}: a file's bytes, in chunks
   {"id", "op": "exit"}                             -> releases the host lock, then exits
+  {"id", "op": "release"}                          -> releases the host lock and forgets the run's modules;
+                                                      {"kept": true}: it waits for the next run (a kept
+                                                      connection, engine/persist_daemon.py), else it exits
+  {"id", "op": "ping"}                             -> {"pong": true}: still here (asked by the daemon only)
 
 and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
 A task module's helpers come from the dflash_host package of the runtime KEY (engine/runtime.py),
@@ -429,6 +433,21 @@ class Worker:
         self.lock.release()
         return {"bye": True}
 
+    def op_release(self, req):
+        """The end of a run on a worker that may serve the next one: nothing of this run stays but the imports
+        of the runtime. One that became a subreaper (a timed task) exits instead: a kept worker must not
+        collect the orphans of what its tasks started."""
+        self.lock.release()
+        self.sources.clear()
+        self.loaded.clear()
+        for name in [n for n in sys.modules if n.startswith(TASK_PREFIX)]:
+            del sys.modules[name]
+        os.chdir(os.path.expanduser("~"))
+        return {"kept": not self.subreaper}
+
+    def op_ping(self, req):
+        return {"pong": True}
+
     def handle(self, req):
         """Answer one request; a module bug is reported with its traceback and the worker keeps serving."""
         rid = req.get("id")
@@ -449,8 +468,9 @@ class Worker:
         for line in lines:
             if line.strip():
                 req = json.loads(line)
-                self.send(self.handle(req))
-                if req.get("op") == "exit":
+                reply = self.handle(req)
+                self.send(reply)
+                if req.get("op") == "exit" or (req.get("op") == "release" and not reply.get("kept")):
                     return
 
 

@@ -106,3 +106,27 @@ def hub(tmp_path_factory):
     local = LocalHub(tmp_path_factory.mktemp("hub")).start()
     yield local
     local.stop()
+
+
+@pytest.fixture
+def kept_connections(monkeypatch):
+    """Kept connections (ControlPersist) of the test's own: the daemon's socket folder under a short private path
+    (XDG_RUNTIME_DIR), the daemon stopped at the end. Yields that folder."""
+    import tempfile
+
+    from engine import persist
+    from tests.helpers import daemon_pid, wait_gone
+
+    base = Path(tempfile.mkdtemp(prefix="dfp-rt-", dir="/tmp"))
+    folder = base / "dflash-provision"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    yield folder
+    pid = daemon_pid(folder)
+    if folder.is_dir():
+        os.chmod(folder, 0o700)  # a test may have opened it
+    persist.stop()
+    if pid:
+        wait_gone(pid)
+    import shutil
+
+    shutil.rmtree(base, ignore_errors=True)

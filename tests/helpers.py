@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from engine.api import run_playbook
@@ -71,3 +72,24 @@ def required_ansible_tool(name: str) -> Path:
     if tool is None:
         pytest.fail(f"{name} not found: pip install -r requirements-test.txt (ansible-core)")
     return tool
+
+
+def daemon_pid(folder: Path) -> int | None:
+    """The PID of the kept-connection daemon whose socket folder is `folder` (engine/persist.py), if one runs."""
+    found = list(folder.glob("*.pid")) if folder.is_dir() else []
+    return int(found[0].read_text()) if found else None
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether the process ended (or is a zombie) within `timeout` seconds."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

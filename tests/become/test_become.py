@@ -294,3 +294,25 @@ def test_a_lock_under_home_is_the_login_users_with_and_without_become(become_use
     finally:
         shutil.rmtree(home / name, ignore_errors=True)
         shutil.rmtree(Path("/root") / name, ignore_errors=True)
+
+
+def test_become_and_files_over_a_kept_connection(become_users, shared_tmp, tmp_path, kept_connections):
+    """ControlPersist: the login user's worker is kept between runs; a become worker and SFTP go over a connection
+    of the run's own, and the root worker is not kept."""
+    dest = shared_tmp / "kept-root"
+    src = tmp_path / "a.txt"
+    src.write_text("kept\n")
+    pb = playbook(tmp_path, [mkdir(dest, become=True),
+                             {"name": "copy", "copy": {"src": str(src), "dest": f"{dest}/a.txt"}, "become": True},
+                             {"name": "as login", "copy": {"src": str(src), "dest": f"{shared_tmp}/login.txt"}},
+                             {"name": "pids", "command": {"argv": ["sh", "-c", "echo $PPID"]}}])
+    inv = inventory(tmp_path, become_users.host_vars(
+        NOPASSWD_USER, ansible_ssh_common_args="-o ControlMaster=auto -o ControlPersist=60"))
+    pids = []
+    for _ in range(2):
+        res = run_playbook(pb, inv)
+        assert res.exit_code == 0, res.tasks
+        pids.append(res.find("pids")[0].result["stdout"])
+    assert pids[0] == pids[1]
+    assert owner(dest / "a.txt") == "root" and (dest / "a.txt").read_text() == "kept\n"
+    assert owner(shared_tmp / "login.txt") == NOPASSWD_USER

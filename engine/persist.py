@@ -1,0 +1,195 @@
+"""Kept connections on the run's side (ControlPersist): the transport that talks to a host's worker through the
+daemon (engine/persist_daemon.py), and finding or starting that daemon.
+
+A host whose ssh options say `-o ControlMaster=auto -o ControlPersist=60s` (Ansible's own default ssh_args) is
+reached through the daemon: the first run connects there and leaves the connection and an idle worker behind;
+the runs within the next 60 s idle use them, with no login and no python start on the host. Files to the login
+user and workers started through sudo go over a connection of the run's own, opened only when needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine import runtime
+from engine.errors import HostUnreachable, UserError
+from engine.inventory import Host
+from engine.ssh_options import Hop
+from engine.transport import WORKER_KEY, Transport, WorkerDied, _Stream
+
+ENGINE = Path(__file__).resolve().parent
+# The daemon runs these files: a changed one is another key, so a run never talks to a daemon of older code.
+DAEMON_FILES = ("persist_daemon.py", "ssh_connect.py", "ssh_options.py", "transport.py", "errors.py", "inventory.py")
+START_TIMEOUT_S = 15.0
+SUN_PATH_MAX = 107
+
+
+def folder() -> Path:
+    """Where the daemon's socket lives: the user's runtime dir (XDG_RUNTIME_DIR), else the tool's cache."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else runtime.CACHE / "run"
+
+
+def private_folder() -> Path:
+    """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
+    user who could reach the socket would use this user's connections)."""
+    path = folder()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) is not a private folder "
+                        "of this user's: it must be a directory owned by you with mode 0700. Remove it (the tool "
+                        "makes it again) or `chmod 700` it; nothing was sent to any host.")
+    return path
+
+
+def code_key() -> str:
+    digest = hashlib.sha256(sys.version.encode() + WORKER_KEY.encode())
+    for name in DAEMON_FILES:
+        digest.update((ENGINE / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def hop_to_json(hop: Hop) -> dict:
+    return dataclasses.asdict(hop)
+
+
+def _connect_socket(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+        return sock
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        return None
+
+
+def _start_daemon(where: Path, key: str) -> None:
+    """Start the daemon and wait until it listens (it prints `ready`, or `running` when another one of this key
+    does, then detaches)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ENGINE.parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "engine.persist_daemon", str(where), key], cwd=str(ENGINE.parent),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)
+    out, err = proc.communicate(timeout=START_TIMEOUT_S)
+    if proc.returncode != 0 or not out.strip():
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
+        raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon did not start: {' | '.join(tail) or 'no word'}")
+
+
+def daemon_socket() -> socket.socket:
+    """A connection to this user's daemon of this code version, started first when none listens."""
+    where = private_folder()
+    key = code_key()
+    path = where / f"{key}.sock"
+    if len(str(path)) > SUN_PATH_MAX:
+        raise UserError(f"the kept-connection socket path {path} is longer than a unix socket allows "
+                        f"({SUN_PATH_MAX} bytes); set XDG_RUNTIME_DIR to a shorter folder of yours, or remove "
+                        "ControlPersist from the ssh options.")
+    sock = _connect_socket(path)
+    if sock is None:
+        _start_daemon(where, key)
+        deadline = time.monotonic() + 2.0  # `running`: the other one may still be binding
+        while (sock := _connect_socket(path)) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    if sock is None:
+        raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon does not answer on {path}")
+    return sock
+
+
+def stop() -> bool:
+    """Close every kept connection of this user (the daemon of this code version): True when one was running."""
+    sock = _connect_socket(private_folder() / f"{code_key()}.sock")
+    if sock is None:
+        return False
+    with sock:
+        sock.sendall(b'{"stop": true}\n')
+        sock.recv(100)
+    return True
+
+
+class PersistentTransport(Transport):
+    """The host's worker through the daemon: the same requests and answers, relayed over a unix socket."""
+
+    name = "ssh"
+    persistent = True
+
+    def __init__(self, host: Host, hop: Hop) -> None:
+        super().__init__(host)
+        self.hop = hop
+        self.reused = False
+        self._direct = None
+
+    def open(self) -> None:
+        self.sock = daemon_socket()
+        request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
+                   "pool": runtime.host_package_hash()}
+        self.sock.sendall((json.dumps(request) + "\n").encode())
+        self._stream = _Stream(self.sock.recv)
+        try:
+            reply = json.loads(self._stream.readline())
+        except (WorkerDied, ValueError, OSError) as exc:
+            self.sock.close()
+            raise OSError(errno.ECONNABORTED, f"the kept-connection daemon ended the session: {exc}") from None
+        if not reply.get("ok"):
+            self.sock.close()
+            raise _refusal(reply)
+        self.reused = bool(reply.get("reused"))
+
+    def _write(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _readline(self) -> bytes:
+        while True:
+            line = self._stream.readline()
+            tag, body = line[:1], line[1:]
+            if tag == b"o":
+                return body
+            if tag == b"e":
+                self.stderr_tail.append(body.decode("utf-8", "replace"))
+            elif tag == b"x":
+                raise WorkerDied(body.decode("utf-8", "replace"))
+
+    @property
+    def conn(self):
+        """A connection of this run's own, for what the daemon does not relay (SFTP, workers through sudo)."""
+        if self._direct is None:
+            from engine.ssh_connect import open_connection
+
+            self._direct = open_connection(self.host)
+        return self._direct
+
+    def put(self, local: str, remote: str) -> None:
+        if remote.startswith("~/"):
+            remote = remote[2:]  # sftp starts in the user's home
+        self.conn.sftp().put(local, remote)
+
+    def keep(self) -> None:
+        """Leave the worker (its `release` answered) to the daemon for the next run."""
+        self.sock.sendall(b'{"mux": "keep"}\n')
+
+    def close(self) -> None:
+        sock = getattr(self, "sock", None)
+        if sock is not None:
+            sock.close()
+        if self._direct is not None:
+            self._direct.close()
+
+
+def _refusal(reply: dict) -> Exception:
+    text = str(reply.get("error") or reply)
+    if reply.get("kind") == "user":
+        return UserError(text)
+    if reply.get("kind") == "refused":
+        return HostUnreachable(text)
+    return OSError(errno.ECONNABORTED, text)
