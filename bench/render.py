@@ -24,6 +24,12 @@ HEADLINE_LABELS = {
     "mitogen_ratio_8": "ours / Ansible with Mitogen, 8 hosts",
     "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host",
     "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
+    "pyinfra_ratio_1_kept": "kept connections (ControlPersist=60s): ours / pyinfra, 1 host",
+    "pyinfra_ratio_8_kept": "kept connections: ours / pyinfra, 8 hosts",
+    "ansible_ratio_8_kept": "kept connections: ours / Ansible, 8 hosts",
+    "fanout_ratio_8_kept": "kept connections: fan-out 8 hosts / 1 host",
+    "host_cpu_ms_8": "hosts' CPU per host and run, 8 hosts (ms)",
+    "host_cpu_ms_8_kept": "kept connections: hosts' CPU per host and run, 8 hosts (ms)",
     "reprovision_s": "idempotent re-provision of `local` (s)",
     "ready_latency_s": "readiness latency (s)",
     "crash_latency_s": "crash detection latency (s)",
@@ -42,6 +48,7 @@ HEADLINE_LABELS = {
 # The tools of the workload tables, in the order of their rows.
 TOOL_LABELS = {
     "ours_cli": "ours (`invoke play`, whole process)",
+    "ours_kept": "ours (`invoke play`, kept connections: ControlPersist=60s)",
     "ours_in_process": "ours (run_playbook in-process)",
     "fabric": "raw Fabric (floor)",
     "pyinfra": "pyinfra",

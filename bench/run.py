@@ -43,6 +43,7 @@ from bench.timing import compile_tree, log  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
+KEPT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"  # Ansible's default ssh_args
 SECTIONS = ("peers", "parity", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
@@ -91,12 +92,13 @@ class Bench:
     def hosts(self, n: int) -> list:
         return self.pool.hosts[:n]
 
-    def our_inventory(self, n: int) -> Path:
+    def our_inventory(self, n: int, kept: bool = False) -> Path:
+        """The workload's inventory of n hosts; kept: with Ansible's default ssh_args (ControlPersist=60s)."""
         from tests.sshd_harness import write_inventory
 
-        path = self.tmp / f"ours-{n}.yaml"
+        path = self.tmp / f"ours-{n}{'-kept' if kept else ''}.yaml"
         if not path.exists():
-            write_inventory(path, self.hosts(n))
+            write_inventory(path, self.hosts(n), vars={"ansible_ssh_args": KEPT_SSH_ARGS} if kept else None)
         return path
 
     # -- 1 and 2: the workload on every tool (bench/side_by_side.py) -------------------------------------

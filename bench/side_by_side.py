@@ -15,12 +15,12 @@ from pathlib import Path
 
 from bench import peers
 from bench.figures import WORKLOAD_KEYS
-from bench.timing import RunFailed, log, own_cpu, ratio, run_timed, stats, tree_cpu
+from bench.timing import RunFailed, daemon_cpu, log, own_cpu, ratio, run_timed, stats, tree_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_TOOLS = ("ansible", "mitogen", "ansible_rs", "pyinfra")
 # The tools whose recap says `changed=N`: a timed run of theirs must be a no-change run.
-RECAP_TOOLS = ("ours_cli", "ours_in_process", *peers.ANSIBLE_FLAVORS)
+RECAP_TOOLS = ("ours_cli", "ours_kept", "ours_in_process", *peers.ANSIBLE_FLAVORS)
 # The slow ones: fewer repetitions (bench.ansible_reps), no warm-up in a --quick run.
 SLOW_TOOLS = ("ansible", "mitogen")
 
@@ -42,6 +42,7 @@ def median_of(details: dict, tool: str, n: int) -> float | None:
 def summarize(timings: dict) -> dict:
     """The headline ratios from {tool: {hosts: stats}} (medians). None where a side is missing."""
     ours = lambda n: median_of(timings, "ours_cli", n)  # noqa: E731
+    kept = lambda n: median_of(timings, "ours_kept", n)  # noqa: E731
     return {
         "ansible_ratio_1": ratio(ours(1), median_of(timings, "ansible", 1)),
         "ansible_ratio_8": ratio(ours(8), median_of(timings, "ansible", 8)),
@@ -52,6 +53,10 @@ def summarize(timings: dict) -> dict:
         "mitogen_ratio_1": ratio(ours(1), median_of(timings, "mitogen", 1)),
         "mitogen_ratio_8": ratio(ours(8), median_of(timings, "mitogen", 8)),
         "fanout_ratio_8": ratio(ours(8), ours(1)),
+        "pyinfra_ratio_1_kept": ratio(kept(1), median_of(timings, "pyinfra", 1)),
+        "pyinfra_ratio_8_kept": ratio(kept(8), median_of(timings, "pyinfra", 8)),
+        "ansible_ratio_8_kept": ratio(kept(8), median_of(timings, "ansible", 8)),
+        "fanout_ratio_8_kept": ratio(kept(8), kept(1)),
         "fanout_ratio_16": ratio(ours(16), ours(1)),
         "fanout_ratio_8_in_process": ratio(median_of(timings, "ours_in_process", 8), median_of(timings, "ours_in_process", 1)),
         "fanout_ratio_16_in_process": ratio(median_of(timings, "ours_in_process", 16), median_of(timings, "ours_in_process", 1)),
@@ -63,6 +68,13 @@ def summarize(timings: dict) -> dict:
 
 def ours_cli(bench, n: int) -> tuple:
     argv = peers.ours_argv(bench.our_inventory(n), bench.home, "ours", n)
+    return run_timed(argv, cwd=str(ROOT))
+
+
+def ours_kept(bench, n: int) -> tuple:
+    """The CLI with kept connections (ControlPersist, as Ansible's default ssh_args): the later runs reuse the
+    connection and the worker the first one left."""
+    argv = peers.ours_argv(bench.our_inventory(n, kept=True), bench.home, "ours", n)
     return run_timed(argv, cwd=str(ROOT))
 
 
@@ -87,6 +99,7 @@ def _add_ours_and_fabric(bench, runners: dict, versions: dict) -> None:
     if "ours" in bench.tools:
         for n in bench.sizes:
             runners[("ours_cli", n)] = lambda n=n: ours_cli(bench, n)
+            runners[("ours_kept", n)] = lambda n=n: ours_kept(bench, n)
             runners[("ours_in_process", n)] = lambda n=n: ours_in_process(bench, n)
     if "fabric" in bench.tools:
         for n in bench.peer_sizes:
@@ -143,6 +156,9 @@ def section_peers(bench) -> None:
         time_interleaved(bench, runners)
     finally:
         peers.close_ansible_masters(control_dir)
+        from engine import persist
+
+        persist.stop()
 
 
 # -- the timing ------------------------------------------------------------------------------------
@@ -164,6 +180,7 @@ def time_interleaved(bench, runners: dict) -> None:
     bench.details["workload"] = timings
     bench.details["workload_cpu"] = cpu_medians(cpu, timings)
     bench.keys.update(summarize(timings))
+    bench.keys.update(host_cpu_per_host(bench.details["workload_cpu"], 8))
     for key in WORKLOAD_KEYS:
         if bench.keys.get(key) is None and key not in bench.notes:
             bench.notes[key] = "a side of this ratio did not run (see the other notes)"
@@ -218,12 +235,22 @@ def _repetitions(bench, runners: dict, broken: dict) -> tuple:
 
 
 def _timed_once(fn, listeners: list) -> tuple:
-    """(wall s, output, (control CPU s, host CPU s)) of one run."""
-    host0, ctl0 = tree_cpu(listeners), own_cpu(True) + own_cpu(False)
+    """(wall s, output, (control CPU s, host CPU s)) of one run. The control side includes our kept-connection
+    daemon's CPU in that time (it outlives the CLI, so the CLI's rusage lacks it)."""
+    host0, ctl0 = tree_cpu(listeners), own_cpu(True) + own_cpu(False) + daemon_cpu()
     wall, out = fn()
-    ctl = own_cpu(True) + own_cpu(False) - ctl0
+    ctl = own_cpu(True) + own_cpu(False) + daemon_cpu() - ctl0
     time.sleep(0.05)  # let the sshd listeners reap the sessions that just ended
     return wall, out, (ctl, tree_cpu(listeners) - host0)
+
+
+def host_cpu_per_host(workload_cpu: dict, n: int) -> dict:
+    """The hosts' CPU per host and run (ms) of our CLI on n hosts, without and with kept connections."""
+    def per_host(tool: str) -> float | None:
+        row = workload_cpu.get(tool, {}).get(str(n))
+        return round(row["host_cpu_s"] / n * 1000, 1) if row else None
+
+    return {f"host_cpu_ms_{n}": per_host("ours_cli"), f"host_cpu_ms_{n}_kept": per_host("ours_kept")}
 
 
 def cpu_medians(cpu: dict, timings: dict) -> dict:

@@ -70,10 +70,10 @@ class Held:
 class Worker:
     """A worker on one exec channel of a held connection; its output goes to the session that has it."""
 
-    def __init__(self, held: Held, start: str) -> None:
+    def __init__(self, held: Held, start: str, timeout: float) -> None:
         self.held = held
         transport = held.conn.client.get_transport()
-        self.chan = transport.open_session()
+        self.chan = transport.open_session(timeout=timeout)
         self.chan.exec_command(start)
         self.chan.sendall(_PAYLOAD)
         held.workers += 1
@@ -188,10 +188,19 @@ class Daemon:
             if worker.ping(min(hop.timeout, 5.0)):
                 return worker, True
             worker.close()
+            if not worker.ended.is_set():
+                self._drop(hop_key, worker.held)  # no answer in time: the connection under it is as suspect
         persist_s = float(request.get("persist_s") or 0)
-        worker = Worker(self._connection(hop_key, hop, persist_s), str(request["start"]))
+        worker = Worker(self._connection(hop_key, hop, persist_s), str(request["start"]), hop.timeout)
         worker.pool_key = pool_key  # type: ignore[attr-defined]
         return worker, False
+
+    def _drop(self, hop_key: str, held: Held) -> None:
+        """Forget a connection that failed a check: the next session connects anew (its other workers end)."""
+        with self.lock:
+            if self.held.get(hop_key) is held:
+                del self.held[hop_key]
+        held.conn.close()
 
     def give_back(self, worker: Worker) -> None:
         worker.idle_since = time.monotonic()

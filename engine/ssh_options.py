@@ -107,11 +107,12 @@ class _CommandLine:
 
 def _refuse(host: Host, variable: str, what: str, fix: str) -> SshOptionError:
     supported = ", ".join(["-o " + o for o in ("ProxyJump", "ProxyCommand", "Port", "User", "IdentityFile",
-                                                   "StrictHostKeyChecking", "UserKnownHostsFile", "ConnectTimeout")]
+                                                   "StrictHostKeyChecking", "UserKnownHostsFile", "ConnectTimeout",
+                                                   "ControlMaster", "ControlPersist")]
                           + ["-J", "-p", "-l", "-i", "-F", "-C"])
     return SshOptionError(
         f"host {host.name}: {variable} {what}; nothing was sent to the host. {fix} Supported: {supported} "
-        f", -o ControlMaster, -o ControlPersist (ControlPath is accepted and has no effect)."
+        f"(ControlPath is accepted and has no effect)."
     )
 
 

@@ -14,7 +14,7 @@ from bench.figures import REQUIRED_KEYS
 from bench.provision import classify_cold_task, host_time
 from bench.render import render_block, update_doc
 from bench.run import main
-from bench.side_by_side import no_change, summarize
+from bench.side_by_side import host_cpu_per_host, no_change, summarize
 from bench.timing import ratio, stats
 from tests import sshd_harness
 
@@ -62,6 +62,20 @@ def test_summary_ratios_come_from_the_medians_of_the_cli_runs():
     assert out["pyinfra_ratio_1"] == 0.333 and out["pyinfra_ratio_8"] is None
     assert out["floor_ratio_1"] == 1.25 and out["fanout_ratio_8"] == 1.5 and out["fanout_ratio_16"] == 2.0
     assert out["fanout_ratio_8_in_process"] is None
+    assert out["pyinfra_ratio_1_kept"] is None and out["fanout_ratio_8_kept"] is None
+
+
+def test_kept_connection_ratios_come_from_the_kept_cli_runs():
+    timings = {"ours_cli": {"1": _stats(0.5), "8": _stats(0.8)}, "ours_kept": {"1": _stats(0.3), "8": _stats(0.42)},
+               "pyinfra": {"1": _stats(1.2), "8": _stats(2.0)}}
+    out = summarize(timings)
+    assert out["pyinfra_ratio_1_kept"] == 0.25 and out["pyinfra_ratio_8_kept"] == 0.21
+    assert out["fanout_ratio_8_kept"] == 1.4 and out["fanout_ratio_8"] == 1.6
+
+
+def test_hosts_cpu_per_host_is_per_host_of_the_cli_runs():
+    cpu = {"ours_cli": {"8": {"control_cpu_s": 0.4, "host_cpu_s": 0.48}}, "ours_kept": {"1": {"host_cpu_s": 0.01}}}
+    assert host_cpu_per_host(cpu, 8) == {"host_cpu_ms_8": 60.0, "host_cpu_ms_8_kept": None}
 
 
 @pytest.mark.parametrize(

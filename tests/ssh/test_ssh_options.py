@@ -68,9 +68,27 @@ def test_home_ssh_config_is_read_unless_dash_f_none(no_home_config):
     assert (hop.hostname, hop.port) == ("gpu-alias", 22)
 
 
-def test_ansibles_default_ssh_args_are_accepted(no_home_config):
-    hop = resolve(_host(ansible_ssh_args="-C -o ControlMaster=auto -o ControlPersist=60s"))
-    assert hop.compress and hop.via is None
+def test_ansibles_default_ssh_args_are_accepted_and_keep_the_connection(no_home_config):
+    hop = resolve(_host(ansible_ssh_args="-C -o ControlMaster=auto -o ControlPersist=60s -o ControlPath=/x/%C"))
+    assert hop.compress and hop.via is None and hop.persist_s == 60
+
+
+@pytest.mark.parametrize("master, persist, seconds", [
+    ("auto", "10m", 600), ("yes", "1h30m", 5400), ("autoask", "90", 90), ("auto", "yes", 0), ("auto", "0", 0),
+    ("auto", "no", None), ("no", "60s", None), (None, "60s", None), ("auto", None, None)])
+def test_control_persist_keeps_only_with_a_sharing_control_master(no_home_config, master, persist, seconds):
+    args = " ".join(f"-o {k}={v}" for k, v in (("ControlMaster", master), ("ControlPersist", persist)) if v)
+    assert resolve(_host(ansible_ssh_common_args=args)).persist_s == seconds
+
+
+def test_control_persist_from_the_ssh_config(tmp_path, no_home_config):
+    cfg = _config(tmp_path, "Host 10.0.0.5\n  ControlMaster auto\n  ControlPersist 5m\n")
+    assert resolve(_host(ansible_ssh_common_args=cfg)).persist_s == 300
+
+
+def test_a_bad_control_persist_is_refused_naming_the_fix(no_home_config):
+    with pytest.raises(SshOptionError, match="ControlPersist '5 minutes' is not yes, no or a time"):
+        resolve(_host(ansible_ssh_common_args="-o ControlMaster=auto -o 'ControlPersist=5 minutes'"))
 
 
 def test_host_key_checking(tmp_path, no_home_config):
