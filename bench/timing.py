@@ -87,8 +87,10 @@ def daemon_cpu() -> float:
     total = 0.0
     for pidfile in persist.folder().glob("*.pid"):
         try:
-            times = psutil.Process(int(pidfile.read_text())).cpu_times()
-            total += times.user + times.system
+            proc = psutil.Process(int(pidfile.read_text()))
+            if "engine.persist_daemon" in proc.cmdline():  # not a PID reused since
+                times = proc.cpu_times()
+                total += times.user + times.system
         except (OSError, ValueError, psutil.Error):
             continue
     return total

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import json
 import os
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from engine import runtime
 from engine.errors import HostUnreachable, UserError
 from engine.inventory import Host
 from engine.ssh_options import Hop
-from engine.transport import WORKER_KEY, Transport, WorkerDied, _Stream
+from engine.transport import WORKER_KEY, Transport, WorkerDied
 
 ENGINE = Path(__file__).resolve().parent
 # The daemon runs these files: a changed one is another key, so a run never talks to a daemon of older code.
@@ -42,17 +44,28 @@ def folder() -> Path:
 
 def private_folder() -> Path:
     """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
-    user who could reach the socket would use this user's connections)."""
+    user who could reach the socket would use this user's connections). Checked once per path and run: every
+    host's session asks."""
     path = folder()
+    if path not in _CHECKED:
+        _check_private(path)
+        _CHECKED.add(path)
+    return path
+
+
+_CHECKED: set[Path] = set()
+
+
+def _check_private(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) is not a private folder "
                         "of this user's: it must be a directory owned by you with mode 0700. Remove it (the tool "
                         "makes it again) or `chmod 700` it; nothing was sent to any host.")
-    return path
 
 
+@functools.cache  # the files of this process's own engine: read once per run
 def code_key() -> str:
     digest = hashlib.sha256(sys.version.encode() + WORKER_KEY.encode())
     for name in DAEMON_FILES:
@@ -129,15 +142,16 @@ class PersistentTransport(Transport):
         self.hop = hop
         self.reused = False
         self._direct = None
+        self._out = self._err = b""
 
     def open(self) -> None:
         self.sock = daemon_socket()
         request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
                    "pool": runtime.host_package_hash()}
         self.sock.sendall((json.dumps(request) + "\n").encode())
-        self._stream = _Stream(self.sock.recv)
+        self._frames = _Frames(self.sock.recv)
         try:
-            reply = json.loads(self._stream.readline())
+            reply = json.loads(self._frames.line())
         except (WorkerDied, ValueError, OSError) as exc:
             self.sock.close()
             raise OSError(errno.ECONNABORTED, f"the kept-connection daemon ended the session: {exc}") from None
@@ -150,15 +164,18 @@ class PersistentTransport(Transport):
         self.sock.sendall(data)
 
     def _readline(self) -> bytes:
-        while True:
-            line = self._stream.readline()
-            tag, body = line[:1], line[1:]
+        """The worker's next stdout line; its stderr, which comes in frames of its own, goes to stderr_tail."""
+        while b"\n" not in self._out:
+            tag, data = self._frames.frame()
             if tag == b"o":
-                return body
-            if tag == b"e":
-                self.stderr_tail.append(body.decode("utf-8", "replace"))
-            elif tag == b"x":
-                raise WorkerDied(body.decode("utf-8", "replace"))
+                self._out += data
+            elif tag == b"e":
+                *lines, self._err = (self._err + data).split(b"\n")
+                self.stderr_tail.extend(line.decode("utf-8", "replace") for line in lines)
+            else:
+                raise WorkerDied(data.decode("utf-8", "replace"))
+        line, _, self._out = self._out.partition(b"\n")
+        return line
 
     @property
     def conn(self):
@@ -184,6 +201,37 @@ class PersistentTransport(Transport):
             sock.close()
         if self._direct is not None:
             self._direct.close()
+
+
+class _Frames:
+    """The daemon's side of a session: its answer line, then frames of (tag, 4-byte length, bytes)."""
+
+    def __init__(self, recv) -> None:
+        self._recv = recv
+        self._buf = bytearray()
+
+    def _fill(self, size: int) -> None:
+        while len(self._buf) < size:
+            chunk = self._recv(65536)
+            if not chunk:
+                raise WorkerDied("the kept-connection daemon closed the session")
+            self._buf += chunk
+
+    def line(self) -> bytes:
+        while b"\n" not in self._buf:
+            self._fill(len(self._buf) + 1)
+        end = self._buf.index(b"\n")
+        line = bytes(self._buf[:end])
+        del self._buf[:end + 1]
+        return line
+
+    def frame(self) -> tuple[bytes, bytes]:
+        self._fill(5)
+        size = struct.unpack(">I", self._buf[1:5])[0]
+        self._fill(5 + size)
+        tag, data = bytes(self._buf[:1]), bytes(self._buf[5:5 + size])
+        del self._buf[:5 + size]
+        return tag, data
 
 
 def _refusal(reply: dict) -> Exception:

@@ -8,8 +8,9 @@ socket connection is one session with one host's worker:
 
   client -> {"hop": HOP, "start": CMD, "pool": KEY, "persist_s": S}   (one line; HOP as engine/persist.py sends it)
   daemon -> {"ok": true, "reused": bool} | {"error": MSG, "kind": "refused" | "user" | "transient"}
-  then the worker's protocol, relayed: the client's lines go to the worker's stdin; the worker's stdout lines
-  come back as b"o" + line, its stderr lines as b"e" + line, and b"x" + reason when the worker's stream ends.
+  then the worker's protocol, relayed: what the client writes goes to the worker's stdin as it is; what the
+  worker writes comes back in frames of a tag byte, a 4-byte big-endian length and the bytes: b"o" its stdout,
+  b"e" its stderr, b"x" the reason its stream ended.
 
 A session hands its worker back for a later one only when it ends with the worker's `release` answered and then
 {"mux": "keep"}; any other end (the client died, the connection broke, a request still out) closes the worker's
@@ -38,7 +39,7 @@ from engine.ssh_connect import SshConnection, _open_hop, _socket_for
 from engine.ssh_options import Hop, ProxyCommandSpec
 from engine.transport import _PAYLOAD
 
-KEEP = b'{"mux": "keep"}'
+KEEP_LINE = b'{"mux": "keep"}\n'
 MAX_FIRST_LINE = 1 << 20
 TICK_S = 0.5
 
@@ -87,7 +88,8 @@ class Worker:
         threading.Thread(target=self._pump, args=(self.chan.recv_stderr, b"e"), daemon=True).start()
 
     def _pump(self, read, tag: bytes) -> None:
-        pending = b""
+        """The worker's stdout (tag o) or stderr (e) to the session that has the worker, chunk by chunk; while
+        idle, stdout only carries the answer to a ping."""
         while True:
             try:
                 chunk = read(65536)
@@ -95,28 +97,26 @@ class Worker:
                 chunk = b""
             if not chunk:
                 break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if tag == b"o" and line.startswith(b'{"pong"'):
-                    self.pong.set()
-                else:
-                    self._send(tag + line + b"\n")
+            if not self._send(tag, chunk) and tag == b"o" and b'"pong"' in chunk:
+                self.pong.set()
         if tag == b"e":
             self._err_done.set()
             return
         self._err_done.wait(1)  # the worker's last words on stderr come before the end is told
         self.ended.set()
-        self._send(b"x" + f"the worker's stream ended (exit status {self._status()})".encode() + b"\n")
+        self._send(b"x", f"the worker's stream ended (exit status {self._status()})".encode())
 
     def _status(self):
         return self.chan.recv_exit_status() if self.chan.exit_status_ready() else "unknown"
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, tag: bytes, data: bytes) -> bool:
+        """One frame (tag, 4-byte length, bytes) to the session; False when no session has the worker."""
         with self.sink_lock:
-            if self.sink is not None:
-                with contextlib.suppress(OSError):
-                    self.sink(data)
+            if self.sink is None:
+                return False
+            with contextlib.suppress(OSError):
+                self.sink(tag + struct.pack(">I", len(data)) + data)
+            return True
 
     def ping(self, timeout: float) -> bool:
         """Whether the worker still answers (a kept connection may have died unseen): one small round trip."""
@@ -246,8 +246,7 @@ class Daemon:
     def _session(self, conn: socket.socket) -> None:
         if not _same_user(conn):
             return
-        reader = conn.makefile("rb")
-        first = reader.readline(MAX_FIRST_LINE)
+        first, pending = _first_line(conn)
         try:
             request = json.loads(first)
             if request.get("stop"):
@@ -267,7 +266,7 @@ class Daemon:
         with worker.sink_lock:
             worker.sink = send
         send((json.dumps({"ok": True, "reused": reused}) + "\n").encode())
-        kept = self._relay(reader, worker)
+        kept = self._relay(conn, pending, worker)
         with worker.sink_lock:
             worker.sink = None
         if kept and not worker.ended.is_set() and not self.stopping:
@@ -276,19 +275,36 @@ class Daemon:
             worker.close()
 
     @staticmethod
-    def _relay(reader, worker: Worker) -> bool:
-        """The client's lines to the worker until the client closes; True when it asked to keep the worker."""
+    def _relay(conn: socket.socket, pending: bytes, worker: Worker) -> bool:
+        """What the client writes, to the worker, until the client closes; True when the last thing it wrote was
+        the keep line (sent alone, after the worker answered `release`), which the worker never sees."""
         kept = False
-        for line in iter(reader.readline, b""):
-            if line.rstrip(b"\r\n") == KEEP:
-                kept = True
-                continue
-            kept = False
-            try:
-                worker.chan.sendall(line)
-            except Exception:
-                return False
-        return kept
+        data = pending
+        while True:
+            if data:
+                kept = data.endswith(KEEP_LINE)
+                if kept:
+                    data = data[:-len(KEEP_LINE)]
+                try:
+                    if data:
+                        worker.chan.sendall(data)
+                except Exception:
+                    return False
+            data = conn.recv(65536)
+            if not data:
+                return kept
+
+
+def _first_line(conn: socket.socket) -> tuple[bytes, bytes]:
+    """The session's request line and what came after it (the worker protocol may follow at once)."""
+    buf = b""
+    while b"\n" not in buf and len(buf) < MAX_FIRST_LINE:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line, rest
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -364,6 +380,7 @@ def serve(folder: str, key: str) -> None:
         os.dup2(devnull, fd)
     daemon = Daemon(folder, key)
     listener.settimeout(TICK_S)
+    checked = 0.0
     while True:
         try:
             conn, _ = listener.accept()
@@ -374,9 +391,11 @@ def serve(folder: str, key: str) -> None:
         except OSError as exc:
             if exc.errno not in (errno.EINTR, errno.ECONNABORTED):
                 break
-        daemon.expire()
-        if daemon.done() or not _still_ours(daemon.path, ino):
-            break
+        if time.monotonic() - checked >= TICK_S:  # not on every accept: 100 sessions come at once
+            checked = time.monotonic()
+            daemon.expire()
+            if daemon.done() or not _still_ours(daemon.path, ino):
+                break
     if _still_ours(daemon.path, ino):
         os.unlink(daemon.path)
         with contextlib.suppress(OSError):
