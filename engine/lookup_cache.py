@@ -1,0 +1,90 @@
+"""The ssh config lookups of earlier runs, kept in the user's cache (`~/.cache/dflash-provision/ssh-lookups.json`).
+
+A lookup's answer depends on the host name, the config text (the run's own options come first in it), the
+local user, home and host name (paramiko's %u, %d, %l tokens) and paramiko's version: all of them are in the
+key. Configs with `Match` or `CanonicalizeHostname` are never kept: their answer can depend on commands run,
+DNS, or more than the text says. Best effort: an unreadable cache costs only the lookup.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import socket
+import threading
+
+from engine.report import write_atomically
+from engine.runtime import CACHE
+
+PATH = CACHE / "ssh-lookups.json"
+MAX_ENTRIES = 20000  # a cache past this size starts again (an inventory of many thousands of hosts)
+_NOT_KEPT = re.compile(r"^\s*(match|canonicalizehostname)\b", re.IGNORECASE | re.MULTILINE)
+_lock = threading.Lock()
+_entries: dict | None = None
+_new: dict = {}
+
+
+def key_of(name: str, text: str) -> str | None:
+    """The key of a lookup, or None when its answer must not be kept."""
+    if _NOT_KEPT.search(text):
+        return None
+    spec = importlib.util.find_spec("paramiko")
+    origin = spec.origin if spec and spec.origin else ""
+    try:
+        st = os.stat(origin)
+        version = f"{origin}:{st.st_mtime_ns}:{st.st_size}"
+    except OSError:
+        return None
+    local = f"{os.path.expanduser('~')}\0{os.environ.get('USER') or os.environ.get('LOGNAME') or os.getuid()}"
+    parts = "\0".join((version, local, socket.gethostname(), name, text))
+    return hashlib.sha256(parts.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def get(key: str | None) -> dict | None:
+    if key is None:
+        return None
+    with _lock:
+        found = _loaded().get(key)
+    return dict(found) if isinstance(found, dict) else None
+
+
+def put(key: str | None, result: dict) -> None:
+    """Remember a lookup's answer; written once, when the run ends."""
+    if key is None or not all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+                              for v in result.values()):
+        return
+    with _lock:
+        if not _new:
+            atexit.register(flush)
+        _new[key] = result
+
+
+def _loaded() -> dict:
+    global _entries
+    if _entries is None:
+        try:
+            data = json.loads(PATH.read_text(encoding="utf-8"))
+            _entries = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            _entries = {}
+    return _entries
+
+
+def flush() -> None:
+    with _lock:
+        if not _new:
+            return
+        entries = _loaded()
+        if len(entries) + len(_new) > MAX_ENTRIES:
+            entries.clear()
+        entries.update(_new)
+        _new.clear()
+        try:
+            PATH.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(str(PATH), json.dumps(entries).encode("utf-8"), 0o600)
+        except OSError:
+            pass
