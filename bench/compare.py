@@ -2,7 +2,8 @@
 
 Each tree's CLI (`python -m invoke play bench/workload/ours.yaml`, run in that tree) against the same
 sshd hosts, repetitions interleaved across trees so that the machine's load hits them alike; wall
-medians and CPU (the CLI process; the hosts' side: the sshd sessions and everything below them).
+medians and CPU (the CLI process, and the kept-connection daemon when there is one; the hosts' side: the sshd
+sessions and everything below them).
 
 With --persist S the hosts' ssh options ask for kept connections (`-o ControlMaster=auto -o ControlPersist=S`):
 a tree that keeps them leaves a daemon, whose CPU during each run is counted with the CLI's.
@@ -56,13 +57,13 @@ def main(argv: list[str] | None = None) -> int:
 
         def run(tree: str, n: int) -> tuple:
             argv = ours_argv(invs[n], home, "compare", n)
-            host0, ctl0, t0 = tree_cpu(listeners), own_cpu(True) + daemon_cpu(), time.perf_counter()
+            host0, ctl0, daemon0, t0 = tree_cpu(listeners), own_cpu(True), daemon_cpu(), time.perf_counter()
             proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
-            wall, ctl = time.perf_counter() - t0, own_cpu(True) + daemon_cpu() - ctl0
+            wall, ctl, daemon = time.perf_counter() - t0, own_cpu(True) - ctl0, daemon_cpu() - daemon0
             time.sleep(0.2)
             if proc.returncode != 0:
                 raise SystemExit(f"{tree}: exit {proc.returncode}\n{proc.stdout[-2000:]}")
-            return wall, ctl, tree_cpu(listeners) - host0
+            return wall, ctl, tree_cpu(listeners) - host0, daemon
 
         for tree in trees:  # warm-up: state on the hosts, runtime placed, bytecode compiled
             run(tree, max(sizes))
@@ -79,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for n in sizes:
             rows = samples[(tree, n)]
-            med = [statistics.median(r[i] for r in rows) for i in range(3)]
-            cells.append(
-                f"{n}: {med[0]:.3f} s (min {min(r[0] for r in rows):.3f}), cpu {med[1] * 1000:.0f} + {med[2] * 1000:.0f} ms"
-            )
+            med = [statistics.median(r[i] for r in rows) for i in range(4)]
+            kept = f" (+ daemon {med[3] * 1000:.0f})" if med[3] else ""
+            cells.append(f"{n}: {med[0]:.3f} s (min {min(r[0] for r in rows):.3f}), cpu CLI {med[1] * 1000:.0f}{kept} "
+                         f"+ hosts {med[2] * 1000:.0f} ms")
         print(f"{tree}\n    " + "\n    ".join(cells))
     return 0
 
