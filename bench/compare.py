@@ -6,7 +6,7 @@ medians and CPU (the CLI process, and the kept-connection daemon when there is o
 sessions and everything below them).
 
 With --persist S the hosts' ssh options ask for kept connections (`-o ControlMaster=auto -o ControlPersist=S`):
-a tree that keeps them leaves a daemon, whose CPU during each run is counted with the CLI's.
+a tree that keeps them leaves a daemon, whose CPU during each run is shown beside the CLI's.
 
 Usage: python bench/compare.py TREE1,TREE2,... [--reps 5] [--hosts 1,8,16] [--persist 60]
 """

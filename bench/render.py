@@ -41,6 +41,9 @@ HEADLINE_LABELS = {
     "fleet_100_control_cpu_s": "fleet: ours on 100 hosts, control-node CPU (s)",
     "fleet_control_cpu_per_host_ms": "fleet: control-node CPU per extra host (ms)",
     "fleet_host_cpu_per_host_ms": "fleet: hosts' CPU per host, 100 hosts (ms)",
+    "fleet_100_wall_s_kept": "fleet, kept connections: ours on 100 hosts, wall (s)",
+    "fleet_100_control_cpu_s_kept": "fleet, kept connections: 100 hosts, control-node CPU with the daemon's (s)",
+    "fleet_host_cpu_per_host_ms_kept": "fleet, kept connections: hosts' CPU per host, 100 hosts (ms)",
     "models_relay_upstream_ratio": "models, 8 hosts: upstream bytes through the control node / each host on its own",
     "models_relay_wall_ratio": "models, 8 hosts: wall through the control node / each host on its own",
     "models_recheck_s": "models: no-change re-check of the whole repository, 1 host (s)",
@@ -56,7 +59,8 @@ TOOL_LABELS = {
     "ansible_rs": "ansible-core-rs (`ansible playbook`)",
     "ansible": "ansible-playbook",
 }
-FLEET_TOOL_LABELS = {"ours": "ours (`invoke play`, --forks 8)", **{t: TOOL_LABELS[t] for t in
+FLEET_TOOL_LABELS = {"ours": "ours (`invoke play`, --forks 8)", "kept": "ours, kept connections (ControlPersist=60s)",
+                     **{t: TOOL_LABELS[t] for t in
                      ("pyinfra", "mitogen", "ansible_rs", "ansible")}}
 WALL_INTRO = "Wall time of the 11-task no-change run, min / median seconds:"
 CPU_INTRO = (
@@ -145,7 +149,7 @@ def fleet_lines(fleet: dict | None) -> list[str]:
     """The fleet runs (50/100 hosts, ours and the peers) and ours on 100 hosts by --forks."""
     if not fleet or "ours" not in fleet:
         return []
-    rows = {"ours": fleet["ours"], **fleet.get("peers", {})}
+    rows = {"ours": fleet["ours"], "kept": fleet.get("kept", {}), **fleet.get("peers", {})}
     sizes = sorted({int(n) for r in rows.values() for n in r})
     lines = ["", f"Fleet ({fleet['pool']}), no-change workload: wall; control-node CPU + hosts' CPU (per host), "
              f"medians of {fleet['repetitions']} run(s) for ours, one for the peers:", ""]

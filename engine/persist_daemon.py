@@ -37,7 +37,7 @@ from typing import Callable
 from engine.errors import HostUnreachable, UserError
 from engine.ssh_connect import SshConnection, _open_hop, _socket_for
 from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import _PAYLOAD
+from engine.transport import _PAYLOAD, chunks
 
 KEEP_LINE = b'{"mux": "keep"}\n'
 MAX_FIRST_LINE = 1 << 20
@@ -90,13 +90,7 @@ class Worker:
     def _pump(self, read, tag: bytes) -> None:
         """The worker's stdout (tag o) or stderr (e) to the session that has the worker, chunk by chunk; while
         idle, stdout only carries the answer to a ping."""
-        while True:
-            try:
-                chunk = read(65536)
-            except Exception:
-                chunk = b""
-            if not chunk:
-                break
+        for chunk in chunks(read):
             if not self._send(tag, chunk) and tag == b"o" and b'"pong"' in chunk:
                 self.pong.set()
         if tag == b"e":

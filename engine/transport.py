@@ -19,6 +19,7 @@ import sys
 import threading
 import zlib
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
@@ -55,6 +56,18 @@ exec(c)"""
 # let it run: until it arrives, what the channel shows on stderr is sudo's (its prompt, its refusals).
 READY_LINE = b"dfp-worker-ready"
 BECOME_BOOTSTRAP = f"import sys;sys.stdout.write('{READY_LINE.decode()}\\n');sys.stdout.flush();" + BOOTSTRAP
+
+
+def chunks(read: Callable[[int], bytes]) -> Iterator[bytes]:
+    """What a stream gives until it ends (or breaks: a closed channel or pipe reads as the end)."""
+    while True:
+        try:
+            chunk = read(65536)
+        except Exception:
+            return
+        if not chunk:
+            return
+        yield chunk
 
 
 class WorkerDied(Exception):
@@ -120,13 +133,7 @@ class Transport:
 
     def _drain(self, read: Callable[[int], bytes]) -> None:
         pending = b""
-        while True:
-            try:
-                chunk = read(65536)
-            except Exception:
-                return
-            if not chunk:
-                return
+        for chunk in chunks(read):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
@@ -303,13 +310,7 @@ class SpawnedTransport(Transport):
     def _pump_out(self, read: Callable[[int], bytes]) -> None:
         """stdout into the queue once the READY_LINE has come; lines before it are noise kept for messages."""
         head = b""
-        while True:
-            try:
-                chunk = read(65536)
-            except Exception:
-                chunk = b""
-            if not chunk:
-                break
+        for chunk in chunks(read):
             if not self.ready.is_set():
                 head += chunk
                 chunk = b""
@@ -329,13 +330,7 @@ class SpawnedTransport(Transport):
 
     def _pump_err(self, read: Callable[[int], bytes]) -> None:
         """stderr kept whole until the worker is ready (sudo's prompt has no newline), then as a tail of lines."""
-        while True:
-            try:
-                chunk = read(65536)
-            except Exception:
-                return
-            if not chunk:
-                return
+        for chunk in chunks(read):
             if self.ready.is_set():
                 self.stderr_tail.extend(chunk.decode("utf-8", "replace").splitlines())
             else:

@@ -217,6 +217,20 @@ def test_fleet_headline_keys_are_none_where_not_measured():
     assert "| pyinfra |" in text and "12.00 s" in text and "| 100 | 5.50 s | 2.20 s | 4.60 s |" in text
 
 
+def test_fleet_kept_connection_keys_and_row():
+    from bench.fleet import kept_headline, summarize_runs
+
+    kept = {"100": summarize_runs(100, [(1.9, 1.5, 0.9), (1.7, 1.4, 0.8), (2.0, 1.6, 1.0)])}
+    keys = kept_headline(kept)
+    assert keys == {"fleet_100_wall_s_kept": 1.9, "fleet_100_control_cpu_s_kept": 1.5,
+                    "fleet_host_cpu_per_host_ms_kept": 9.0}
+    assert kept_headline({})["fleet_100_control_cpu_s_kept"] is None
+    ours = {"100": summarize_runs(100, [(5.0, 1.8, 4.5)])}
+    fleet = {"pool": "100 hosts", "repetitions": 3, "ours": ours, "kept": kept}
+    text = render_block(_result(details={"fleet": fleet}, **keys))
+    assert "| ours, kept connections (ControlPersist=60s) | 1.90 s; 1.50 + 0.90 s CPU (15 + 9 ms/host) |" in text
+
+
 @pytest.mark.slow
 @pytest.mark.ssh
 def test_a_light_pool_serves_many_addresses_from_few_daemons(tmp_path):
