@@ -9,31 +9,33 @@ user and workers started through sudo go over a connection of the run's own, ope
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import functools
 import hashlib
 import json
 import os
+import queue
 import socket
 import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from engine import runtime
 from engine.errors import HostUnreachable, UserError
 from engine.inventory import Host
-from engine.ssh_options import Hop
-from engine.transport import WORKER_KEY, Transport, WorkerDied
+from engine.ssh_options import Hop, ProxyCommandSpec
+from engine.transport import WORKER_KEY, Transport, WorkerDied, _Stream
 
 ENGINE = Path(__file__).resolve().parent
-# The daemon runs these files: a changed one is another key, so a run never talks to a daemon of older code.
-DAEMON_FILES = ("persist_daemon.py", "ssh_connect.py", "ssh_options.py", "transport.py", "errors.py", "inventory.py")
 START_TIMEOUT_S = 15.0
 SUN_PATH_MAX = 107
+_start_lock = threading.Lock()  # the hosts of one run connect in parallel: one of them starts the daemon
 
 
 def folder() -> Path:
@@ -45,7 +47,7 @@ def folder() -> Path:
 def private_folder() -> Path:
     """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
     user who could reach the socket would use this user's connections). Checked once per path and run: every
-    host's session asks."""
+    host's session asks (and each connection checks who answers: _connect_socket)."""
     path = folder()
     if path not in _CHECKED:
         _check_private(path)
@@ -57,34 +59,68 @@ _CHECKED: set[Path] = set()
 
 
 def _check_private(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(path)
+    fix = "Remove it (the tool makes it again) or `chmod 700` it; nothing was sent to any host."
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) cannot be made: "
+                        f"{exc.strerror or exc}. Set XDG_RUNTIME_DIR to a folder of yours, or remove ControlPersist "
+                        "from the ssh options; nothing was sent to any host.") from None
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) is not a private folder "
-                        "of this user's: it must be a directory owned by you with mode 0700. Remove it (the tool "
-                        "makes it again) or `chmod 700` it; nothing was sent to any host.")
+                        f"of this user's: it must be a directory owned by you with mode 0700. {fix}")
 
 
 @functools.cache  # the files of this process's own engine: read once per run
 def code_key() -> str:
-    digest = hashlib.sha256(sys.version.encode() + WORKER_KEY.encode())
-    for name in DAEMON_FILES:
-        digest.update((ENGINE / name).read_bytes())
+    """The daemon's version: this python, this control node (a home shared by NFS holds one folder for several
+    machines) and every engine file (the daemon imports many of them): a changed one never meets an old daemon."""
+    digest = hashlib.sha256(f"{sys.version}\0{socket.gethostname()}\0{WORKER_KEY}".encode())
+    for path in sorted(ENGINE.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
+def socket_path() -> Path:
+    """This code version's socket; a UserError when the path is too long for a unix socket."""
+    path = private_folder() / f"{code_key()}.sock"
+    if len(str(path)) > SUN_PATH_MAX:
+        raise UserError(f"the kept-connection socket path {path} is longer than a unix socket allows "
+                        f"({SUN_PATH_MAX} bytes); set XDG_RUNTIME_DIR to a shorter folder of yours, or remove "
+                        "ControlPersist from the ssh options; nothing was sent to any host.")
+    return path
+
+
 def hop_to_json(hop: Hop) -> dict:
-    return dataclasses.asdict(hop)
+    """The route as the daemon needs it: files as absolute paths and a ProxyCommand with this run's folder (the
+    daemon's own working folder is another)."""
+    data = dataclasses.asdict(hop)
+    for key in ("identity_files", "explicit_keys", "known_hosts"):
+        data[key] = [os.path.abspath(p) for p in data[key]]
+    if isinstance(hop.via, ProxyCommandSpec):
+        data["via"]["cwd"] = os.getcwd()
+    elif isinstance(hop.via, Hop):
+        data["via"] = hop_to_json(hop.via)
+    return data
 
 
 def _connect_socket(path: Path) -> socket.socket | None:
+    """A connection to the daemon at `path`, or None when none listens; refused when the process that answers
+    is not this user's (a socket planted in a folder another user can rename)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(path))
-        return sock
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    uid = struct.unpack("3i", creds)[1]
+    if uid != os.geteuid():
+        sock.close()
+        raise HostUnreachable(f"the kept-connection socket {path} is answered by uid {uid}, not by you: nothing was "
+                              f"sent through it. Remove {path.parent} and run again.")
+    return sock
 
 
 def _start_daemon(where: Path, key: str) -> None:
@@ -94,7 +130,12 @@ def _start_daemon(where: Path, key: str) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "engine.persist_daemon", str(where), key], cwd=str(ENGINE.parent),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             start_new_session=True)
-    out, err = proc.communicate(timeout=START_TIMEOUT_S)
+    try:
+        out, err = proc.communicate(timeout=START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise OSError(errno.ETIMEDOUT, f"the kept-connection daemon did not start within {START_TIMEOUT_S:.0f} s")
     if proc.returncode != 0 or not out.strip():
         tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
         raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon did not start: {' | '.join(tail) or 'no word'}")
@@ -102,33 +143,37 @@ def _start_daemon(where: Path, key: str) -> None:
 
 def daemon_socket() -> socket.socket:
     """A connection to this user's daemon of this code version, started first when none listens."""
-    where = private_folder()
-    key = code_key()
-    path = where / f"{key}.sock"
-    if len(str(path)) > SUN_PATH_MAX:
-        raise UserError(f"the kept-connection socket path {path} is longer than a unix socket allows "
-                        f"({SUN_PATH_MAX} bytes); set XDG_RUNTIME_DIR to a shorter folder of yours, or remove "
-                        "ControlPersist from the ssh options.")
+    path = socket_path()
     sock = _connect_socket(path)
     if sock is None:
-        _start_daemon(where, key)
-        deadline = time.monotonic() + 2.0  # `running`: the other one may still be binding
-        while (sock := _connect_socket(path)) is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        with _start_lock:
+            sock = _connect_socket(path)  # another host of this run may have started it meanwhile
+            if sock is None:
+                _start_daemon(path.parent, code_key())
+                deadline = time.monotonic() + 2.0  # `running`: the other one may still be binding
+                while (sock := _connect_socket(path)) is None and time.monotonic() < deadline:
+                    time.sleep(0.02)
     if sock is None:
         raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon does not answer on {path}")
     return sock
 
 
 def stop() -> bool:
-    """Close every kept connection of this user (the daemon of this code version): True when one was running."""
-    sock = _connect_socket(private_folder() / f"{code_key()}.sock")
-    if sock is None:
-        return False
-    with sock:
-        sock.sendall(b'{"stop": true}\n')
-        sock.recv(100)
-    return True
+    """Close every kept connection of this user (every daemon in the folder, of any code version): True when
+    one was running. Each ends once the runs using it have ended."""
+    stopped = False
+    for path in sorted(private_folder().glob("*.sock")):
+        try:
+            sock = _connect_socket(path)
+        except (HostUnreachable, OSError):
+            continue
+        if sock is None:
+            continue
+        with sock:
+            sock.sendall(b'{"stop": true}\n')
+            sock.recv(100)
+        stopped = True
+    return stopped
 
 
 class PersistentTransport(Transport):
@@ -142,16 +187,17 @@ class PersistentTransport(Transport):
         self.hop = hop
         self.reused = False
         self._direct = None
-        self._out = self._err = b""
+        self._chunks: queue.Queue[bytes] = queue.Queue()
+        self._end = "the kept-connection daemon closed the session"
 
     def open(self) -> None:
         self.sock = daemon_socket()
         request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
                    "pool": runtime.host_package_hash()}
         self.sock.sendall((json.dumps(request) + "\n").encode())
-        self._frames = _Frames(self.sock.recv)
+        frames = _Frames(self.sock.recv)
         try:
-            reply = json.loads(self._frames.line())
+            reply = json.loads(frames.line())
         except (WorkerDied, ValueError, OSError) as exc:
             self.sock.close()
             raise OSError(errno.ECONNABORTED, f"the kept-connection daemon ended the session: {exc}") from None
@@ -159,23 +205,36 @@ class PersistentTransport(Transport):
             self.sock.close()
             raise _refusal(reply)
         self.reused = bool(reply.get("reused"))
+        self._stream = _Stream(lambda _size: self._chunks.get())
+        threading.Thread(target=self._pump, args=(frames,), daemon=True).start()
+
+    def _pump(self, frames: _Frames) -> None:
+        """Read the daemon's frames all the time (as the SSH transport drains stderr), so that what the worker's
+        processes print between requests never backs up onto the host: stdout to the stream, stderr to the tail."""
+        err = b""
+        try:
+            while True:
+                tag, data = frames.frame()
+                if tag == b"o":
+                    self._chunks.put(data)
+                elif tag == b"e":
+                    *lines, err = (err + data).split(b"\n")
+                    self.stderr_tail.extend(line.decode("utf-8", "replace") for line in lines)
+                else:
+                    self._end = data.decode("utf-8", "replace")
+                    break
+        except (WorkerDied, OSError):
+            pass
+        self._chunks.put(b"")
 
     def _write(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def _readline(self) -> bytes:
-        """The worker's next stdout line; its stderr, which comes in frames of its own, goes to stderr_tail."""
-        while b"\n" not in self._out:
-            tag, data = self._frames.frame()
-            if tag == b"o":
-                self._out += data
-            elif tag == b"e":
-                *lines, self._err = (self._err + data).split(b"\n")
-                self.stderr_tail.extend(line.decode("utf-8", "replace") for line in lines)
-            else:
-                raise WorkerDied(data.decode("utf-8", "replace"))
-        line, _, self._out = self._out.partition(b"\n")
-        return line
+        try:
+            return self._stream.readline()
+        except WorkerDied:
+            raise WorkerDied(self._end) from None
 
     @property
     def conn(self):
@@ -198,6 +257,8 @@ class PersistentTransport(Transport):
     def close(self) -> None:
         sock = getattr(self, "sock", None)
         if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the frame reader; a bare close would not end its recv
             sock.close()
         if self._direct is not None:
             self._direct.close()

@@ -41,58 +41,78 @@ from engine.transport import _PAYLOAD, chunks
 
 KEEP_LINE = b'{"mux": "keep"}\n'
 MAX_FIRST_LINE = 1 << 20
+FIRST_LINE_TIMEOUT_S = 30.0
+PENDING_MAX = 1 << 20  # bytes a worker's output is kept while no session has it
 TICK_S = 0.5
+_ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPROTO)
 
 
 def hop_from_json(data: dict) -> Hop:
     """The Hop engine/persist.py sent (dataclasses.asdict of it, `via` tagged by kind)."""
     via = data.pop("via", None)
     hop = Hop(**data)
-    if isinstance(via, dict) and "command" in via and len(via) == 1:
-        hop.via = ProxyCommandSpec(via["command"])
+    if isinstance(via, dict) and "command" in via:
+        hop.via = ProxyCommandSpec(via["command"], via.get("cwd"))
     elif isinstance(via, dict):
         hop.via = hop_from_json(via)
     return hop
 
 
 class Held:
-    """One kept SSH connection (a host's, with the jump hosts it goes through) and when it was last used."""
+    """One kept SSH connection (a host's, with the jump hosts it goes through): how many workers use it, since
+    when none has. Counted under the daemon's lock; a retired one (replaced in the pool) closes with its last."""
 
-    def __init__(self, conn: SshConnection, persist_s: float) -> None:
+    def __init__(self, conn: SshConnection, persist_s: float, lock: threading.Lock) -> None:
         self.conn = conn
         self.persist_s = persist_s
         self.workers = 0
         self.idle_since = time.monotonic()
+        self.retired = False
+        self._lock = lock
 
     def alive(self) -> bool:
         return self.conn.is_connected
 
+    def free(self, last_used: float) -> None:
+        """A worker of this connection ended; `last_used` is when a session last had it."""
+        with self._lock:
+            self.workers -= 1
+            self.idle_since = max(self.idle_since, last_used)
+            closing = self.retired and self.workers == 0
+        if closing:
+            self.conn.close()
+
 
 class Worker:
-    """A worker on one exec channel of a held connection; its output goes to the session that has it."""
+    """A worker on one exec channel of a held connection (reserved for it by the caller). Its output goes to the
+    session that has it; while none does, it is kept (up to PENDING_MAX bytes) for the next one, so a worker that
+    dies at once still tells why, and the end of its stream is never lost."""
 
-    def __init__(self, held: Held, start: str, timeout: float) -> None:
+    def __init__(self, held: Held, start: str, timeout: float, pool_key: str) -> None:
         self.held = held
-        transport = held.conn.client.get_transport()
-        self.chan = transport.open_session(timeout=timeout)
+        self.pool_key = pool_key
+        self.chan = held.conn.client.get_transport().open_session(timeout=timeout)
         self.chan.exec_command(start)
         self.chan.sendall(_PAYLOAD)
-        held.workers += 1
         self.sink: Callable[[bytes], None] | None = None  # a session's send, or None while idle
         self.sink_lock = threading.Lock()
+        self.pending: list[bytes] = []
         self.ended = threading.Event()
         self.pong = threading.Event()
         self.idle_since = time.monotonic()
+        self._closed = False
         self._err_done = threading.Event()
         threading.Thread(target=self._pump, args=(self.chan.recv, b"o"), daemon=True).start()
         threading.Thread(target=self._pump, args=(self.chan.recv_stderr, b"e"), daemon=True).start()
 
     def _pump(self, read, tag: bytes) -> None:
         """The worker's stdout (tag o) or stderr (e) to the session that has the worker, chunk by chunk; while
-        idle, stdout only carries the answer to a ping."""
+        idle, stdout carries only the answer to a ping."""
         for chunk in chunks(read):
-            if not self._send(tag, chunk) and tag == b"o" and b'"pong"' in chunk:
+            if tag == b"o" and self.sink is None and b'"pong"' in chunk:
                 self.pong.set()
+            else:
+                self._send(tag, chunk)
         if tag == b"e":
             self._err_done.set()
             return
@@ -103,14 +123,28 @@ class Worker:
     def _status(self):
         return self.chan.recv_exit_status() if self.chan.exit_status_ready() else "unknown"
 
-    def _send(self, tag: bytes, data: bytes) -> bool:
-        """One frame (tag, 4-byte length, bytes) to the session; False when no session has the worker."""
+    def _send(self, tag: bytes, data: bytes) -> None:
+        """One frame (tag, 4-byte length, bytes) to the session, or kept for the next one."""
+        frame = tag + struct.pack(">I", len(data)) + data
         with self.sink_lock:
-            if self.sink is None:
-                return False
-            with contextlib.suppress(OSError):
-                self.sink(tag + struct.pack(">I", len(data)) + data)
-            return True
+            if self.sink is not None:
+                with contextlib.suppress(OSError):  # the session is ending; its thread closes the worker
+                    self.sink(frame)
+            elif tag == b"x" or sum(map(len, self.pending)) + len(frame) <= PENDING_MAX:
+                self.pending.append(frame)
+
+    def attach(self, send: Callable[[bytes], None], answer: bytes) -> None:
+        """Hand the worker to a session: its answer line first, then what the worker wrote meanwhile."""
+        with self.sink_lock:
+            send(answer)
+            for frame in self.pending:
+                send(frame)
+            self.pending.clear()
+            self.sink = send
+
+    def detach(self) -> None:
+        with self.sink_lock:
+            self.sink = None
 
     def ping(self, timeout: float) -> bool:
         """Whether the worker still answers (a kept connection may have died unseen): one small round trip."""
@@ -121,11 +155,14 @@ class Worker:
             return False
         return self.pong.wait(timeout) and not self.ended.is_set()
 
-    def close(self) -> None:
+    def close(self, last_used: float | None = None) -> None:
+        """End the worker (its stdin closes, it exits, the kernel drops any lock it held); once."""
+        if self._closed:
+            return
+        self._closed = True
         with contextlib.suppress(Exception):
             self.chan.close()
-        self.held.workers -= 1
-        self.held.idle_since = time.monotonic()
+        self.held.free(time.monotonic() if last_used is None else last_used)
 
 
 class Daemon:
@@ -143,14 +180,16 @@ class Daemon:
         self.stopping = False
 
     # -- the pool ---------------------------------------------------------------------------------------------
-    def _connection(self, hop_key: str, hop: Hop, persist_s: float) -> Held:
+    def _reserved_connection(self, hop_key: str, hop: Hop, persist_s: float) -> Held:
+        """The host's held connection (connected first if there is none, or it died), reserved for one worker."""
         with self.lock:
             opening = self.opening.setdefault(hop_key, threading.Lock())
         with opening:
             with self.lock:
                 held = self.held.get(hop_key)
-            if held is not None and held.alive():
-                return held
+                if held is not None and held.alive():
+                    held.workers += 1
+                    return held
             return self._connect(hop_key, hop, persist_s)
 
     def _connect(self, hop_key: str, hop: Hop, persist_s: float) -> Held:
@@ -162,12 +201,21 @@ class Daemon:
                 jump.close()
             raise
         conn.client.get_transport().set_keepalive(15)
-        held = Held(conn, persist_s)
+        held = Held(conn, persist_s, self.lock)
+        held.workers = 1
         with self.lock:
             old, self.held[hop_key] = self.held.get(hop_key), held
-        if old is not None:  # a dead one: its workers have ended with it
-            old.conn.close()
+        if old is not None:
+            self._retire(old)
         return held
+
+    def _retire(self, held: Held) -> None:
+        """Out of the pool; closed now if no worker uses it, else with its last worker."""
+        with self.lock:
+            held.retired = True
+            closing = held.workers == 0
+        if closing:
+            held.conn.close()
 
     def take(self, request: dict) -> tuple[Worker, bool]:
         """An idle worker of this pool key that still answers, else a new one (on the held connection)."""
@@ -181,44 +229,51 @@ class Daemon:
                 break
             if worker.ping(min(hop.timeout, 5.0)):
                 return worker, True
-            worker.close()
-            if not worker.ended.is_set():
-                self._drop(hop_key, worker.held)  # no answer in time: the connection under it is as suspect
-        persist_s = float(request.get("persist_s") or 0)
-        worker = Worker(self._connection(hop_key, hop, persist_s), str(request["start"]), hop.timeout)
-        worker.pool_key = pool_key  # type: ignore[attr-defined]
-        return worker, False
-
-    def _drop(self, hop_key: str, held: Held) -> None:
-        """Forget a connection that failed a check: the next session connects anew (its other workers end)."""
-        with self.lock:
-            if self.held.get(hop_key) is held:
-                del self.held[hop_key]
-        held.conn.close()
+            worker.close(worker.idle_since)
+            if not worker.ended.is_set():  # no answer in time: new sessions get a new connection
+                with self.lock:
+                    suspect = self.held.get(hop_key) is worker.held
+                    if suspect:
+                        del self.held[hop_key]
+                if suspect:
+                    self._retire(worker.held)
+        held = self._reserved_connection(hop_key, hop, float(request.get("persist_s") or 0))
+        try:
+            return Worker(held, str(request["start"]), hop.timeout, pool_key), False
+        except BaseException:
+            held.free(time.monotonic())
+            raise
 
     def give_back(self, worker: Worker) -> None:
         worker.idle_since = time.monotonic()
         with self.lock:
-            self.idle.setdefault(worker.pool_key, []).append(worker)  # type: ignore[attr-defined]
+            self.idle.setdefault(worker.pool_key, []).append(worker)
 
     def expire(self) -> None:
         """Close what has been idle past its ControlPersist time; workers first, then their connections."""
         now = time.monotonic()
+        ending: list[Worker] = []
+        closing: list[Held] = []
         with self.lock:
             for key, workers in list(self.idle.items()):
                 for worker in list(workers):
                     limit = worker.held.persist_s
                     if worker.ended.is_set() or (limit and now - worker.idle_since > limit) or self.stopping:
                         workers.remove(worker)
-                        worker.close()
+                        ending.append(worker)
                 if not workers:
                     del self.idle[key]
+        for worker in ending:
+            worker.close(worker.idle_since)
+        with self.lock:
             for key, held in list(self.held.items()):
                 limit = held.persist_s
                 idle_long = held.workers == 0 and (self.stopping or (limit and now - held.idle_since > limit))
                 if idle_long or not held.alive():
                     del self.held[key]
-                    held.conn.close()
+                    closing.append(held)
+        for held in closing:
+            self._retire(held)
 
     def done(self) -> bool:
         """Nothing held and no session: the daemon ends (a later run starts a new one)."""
@@ -231,6 +286,8 @@ class Daemon:
             self.sessions += 1
         try:
             self._session(conn)
+        except OSError:
+            pass  # the client went away before its session began
         finally:
             with self.lock:
                 self.sessions -= 1
@@ -240,7 +297,9 @@ class Daemon:
     def _session(self, conn: socket.socket) -> None:
         if not _same_user(conn):
             return
+        conn.settimeout(FIRST_LINE_TIMEOUT_S)
         first, pending = _first_line(conn)
+        conn.settimeout(None)
         try:
             request = json.loads(first)
             if request.get("stop"):
@@ -257,16 +316,18 @@ class Daemon:
             with send_lock:
                 conn.sendall(data)
 
-        with worker.sink_lock:
-            worker.sink = send
-        send((json.dumps({"ok": True, "reused": reused}) + "\n").encode())
-        kept = self._relay(conn, pending, worker)
-        with worker.sink_lock:
-            worker.sink = None
-        if kept and not worker.ended.is_set() and not self.stopping:
-            self.give_back(worker)
-        else:
-            worker.close()
+        kept = False
+        try:
+            worker.attach(send, (json.dumps({"ok": True, "reused": reused}) + "\n").encode())
+            kept = self._relay(conn, pending, worker)
+        except Exception:  # noqa: S110 - the client reset or left: the worker is not kept (below)
+            pass
+        finally:
+            worker.detach()
+            if kept and not worker.ended.is_set() and not self.stopping:
+                self.give_back(worker)
+            else:
+                worker.close()
 
     @staticmethod
     def _relay(conn: socket.socket, pending: bytes, worker: Worker) -> bool:
@@ -279,11 +340,8 @@ class Daemon:
                 kept = data.endswith(KEEP_LINE)
                 if kept:
                     data = data[:-len(KEEP_LINE)]
-                try:
-                    if data:
-                        worker.chan.sendall(data)
-                except Exception:
-                    return False
+                if data:
+                    worker.chan.sendall(data)
             data = conn.recv(65536)
             if not data:
                 return kept
@@ -383,8 +441,9 @@ def serve(folder: str, key: str) -> None:
         except socket.timeout:
             pass
         except OSError as exc:
-            if exc.errno not in (errno.EINTR, errno.ECONNABORTED):
+            if exc.errno not in _ACCEPT_AGAIN:
                 break
+            time.sleep(0.05)  # out of descriptors or memory for a moment: the sessions already open go on
         if time.monotonic() - checked >= TICK_S:  # not on every accept: 100 sessions come at once
             checked = time.monotonic()
             daemon.expire()

@@ -101,10 +101,10 @@ class _ProxyCommandSocket:
     """A ProxyCommand run as OpenSSH runs it (`sh -c 'exec COMMAND'`) used as the socket; its stderr is kept
     for error messages, and its end of output ends reads (paramiko's ProxyCommand would spin until a timeout)."""
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, cwd: str | None = None) -> None:
         self.command = command
         self.process = subprocess.Popen(["/bin/sh", "-c", f"exec {command}"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, cwd=cwd)
         assert self.process.stdin and self.process.stdout and self.process.stderr  # noqa: S101 - all three are PIPE
         self._stdin, self._stdout, self._stderr = self.process.stdin, self.process.stdout, self.process.stderr
         self.stderr_tail: deque[str] = deque(maxlen=20)
@@ -342,7 +342,7 @@ def _socket_for(hop: Hop, jumps: list, is_target: bool):
     if via is None:
         return _tcp_to(hop, is_target)
     if isinstance(via, ProxyCommandSpec):
-        return _ProxyCommandSocket(via.command)
+        return _ProxyCommandSocket(via.command, via.cwd)
     jump = _open_hop(via, _socket_for(via, jumps, False), [], False)
     jumps.append(jump)
     try:

@@ -53,6 +53,7 @@ class SshOptionError(HostUnreachable):
 @dataclass
 class ProxyCommandSpec:
     command: str  # tokens already expanded
+    cwd: str | None = None  # where it runs (the run's folder; a kept-connection daemon runs elsewhere)
 
 
 @dataclass
@@ -242,21 +243,22 @@ def lookup(host: Host, name: str, first: dict[str, str], identity_files: list[st
     lines += [f"  IdentityFile {_quote_config_value(p)}" for p in identity_files]
     text = "\n".join(lines) + "\n" + "\n".join(_config_text(p) for p in files)
     try:
-        return dict(_looked_up(name, text))
+        return dict(_looked_up(name, text, "proxycommand" not in first))
     except Exception as exc:  # paramiko's parser raises several types for a bad line
         raise SshOptionError(f"host {host.name}: cannot read the ssh config ({', '.join(files) or 'none'}) for "
                              f"{name}: {exc}; nothing was sent to the host. Fix that file.") from None
 
 
 @functools.lru_cache(maxsize=4096)
-def _looked_up(name: str, text: str) -> dict:
+def _looked_up(name: str, text: str, keep: bool) -> dict:
     """paramiko's lookup of `name` in the config `text`: the checks before the run and the connection ask the
     same question, and the answer depends on nothing else (callers copy it). Kept on disk between runs
     (engine/lookup_cache.py), so that a run whose hosts are all reached through kept connections never
-    imports paramiko (about 60 ms of its start)."""
+    imports paramiko (about 60 ms of its start). `keep` is False when the run's own options give a ProxyCommand:
+    its line may carry a vault-encrypted token, which must not land decrypted in a cache file."""
     from engine import lookup_cache
 
-    key = lookup_cache.key_of(name, text)
+    key = lookup_cache.key_of(name, text) if keep else None
     found = lookup_cache.get(key)
     if found is not None:
         return found
@@ -420,6 +422,6 @@ def check_ssh_settings(host: Host) -> None:
     except SshOptionError as exc:
         raise UserError(str(exc)) from None
     if hop.persist_s is not None:
-        from engine.persist import private_folder
+        from engine.persist import socket_path
 
-        private_folder()  # a kept connection's socket folder others could enter: refused before any host
+        socket_path()  # a kept connection's socket folder others could enter, or a path too long: refused here

@@ -6,6 +6,10 @@ runs a task's command is the worker's)."""
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -18,6 +22,7 @@ from engine.inventory import Host
 from tests.helpers import daemon_pid as _daemon_pid
 from tests.helpers import play
 from tests.helpers import wait_gone as _wait_gone
+from tests.sshd_harness import TEST_USER, run_as_user
 
 pytestmark = pytest.mark.ssh
 
@@ -110,3 +115,82 @@ def test_a_socket_folder_others_can_enter_is_refused_and_nothing_is_sent(tmp_pat
     text = " ".join(str(t.get("msg")) for t in res.tasks) + str(getattr(res, "error", ""))
     assert "is not a private folder" in text and "chmod 700" in text, text
     assert not list(kept_connections.iterdir())
+
+
+def test_a_run_that_dies_mid_task_leaves_no_worker_and_frees_the_lock(tmp_path, ssh_hosts, kept_connections):
+    """The client closes while its task still runs on the host (a killed run): the daemon does not keep that
+    worker; once the task ends the worker exits, and the next run takes the host lock."""
+    inv = _inventory(tmp_path, ssh_hosts[0], "60")
+    host = Host("h", yaml.safe_load(inv.read_text())["all"]["hosts"]["h"])
+    client = WorkerClient.open(host)
+    assert client.lock("~/.dfp-test-lock", 0, {"run_id": "dying"})["locked"]
+    pid = client.run("command", {"argv": ["sh", "-c", "echo $PPID"]}, check=False, diff=False)["stdout"]
+    client.transport._write(b'{"op": "run", "module": "command", "args": {"argv": ["sleep", "1"]}, "id": 99}\n')
+    client.transport.close()
+    assert _wait_gone(int(pid))
+    again = WorkerClient.open(host)
+    try:
+        assert not again.transport.reused
+        assert again.lock("~/.dfp-test-lock", 5, {"run_id": "next"})["locked"]
+    finally:
+        again.close()
+
+
+def test_a_worker_that_cannot_start_says_why(tmp_path, ssh_hosts, kept_connections):
+    inv = tmp_path / "inventory.yaml"
+    host = dict(ssh_hosts[0].inventory_vars(), ansible_ssh_common_args=KEEP.format(60),
+                ansible_python_interpreter="/nonexistent/python3")
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
+    res = play(BOOK, inv, tmp_path)
+    assert res.exit_code == 3
+    [row] = res.tasks
+    assert "/nonexistent/python3" in row["msg"] and "not found" in row["msg"], row["msg"]
+
+
+def test_relative_key_paths_are_the_runs_own_folder(tmp_path, ssh_hosts, kept_connections, monkeypatch):
+    """The daemon runs in another folder: a key given relative to the run's folder still works."""
+    key = Path(ssh_hosts[0].key)
+    monkeypatch.chdir(key.parent)
+    host = dict(ssh_hosts[0].inventory_vars(), ansible_ssh_private_key_file=key.name,
+                ansible_ssh_common_args=KEEP.format(60))
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
+    assert _worker_pid(play(BOOK, inv, tmp_path)) == _worker_pid(play(BOOK, inv, tmp_path))
+
+
+def test_a_socket_answered_by_another_user_is_refused_and_nothing_is_sent(tmp_path, ssh_hosts, kept_connections):
+    """A listening socket of another user's put where the daemon's belongs (a folder another user could rename):
+    the run refuses to talk through it."""
+    other = Path(tempfile.mkdtemp(prefix="dfp-other-", dir="/tmp"))
+    os.chown(other, pwd.getpwnam(TEST_USER).pw_uid, -1)
+    planted = other / "s"
+    listener = run_as_user(["/usr/bin/python3", "-c", PLANTED, str(planted)], stdout=subprocess.PIPE)
+    try:
+        assert listener.stdout.readline().strip() == b"listening"
+        os.rename(planted, persist.socket_path())
+        res = play(BOOK, _inventory(tmp_path, ssh_hosts[0], "60"), tmp_path)
+        assert res.exit_code == 3
+        [row] = res.tasks
+        assert f"answered by uid {pwd.getpwnam(TEST_USER).pw_uid}, not by you" in row["msg"], row["msg"]
+        with pytest.raises(subprocess.TimeoutExpired):  # it never got a word: it exits (code 7) on the first byte
+            listener.wait(timeout=0.5)
+    finally:
+        listener.kill()
+        persist.socket_path().unlink(missing_ok=True)
+        shutil.rmtree(other, ignore_errors=True)
+
+
+# Listens at argv[1]; exits 7 when a client sends anything.
+PLANTED = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(8)
+print("listening", flush=True)
+while True:
+    c, _ = s.accept()
+    c.settimeout(5)
+    try:
+        if c.recv(10):
+            sys.exit(7)
+    except OSError:
+        pass
+"""
