@@ -16,7 +16,6 @@ import functools
 import hashlib
 import json
 import os
-import queue
 import socket
 import stat
 import struct
@@ -30,7 +29,7 @@ from engine import runtime
 from engine.errors import HostUnreachable, UserError
 from engine.inventory import Host
 from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import WORKER_KEY, Transport, WorkerDied, _Stream
+from engine.transport import WORKER_KEY, Transport, WorkerDied
 
 ENGINE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 15.0
@@ -187,8 +186,7 @@ class PersistentTransport(Transport):
         self.hop = hop
         self.reused = False
         self._direct = None
-        self._chunks: queue.Queue[bytes] = queue.Queue()
-        self._end = "the kept-connection daemon closed the session"
+        self._out = self._err = b""
 
     def open(self) -> None:
         self.sock = daemon_socket()
@@ -205,36 +203,26 @@ class PersistentTransport(Transport):
             self.sock.close()
             raise _refusal(reply)
         self.reused = bool(reply.get("reused"))
-        self._stream = _Stream(lambda _size: self._chunks.get())
-        threading.Thread(target=self._pump, args=(frames,), daemon=True).start()
-
-    def _pump(self, frames: _Frames) -> None:
-        """Read the daemon's frames all the time (as the SSH transport drains stderr), so that what the worker's
-        processes print between requests never backs up onto the host: stdout to the stream, stderr to the tail."""
-        err = b""
-        try:
-            while True:
-                tag, data = frames.frame()
-                if tag == b"o":
-                    self._chunks.put(data)
-                elif tag == b"e":
-                    *lines, err = (err + data).split(b"\n")
-                    self.stderr_tail.extend(line.decode("utf-8", "replace") for line in lines)
-                else:
-                    self._end = data.decode("utf-8", "replace")
-                    break
-        except (WorkerDied, OSError):
-            pass
-        self._chunks.put(b"")
+        self._frames = frames
 
     def _write(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def _readline(self) -> bytes:
-        try:
-            return self._stream.readline()
-        except WorkerDied:
-            raise WorkerDied(self._end) from None
+        """The worker's next stdout line; its stderr, which comes in frames of its own, goes to stderr_tail. Frames
+        are read only here: the daemon never lets what the worker writes between requests back up onto the host
+        (it drops stderr past a cap while the run does not read)."""
+        while b"\n" not in self._out:
+            tag, data = self._frames.frame()
+            if tag == b"o":
+                self._out += data
+            elif tag == b"e":
+                *lines, self._err = (self._err + data).split(b"\n")
+                self.stderr_tail.extend(line.decode("utf-8", "replace") for line in lines)
+            else:
+                raise WorkerDied(data.decode("utf-8", "replace"))
+        line, _, self._out = self._out.partition(b"\n")
+        return line
 
     @property
     def conn(self):

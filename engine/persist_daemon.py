@@ -26,18 +26,19 @@ import fcntl
 import hashlib
 import json
 import os
+import resource
+import select
 import socket
 import stat
 import struct
 import sys
 import threading
 import time
-from typing import Callable
 
 from engine.errors import HostUnreachable, UserError
 from engine.ssh_connect import SshConnection, _open_hop, _socket_for
 from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import _PAYLOAD, chunks
+from engine.transport import _PAYLOAD
 
 KEEP_LINE = b'{"mux": "keep"}\n'
 MAX_FIRST_LINE = 1 << 20
@@ -84,9 +85,9 @@ class Held:
 
 
 class Worker:
-    """A worker on one exec channel of a held connection (reserved for it by the caller). Its output goes to the
-    session that has it; while none does, it is kept (up to PENDING_MAX bytes) for the next one, so a worker that
-    dies at once still tells why, and the end of its stream is never lost."""
+    """A worker on one exec channel of a held connection (reserved for it by the caller). No thread of its own:
+    the session that has it reads it (select on the channel's fileno); while none does, the daemon's tick keeps
+    what it writes (up to PENDING_MAX bytes) for the next session, so a worker that dies at once still says why."""
 
     def __init__(self, held: Held, start: str, timeout: float, pool_key: str) -> None:
         self.held = held
@@ -94,66 +95,54 @@ class Worker:
         self.chan = held.conn.client.get_transport().open_session(timeout=timeout)
         self.chan.exec_command(start)
         self.chan.sendall(_PAYLOAD)
-        self.sink: Callable[[bytes], None] | None = None  # a session's send, or None while idle
-        self.sink_lock = threading.Lock()
-        self.pending: list[bytes] = []
-        self.ended = threading.Event()
-        self.pong = threading.Event()
+        self.fd = self.chan.fileno()  # readable when stdout or stderr has data, or the channel closed
+        self.pending = bytearray()  # frames written while no session had the worker
+        self.ended = False
         self.idle_since = time.monotonic()
         self._closed = False
-        self._err_done = threading.Event()
-        threading.Thread(target=self._pump, args=(self.chan.recv, b"o"), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.chan.recv_stderr, b"e"), daemon=True).start()
 
-    def _pump(self, read, tag: bytes) -> None:
-        """The worker's stdout (tag o) or stderr (e) to the session that has the worker, chunk by chunk; while
-        idle, stdout carries only the answer to a ping."""
-        for chunk in chunks(read):
-            if tag == b"o" and self.sink is None and b'"pong"' in chunk:
-                self.pong.set()
-            else:
-                self._send(tag, chunk)
-        if tag == b"e":
-            self._err_done.set()
-            return
-        self._err_done.wait(1)  # the worker's last words on stderr come before the end is told
-        self.ended.set()
-        self._send(b"x", f"the worker's stream ended (exit status {self._status()})".encode())
+    def frames(self) -> bytes:
+        """What the worker wrote since last asked, as frames (tag, 4-byte length, bytes: o stdout, e stderr, x the
+        end); never blocks."""
+        out = bytearray()
+        for tag, ready, read in ((b"e", self.chan.recv_stderr_ready, self.chan.recv_stderr),
+                                 (b"o", self.chan.recv_ready, self.chan.recv)):
+            while ready():
+                data = read(65536)
+                out += tag + struct.pack(">I", len(data)) + data
+        if not self.ended and not out and (self.chan.closed or self.chan.eof_received):
+            self.ended = True
+            reason = f"the worker's stream ended (exit status {self._status()})".encode()
+            out += b"x" + struct.pack(">I", len(reason)) + reason
+        return bytes(out)
 
     def _status(self):
         return self.chan.recv_exit_status() if self.chan.exit_status_ready() else "unknown"
 
-    def _send(self, tag: bytes, data: bytes) -> None:
-        """One frame (tag, 4-byte length, bytes) to the session, or kept for the next one."""
-        frame = tag + struct.pack(">I", len(data)) + data
-        with self.sink_lock:
-            if self.sink is not None:
-                with contextlib.suppress(OSError):  # the session is ending; its thread closes the worker
-                    self.sink(frame)
-            elif tag == b"x" or sum(map(len, self.pending)) + len(frame) <= PENDING_MAX:
-                self.pending.append(frame)
-
-    def attach(self, send: Callable[[bytes], None], answer: bytes) -> None:
-        """Hand the worker to a session: its answer line first, then what the worker wrote meanwhile."""
-        with self.sink_lock:
-            send(answer)
-            for frame in self.pending:
-                send(frame)
-            self.pending.clear()
-            self.sink = send
-
-    def detach(self) -> None:
-        with self.sink_lock:
-            self.sink = None
+    def keep_idle_output(self) -> None:
+        """While idle: what the worker writes, kept for the next session (the end always, the rest up to a cap)."""
+        data = self.frames()
+        if data and (data.startswith(b"x") or len(self.pending) + len(data) <= PENDING_MAX):
+            self.pending += data
 
     def ping(self, timeout: float) -> bool:
         """Whether the worker still answers (a kept connection may have died unseen): one small round trip."""
-        self.pong.clear()
         try:
             self.chan.sendall(b'{"op": "ping", "id": "mux"}\n')
         except Exception:
             return False
-        return self.pong.wait(timeout) and not self.ended.is_set()
+        deadline = time.monotonic() + timeout
+        seen = b""
+        while not self.ended and b'"pong"' not in seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return False
+            for frame_tag, data in _split_frames(self.frames()):
+                if frame_tag == b"o":
+                    seen += data
+                elif frame_tag == b"e":
+                    self.pending += b"e" + struct.pack(">I", len(data)) + data
+        return not self.ended
 
     def close(self, last_used: float | None = None) -> None:
         """End the worker (its stdin closes, it exits, the kernel drops any lock it held); once."""
@@ -163,6 +152,15 @@ class Worker:
         with contextlib.suppress(Exception):
             self.chan.close()
         self.held.free(time.monotonic() if last_used is None else last_used)
+
+
+def _split_frames(data: bytes) -> list[tuple[bytes, bytes]]:
+    out, i = [], 0
+    while i < len(data):
+        size = struct.unpack(">I", data[i + 1:i + 5])[0]
+        out.append((data[i:i + 1], data[i + 5:i + 5 + size]))
+        i += 5 + size
+    return out
 
 
 class Daemon:
@@ -230,7 +228,7 @@ class Daemon:
             if worker.ping(min(hop.timeout, 5.0)):
                 return worker, True
             worker.close(worker.idle_since)
-            if not worker.ended.is_set():  # no answer in time: new sessions get a new connection
+            if not worker.ended:  # no answer in time: new sessions get a new connection
                 with self.lock:
                     suspect = self.held.get(hop_key) is worker.held
                     if suspect:
@@ -257,8 +255,9 @@ class Daemon:
         with self.lock:
             for key, workers in list(self.idle.items()):
                 for worker in list(workers):
+                    worker.keep_idle_output()  # nothing of a kept worker's output backs up onto the host
                     limit = worker.held.persist_s
-                    if worker.ended.is_set() or (limit and now - worker.idle_since > limit) or self.stopping:
+                    if worker.ended or (limit and now - worker.idle_since > limit) or self.stopping:
                         workers.remove(worker)
                         ending.append(worker)
                 if not workers:
@@ -310,41 +309,58 @@ class Daemon:
         except Exception as exc:
             conn.sendall((json.dumps(_error(exc)) + "\n").encode())
             return
-        send_lock = threading.Lock()
-
-        def send(data: bytes) -> None:
-            with send_lock:
-                conn.sendall(data)
-
         kept = False
         try:
-            worker.attach(send, (json.dumps({"ok": True, "reused": reused}) + "\n").encode())
-            kept = self._relay(conn, pending, worker)
+            kept = _relay(conn, pending, worker, (json.dumps({"ok": True, "reused": reused}) + "\n").encode())
         except Exception:  # noqa: S110 - the client reset or left: the worker is not kept (below)
             pass
         finally:
-            worker.detach()
-            if kept and not worker.ended.is_set() and not self.stopping:
+            if kept and not worker.ended and not self.stopping:
                 self.give_back(worker)
             else:
                 worker.close()
 
-    @staticmethod
-    def _relay(conn: socket.socket, pending: bytes, worker: Worker) -> bool:
-        """What the client writes, to the worker, until the client closes; True when the last thing it wrote was
-        the keep line (sent alone, after the worker answered `release`), which the worker never sees."""
-        kept = False
-        data = pending
-        while True:
+
+def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -> bool:
+    """One session: the client's bytes to the worker as they come, the worker's output to the client as frames,
+    in one thread (select on both); True when the client's last line was the keep line (sent alone, after the
+    worker answered `release`), which the worker never sees. The client's socket is never waited on for
+    writing longer than it takes: past PENDING_MAX bytes unread, the worker's stderr is dropped (the run keeps
+    only its tail), never its stdout."""
+    conn.setblocking(False)
+    out = bytearray(answer) + worker.pending
+    worker.pending = bytearray()
+    kept = False
+    data = pending
+    idle_wakes = 0
+    while True:
+        if data:
+            kept = data.endswith(KEEP_LINE)
+            if kept:
+                data = data[:-len(KEEP_LINE)]
             if data:
-                kept = data.endswith(KEEP_LINE)
-                if kept:
-                    data = data[:-len(KEEP_LINE)]
-                if data:
-                    worker.chan.sendall(data)
-            data = conn.recv(65536)
-            if not data:
+                worker.chan.sendall(data)
+            data = b""
+        if out:
+            with contextlib.suppress(BlockingIOError):
+                del out[:conn.send(out)]
+        readable, _, _ = select.select([conn] + ([] if worker.ended else [worker.fd]), [conn] if out else [], [])
+        if conn in readable:
+            try:
+                data = conn.recv(65536)
+            except BlockingIOError:
+                data = None  # type: ignore[assignment]
+            if data == b"":
                 return kept
+            data = data or b""
+        if worker.fd in readable:
+            frames = worker.frames()
+            idle_wakes = 0 if frames else idle_wakes + 1
+            if idle_wakes > 100:  # the channel's pipe said readable with nothing to read: do not spin on it
+                time.sleep(0.001)
+            for tag, chunk in _split_frames(frames):
+                if tag != b"e" or len(out) < PENDING_MAX:
+                    out += tag + struct.pack(">I", len(chunk)) + chunk
 
 
 def _first_line(conn: socket.socket) -> tuple[bytes, bytes]:
@@ -430,6 +446,9 @@ def serve(folder: str, key: str) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):  # four descriptors a host (TCP, unix socket, the channel's pipe)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     daemon = Daemon(folder, key)
     listener.settimeout(TICK_S)
     checked = 0.0
