@@ -1,4 +1,4 @@
-"""The ssh config lookups of earlier runs, kept in the user's cache (`~/.cache/dflash-provision/ssh-lookups.json`).
+"""The ssh config lookups of earlier runs, kept in the user's cache (`~/.cache/dflash-provision/ssh-lookups/`).
 
 A lookup's answer depends on the host name, the config text (the run's own options come first in it), the
 local user, home and host name (paramiko's %u, %d, %l tokens) and paramiko's version: all of them are in the
@@ -20,11 +20,9 @@ import threading
 from engine.report import write_atomically
 from engine.runtime import CACHE
 
-PATH = CACHE / "ssh-lookups.json"
-MAX_ENTRIES = 20000  # a cache past this size starts again (an inventory of many thousands of hosts)
+FOLDER = CACHE / "ssh-lookups"  # one small file per lookup: a run reads only its own hosts' answers
 _NOT_KEPT = re.compile(r"^\s*(match|canonicalizehostname)\b", re.IGNORECASE | re.MULTILINE)
 _lock = threading.Lock()
-_entries: dict | None = None
 _new: dict = {}
 
 
@@ -41,19 +39,21 @@ def key_of(name: str, text: str) -> str | None:
         return None
     local = f"{os.path.expanduser('~')}\0{os.environ.get('USER') or os.environ.get('LOGNAME') or os.getuid()}"
     parts = "\0".join((version, local, socket.gethostname(), name, text))
-    return hashlib.sha256(parts.encode("utf-8", "surrogateescape")).hexdigest()
+    return hashlib.sha256(parts.encode("utf-8", "surrogateescape")).hexdigest()[:40]
 
 
 def get(key: str | None) -> dict | None:
     if key is None:
         return None
-    with _lock:
-        found = _loaded().get(key)
-    return dict(found) if isinstance(found, dict) else None
+    try:
+        found = json.loads((FOLDER / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def put(key: str | None, result: dict) -> None:
-    """Remember a lookup's answer; written once, when the run ends."""
+    """Remember a lookup's answer; written when the run ends (a run's lookups are its start's critical path)."""
     if key is None or not all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
                               for v in result.values()):
         return
@@ -63,28 +63,15 @@ def put(key: str | None, result: dict) -> None:
         _new[key] = result
 
 
-def _loaded() -> dict:
-    global _entries
-    if _entries is None:
-        try:
-            data = json.loads(PATH.read_text(encoding="utf-8"))
-            _entries = data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            _entries = {}
-    return _entries
-
-
 def flush() -> None:
     with _lock:
-        if not _new:
-            return
-        entries = _loaded()
-        if len(entries) + len(_new) > MAX_ENTRIES:
-            entries.clear()
-        entries.update(_new)
+        entries = dict(_new)
         _new.clear()
-        try:
-            PATH.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(str(PATH), json.dumps(entries).encode("utf-8"), 0o600)
-        except OSError:
-            pass
+    if not entries:
+        return
+    try:
+        FOLDER.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for key, result in entries.items():
+            write_atomically(str(FOLDER / f"{key}.json"), json.dumps(result).encode("utf-8"), 0o600)
+    except OSError:
+        pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engine.errors import UserError
@@ -181,3 +183,40 @@ def test_a_bad_ssh_option_on_one_host_stops_the_run_before_any_host_is_touched(t
     assert result.exit_code == EXIT_BAD_INPUT
     assert "host gpu1" in result.error and "forwardagent" in result.error.lower()
     assert not marker.exists()
+
+
+@pytest.fixture
+def lookups(tmp_path, monkeypatch):
+    """The ssh-config lookup cache in a folder of the test's own, empty, with no answer remembered in memory."""
+    from engine import lookup_cache, ssh_options
+
+    monkeypatch.setattr(lookup_cache, "FOLDER", tmp_path / "lookups")
+    lookup_cache._new.clear()
+    ssh_options._looked_up.cache_clear()
+    yield tmp_path / "lookups"
+    lookup_cache._new.clear()
+    ssh_options._looked_up.cache_clear()
+
+
+def test_lookups_are_kept_private_and_read_by_the_next_run(no_home_config, lookups):
+    from engine import lookup_cache, ssh_options
+
+    assert resolve(_host(ansible_port=2200)).port == 2200
+    lookup_cache.flush()
+    [kept] = list(lookups.iterdir())
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    answer = json.loads(kept.read_text())
+    answer["port"] = "2299"  # the next run reads the file, not the config
+    kept.write_text(json.dumps(answer))
+    ssh_options._looked_up.cache_clear()
+    assert resolve(_host(ansible_port=2200)).port == 2299
+
+
+def test_lookups_with_match_or_the_hosts_own_proxycommand_are_not_kept(tmp_path, no_home_config, lookups):
+    from engine import lookup_cache
+
+    cfg = _config(tmp_path, "Match host 10.0.0.5\n  Port 2201\n")
+    assert resolve(_host(ansible_ssh_common_args=cfg)).port == 2201
+    resolve(_host(ansible_ssh_common_args="-o ProxyCommand='nc -X connect -x proxy:3128 secret-token %h %p'"))
+    lookup_cache.flush()
+    assert not lookups.exists() or not list(lookups.iterdir())
