@@ -45,6 +45,7 @@ MAX_FIRST_LINE = 1 << 20
 FIRST_LINE_TIMEOUT_S = 30.0
 PENDING_MAX = 1 << 20  # bytes a worker's output is kept while no session has it
 TICK_S = 0.5
+POLL_S = 0.5  # a session's longest wait between two reads of its channel
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
 # 100 held connections cost the idle daemon about 27 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
@@ -96,25 +97,33 @@ class Worker:
         self.held = held
         self.pool_key = pool_key
         self.chan = held.conn.client.get_transport().open_session(timeout=timeout)
-        self.chan.exec_command(start)
-        self.chan.sendall(_PAYLOAD)
+        try:
+            self.chan.exec_command(start)
+            self.chan.sendall(_PAYLOAD)
+        except BaseException:
+            self.chan.close()
+            raise
         self.fd = self.chan.fileno()  # readable when stdout or stderr has data, or the channel closed
         self.pending = bytearray()  # frames written while no session had the worker
         self.ended = False
         self.idle_since = time.monotonic()
+        self.taken = True  # a session has it (a new worker: the one that asked for it)
+        self.reading = threading.Lock()  # the daemon's tick reads an idle worker's output under it
         self._closed = False
 
     def frames(self) -> bytes:
         """What the worker wrote since last asked, as frames (tag, 4-byte length, bytes: o stdout, e stderr, x the
         end); never blocks."""
         out = bytearray()
+        at_end = self.chan.closed or self.chan.eof_received  # before reading: data may come just before the end
         for tag, ready, read in ((b"e", self.chan.recv_stderr_ready, self.chan.recv_stderr),
                                  (b"o", self.chan.recv_ready, self.chan.recv)):
             while ready():
                 data = read(65536)
                 out += tag + struct.pack(">I", len(data)) + data
-        if not self.ended and not out and (self.chan.closed or self.chan.eof_received):
+        if not self.ended and not out and at_end:
             self.ended = True
+            self.chan.status_event.wait(1)  # sshd sends the exit status just after the end of output
             reason = f"the worker's stream ended (exit status {self._status()})".encode()
             out += b"x" + struct.pack(">I", len(reason)) + reason
         return bytes(out)
@@ -138,8 +147,9 @@ class Worker:
         seen = b""
         while not self.ended and b'"pong"' not in seen:
             left = deadline - time.monotonic()
-            if left <= 0 or not _readable([self.fd], left):
+            if left <= 0:
                 return False
+            _readable([self.fd], min(left, POLL_S))  # read on every wake: paramiko's pipe can miss one (see _relay)
             for frame_tag, data in _split_frames(self.frames()):
                 if frame_tag == b"o":
                     seen += data
@@ -231,47 +241,84 @@ class Daemon:
 
     def take(self, request: dict) -> tuple[Worker, bool]:
         """An idle worker of this pool key that still answers, else a new one (on the held connection)."""
-        hop = hop_from_json(dict(request["hop"]))
         hop_key = hashlib.sha256(json.dumps(request["hop"], sort_keys=True).encode()).hexdigest()
+        hop = hop_from_json(json.loads(json.dumps(request["hop"])))  # a copy: it is taken apart
         pool_key = hop_key + ":" + hashlib.sha256(f"{request['start']}\0{request['pool']}".encode()).hexdigest()
         while True:
             with self.lock:
                 worker = self.idle.get(pool_key, []).pop() if self.idle.get(pool_key) else None
+                if worker is not None:
+                    worker.taken = True
             if worker is None:
                 break
-            if worker.ping(min(hop.timeout, 5.0)):
+            with worker.reading:
+                pass  # the daemon's tick may be reading its idle output: from now on only this session reads it
+            try:
+                answers = worker.ping(min(hop.timeout, 5.0))
+            except Exception:
+                answers = False
+            if answers:
                 return worker, True
             worker.close(worker.idle_since)
             if not worker.ended:  # no answer in time: new sessions get a new connection
-                with self.lock:
-                    suspect = self.held.get(hop_key) is worker.held
-                    if suspect:
-                        del self.held[hop_key]
-                if suspect:
-                    self._retire(worker.held)
+                self._forget(hop_key, worker.held)
         held = self._reserved_connection(hop_key, hop, float(request.get("persist_s") or 0))
         try:
-            return Worker(held, str(request["start"]), hop.timeout, pool_key), False
+            return self._start_worker(held, str(request["start"]), hop.timeout, pool_key), False
         except BaseException:
             held.free(time.monotonic())
+            self._forget(hop_key, held)  # a connection that cannot start a worker is not handed out again
             raise
+
+    @staticmethod
+    def _start_worker(held: Held, start: str, timeout: float, pool_key: str) -> Worker:
+        """A new worker, or an error within about `timeout`: paramiko waits for the exec's answer with no limit of
+        its own, so a connection dead but not yet noticed is closed when the start takes longer."""
+        watchdog = threading.Timer(timeout + 5.0, held.conn.close)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return Worker(held, start, timeout, pool_key)
+        finally:
+            watchdog.cancel()
+
+    def _forget(self, hop_key: str, held: Held) -> None:
+        """Out of the pool if it is still the host's connection there (retired: closed with its last worker)."""
+        with self.lock:
+            current = self.held.get(hop_key) is held
+            if current:
+                del self.held[hop_key]
+        if current:
+            self._retire(held)
 
     def give_back(self, worker: Worker) -> None:
         worker.idle_since = time.monotonic()
         with self.lock:
+            worker.taken = False
             self.idle.setdefault(worker.pool_key, []).append(worker)
 
     def expire(self) -> None:
-        """Close what has been idle past its ControlPersist time; workers first, then their connections."""
+        """Close what has been idle past its ControlPersist time; workers first, then their connections. An idle
+        worker's output is read outside the lock (a read can wait on paramiko), and a worker that fails it ends."""
+        with self.lock:
+            idle = [w for ws in self.idle.values() for w in ws]
+        said = set(_readable([w.fd for w in idle], 0))
+        for worker in [w for w in idle if w.fd in said]:
+            if not worker.reading.acquire(blocking=False):
+                continue
+            try:
+                if not worker.taken:  # a session that took it meanwhile reads it itself
+                    worker.keep_idle_output()  # nothing of a kept worker's output backs up onto the host
+            except Exception:
+                worker.ended = True
+            finally:
+                worker.reading.release()
         now = time.monotonic()
         ending: list[Worker] = []
         closing: list[Held] = []
         with self.lock:
-            said = set(_readable([w.fd for ws in self.idle.values() for w in ws], 0))
             for key, workers in list(self.idle.items()):
                 for worker in list(workers):
-                    if worker.fd in said:
-                        worker.keep_idle_output()  # nothing of a kept worker's output backs up onto the host
                     limit = worker.held.persist_s
                     if worker.ended or (limit and now - worker.idle_since > limit) or self.stopping:
                         workers.remove(worker)
@@ -348,7 +395,6 @@ def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -
     worker.pending = bytearray()
     kept = False
     data = pending
-    idle_wakes = 0
     while True:
         if data:
             kept = data.endswith(KEEP_LINE)
@@ -358,27 +404,31 @@ def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -
                 worker.chan.sendall(data)
             data = b""
         if out:
-            with contextlib.suppress(BlockingIOError):
+            try:
                 del out[:conn.send(out)]
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                return kept  # gone: kept only if its last line asked for it
         poller = select.poll()  # not select(): a daemon of many hosts has descriptors past FD_SETSIZE
         poller.register(conn, select.POLLIN | (select.POLLOUT if out else 0))
         if not worker.ended:
             poller.register(worker.fd, select.POLLIN)
-        events = dict(poller.poll())
+        # With a timeout, and the channel read on every wake: paramiko's stdout and stderr buffers share one pipe,
+        # and a feed that lands while the other buffer is being drained can leave it unset with data waiting.
+        events = dict(poller.poll(POLL_S * 1000))
         if events.get(conn.fileno(), 0) & (select.POLLIN | select.POLLHUP | select.POLLERR):
             try:
                 data = conn.recv(65536)
             except BlockingIOError:
                 data = None  # type: ignore[assignment]
+            except ConnectionResetError:  # it left with frames unread (stray stderr): as it ended
+                return kept
             if data == b"":
                 return kept
             data = data or b""
-        if worker.fd in events:
-            frames = worker.frames()
-            idle_wakes = 0 if frames else idle_wakes + 1
-            if idle_wakes > 100:  # the channel's pipe said readable with nothing to read: do not spin on it
-                time.sleep(0.001)
-            for tag, chunk in _split_frames(frames):
+        if not worker.ended:
+            for tag, chunk in _split_frames(worker.frames()):
                 if tag != b"e" or len(out) < PENDING_MAX:
                     out += tag + struct.pack(">I", len(chunk)) + chunk
 
@@ -485,7 +535,8 @@ def serve(folder: str, key: str) -> None:
             time.sleep(0.05)  # out of descriptors or memory for a moment: the sessions already open go on
         if time.monotonic() - checked >= TICK_S:  # not on every accept: 100 sessions come at once
             checked = time.monotonic()
-            daemon.expire()
+            with contextlib.suppress(Exception):  # a tick's failure must not end the sessions in flight
+                daemon.expire()
             if daemon.done() or not _still_ours(daemon.path, ino):
                 break
     if _still_ours(daemon.path, ino):
