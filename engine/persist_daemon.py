@@ -46,6 +46,7 @@ FIRST_LINE_TIMEOUT_S = 30.0
 PENDING_MAX = 1 << 20  # bytes a worker's output is kept while no session has it
 TICK_S = 0.5
 POLL_S = 0.5  # a session's longest wait between two reads of its channel
+LOCK_WAIT_S = 5.0  # how long a starting daemon waits for an ending one to let go of the key
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
 # 100 held connections cost the idle daemon about 27 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
@@ -470,8 +471,12 @@ def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
     """The listening socket, under a flock so that two starting daemons never both bind; an old socket file of
     ours (a socket, in our private folder) left by a daemon that died is replaced."""
     lock_fd = os.open(os.path.join(folder, key + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: another daemon of this key runs
     path = os.path.join(folder, key + ".sock")
+    try:
+        _take_lock(lock_fd, path)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             os.unlink(path)
@@ -483,6 +488,32 @@ def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
         os.umask(old)
     listener.listen(128)
     return listener, lock_fd
+
+
+def _take_lock(lock_fd: int, path: str) -> None:
+    """The key's flock. Held by a daemon that serves: BlockingIOError (the run connects to that one); held by one
+    that is ending (it has stopped listening and lets go once its last session ends): waited for, up to
+    LOCK_WAIT_S."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if _answers(path) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _answers(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 def _detach() -> None:
@@ -503,7 +534,7 @@ def _still_ours(path: str, ino: int) -> bool:
 
 def serve(folder: str, key: str) -> None:
     try:
-        listener, _lock_fd = _bind(folder, key)
+        listener, lock_fd = _bind(folder, key)
     except BlockingIOError:
         print("running", flush=True)  # another daemon of this key: the run connects to it
         return
@@ -537,13 +568,19 @@ def serve(folder: str, key: str) -> None:
             checked = time.monotonic()
             with contextlib.suppress(Exception):  # a tick's failure must not end the sessions in flight
                 daemon.expire()
-            if daemon.done() or not _still_ours(daemon.path, ino):
+            if daemon.stopping or daemon.done() or not _still_ours(daemon.path, ino):
                 break
+    # Stop listening first, then let go of the key: a run from now on starts a new daemon at once, while the
+    # sessions in flight here finish.
     if _still_ours(daemon.path, ino):
         os.unlink(daemon.path)
         with contextlib.suppress(OSError):
             os.unlink(pidfile)  # under the same flock: no other daemon of this key has written it
+    listener.close()
+    os.close(lock_fd)
     daemon.stopping = True
+    while daemon.sessions:
+        time.sleep(0.1)
     daemon.expire()
 
 
