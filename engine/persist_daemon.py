@@ -9,8 +9,8 @@ socket connection is one session with one host's worker:
   client -> {"hop": HOP, "start": CMD, "pool": KEY, "persist_s": S}   (one line; HOP as engine/persist.py sends it)
   daemon -> {"ok": true, "reused": bool} | {"error": MSG, "kind": "refused" | "user" | "transient"}
   then the worker's protocol, relayed: what the client writes goes to the worker's stdin as it is; what the
-  worker writes comes back in frames of a tag byte, a 4-byte big-endian length and the bytes: b"o" its stdout,
-  b"e" its stderr, b"x" the reason its stream ended.
+  worker writes comes back in frames (engine/persist_worker.py: b"o" its stdout, b"e" its stderr, b"x" the
+  reason its stream ended), one thread per session polling both sides.
 
 A session hands its worker back for a later one only when it ends with the worker's `release` answered and then
 {"mux": "keep"}; any other end (the client died, the connection broke, a request still out) closes the worker's
@@ -36,153 +36,19 @@ import threading
 import time
 
 from engine.errors import HostUnreachable, UserError
-from engine.ssh_connect import SshConnection, _open_hop, _socket_for
-from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import _PAYLOAD
+from engine.persist_worker import PENDING_MAX, POLL_S, Held, Worker, frame, hop_from_json, readable, split_frames
+from engine.ssh_connect import _open_hop, _socket_for
+from engine.ssh_options import Hop
 
 KEEP_LINE = b'{"mux": "keep"}\n'
 MAX_FIRST_LINE = 1 << 20
 FIRST_LINE_TIMEOUT_S = 30.0
-PENDING_MAX = 1 << 20  # bytes a worker's output is kept while no session has it
 TICK_S = 0.5
-POLL_S = 0.5  # a session's longest wait between two reads of its channel
 LOCK_WAIT_S = 5.0  # how long a starting daemon waits for an ending one to let go of the key
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
 # 100 held connections cost the idle daemon about 27 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
 _ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPROTO)
-
-
-def hop_from_json(data: dict) -> Hop:
-    """The Hop engine/persist.py sent (dataclasses.asdict of it, `via` tagged by kind)."""
-    via = data.pop("via", None)
-    hop = Hop(**data)
-    if isinstance(via, dict) and "command" in via:
-        hop.via = ProxyCommandSpec(via["command"], via.get("cwd"))
-    elif isinstance(via, dict):
-        hop.via = hop_from_json(via)
-    return hop
-
-
-class Held:
-    """One kept SSH connection (a host's, with the jump hosts it goes through): how many workers use it, since
-    when none has. Counted under the daemon's lock; a retired one (replaced in the pool) closes with its last."""
-
-    def __init__(self, conn: SshConnection, persist_s: float, lock: threading.Lock) -> None:
-        self.conn = conn
-        self.persist_s = persist_s
-        self.workers = 0
-        self.idle_since = time.monotonic()
-        self.retired = False
-        self._lock = lock
-
-    def alive(self) -> bool:
-        return self.conn.is_connected
-
-    def free(self, last_used: float) -> None:
-        """A worker of this connection ended; `last_used` is when a session last had it."""
-        with self._lock:
-            self.workers -= 1
-            self.idle_since = max(self.idle_since, last_used)
-            closing = self.retired and self.workers == 0
-        if closing:
-            self.conn.close()
-
-
-class Worker:
-    """A worker on one exec channel of a held connection (reserved for it by the caller). No thread of its own:
-    the session that has it reads it (select on the channel's fileno); while none does, the daemon's tick keeps
-    what it writes (up to PENDING_MAX bytes) for the next session, so a worker that dies at once still says why."""
-
-    def __init__(self, held: Held, start: str, timeout: float, pool_key: str) -> None:
-        self.held = held
-        self.pool_key = pool_key
-        self.chan = held.conn.client.get_transport().open_session(timeout=timeout)
-        try:
-            self.chan.exec_command(start)
-            self.chan.sendall(_PAYLOAD)
-        except BaseException:
-            self.chan.close()
-            raise
-        self.fd = self.chan.fileno()  # readable when stdout or stderr has data, or the channel closed
-        self.pending = bytearray()  # frames written while no session had the worker
-        self.ended = False
-        self.idle_since = time.monotonic()
-        self.taken = True  # a session has it (a new worker: the one that asked for it)
-        self.reading = threading.Lock()  # the daemon's tick reads an idle worker's output under it
-        self._closed = False
-
-    def frames(self) -> bytes:
-        """What the worker wrote since last asked, as frames (tag, 4-byte length, bytes: o stdout, e stderr, x the
-        end); never blocks."""
-        out = bytearray()
-        at_end = self.chan.closed or self.chan.eof_received  # before reading: data may come just before the end
-        for tag, ready, read in ((b"e", self.chan.recv_stderr_ready, self.chan.recv_stderr),
-                                 (b"o", self.chan.recv_ready, self.chan.recv)):
-            while ready():
-                data = read(65536)
-                out += tag + struct.pack(">I", len(data)) + data
-        if not self.ended and not out and at_end:
-            self.ended = True
-            self.chan.status_event.wait(1)  # sshd sends the exit status just after the end of output
-            reason = f"the worker's stream ended (exit status {self._status()})".encode()
-            out += b"x" + struct.pack(">I", len(reason)) + reason
-        return bytes(out)
-
-    def _status(self):
-        return self.chan.recv_exit_status() if self.chan.exit_status_ready() else "unknown"
-
-    def keep_idle_output(self) -> None:
-        """While idle: what the worker writes, kept for the next session (the end always, the rest up to a cap)."""
-        data = self.frames()
-        if data and (data.startswith(b"x") or len(self.pending) + len(data) <= PENDING_MAX):
-            self.pending += data
-
-    def ping(self, timeout: float) -> bool:
-        """Whether the worker still answers (a kept connection may have died unseen): one small round trip."""
-        try:
-            self.chan.sendall(b'{"op": "ping", "id": "mux"}\n')
-        except Exception:
-            return False
-        deadline = time.monotonic() + timeout
-        seen = b""
-        while not self.ended and b'"pong"' not in seen:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _readable([self.fd], min(left, POLL_S))  # read on every wake: paramiko's pipe can miss one (see _relay)
-            for frame_tag, data in _split_frames(self.frames()):
-                if frame_tag == b"o":
-                    seen += data
-                elif frame_tag == b"e":
-                    self.pending += b"e" + struct.pack(">I", len(data)) + data
-        return not self.ended
-
-    def close(self, last_used: float | None = None) -> None:
-        """End the worker (its stdin closes, it exits, the kernel drops any lock it held); once."""
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(Exception):
-            self.chan.close()
-        self.held.free(time.monotonic() if last_used is None else last_used)
-
-
-def _readable(fds: list[int], timeout: float) -> list[int]:
-    """Which of `fds` can be read within `timeout` seconds (poll: any descriptor number)."""
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLIN)
-    return [fd for fd, _ in poller.poll(max(0.0, timeout) * 1000)]
-
-
-def _split_frames(data: bytes) -> list[tuple[bytes, bytes]]:
-    out, i = [], 0
-    while i < len(data):
-        size = struct.unpack(">I", data[i + 1:i + 5])[0]
-        out.append((data[i:i + 1], data[i + 5:i + 5 + size]))
-        i += 5 + size
-    return out
 
 
 class Daemon:
@@ -303,7 +169,7 @@ class Daemon:
         worker's output is read outside the lock (a read can wait on paramiko), and a worker that fails it ends."""
         with self.lock:
             idle = [w for ws in self.idle.values() for w in ws]
-        said = set(_readable([w.fd for w in idle], 0))
+        said = set(readable([w.fd for w in idle], 0))
         for worker in [w for w in idle if w.fd in said]:
             if not worker.reading.acquire(blocking=False):
                 continue
@@ -429,9 +295,9 @@ def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -
                 return kept
             data = data or b""
         if not worker.ended:
-            for tag, chunk in _split_frames(worker.frames()):
+            for tag, chunk in split_frames(worker.frames()):
                 if tag != b"e" or len(out) < PENDING_MAX:
-                    out += tag + struct.pack(">I", len(chunk)) + chunk
+                    out += frame(tag, chunk)
 
 
 def _first_line(conn: socket.socket) -> tuple[bytes, bytes]:
