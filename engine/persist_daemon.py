@@ -54,9 +54,11 @@ _ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, er
 class Daemon:
     """The pool of held connections and idle workers, and the sessions that use them."""
 
-    def __init__(self, folder: str, key: str) -> None:
+    def __init__(self, folder: str, key: str, ino: int) -> None:
         self.folder, self.key = folder, key
         self.path = os.path.join(folder, key + ".sock")
+        self.pidfile = os.path.join(folder, key + ".pid")
+        self.ino = ino  # of the socket file this daemon bound: what it may remove
         self.lock = threading.Lock()
         self.held: dict[str, Held] = {}
         self.opening: dict[str, threading.Lock] = {}  # one connect at a time per host: two sessions share it
@@ -113,7 +115,7 @@ class Daemon:
         pool_key = hop_key + ":" + hashlib.sha256(f"{request['start']}\0{request['pool']}".encode()).hexdigest()
         while True:
             with self.lock:
-                worker = self.idle.get(pool_key, []).pop() if self.idle.get(pool_key) else None
+                worker = self.idle.get(pool_key, []).pop() if self.idle.get(pool_key) and not self.stopping else None
                 if worker is not None:
                     worker.taken = True
             if worker is None:
@@ -204,6 +206,20 @@ class Daemon:
         for held in closing:
             self._retire(held)
 
+    def stop(self) -> None:
+        """`invoke disconnect`: no new session from now on (the socket goes: a run starts a new daemon), idle
+        workers and connections close now, the sessions in flight finish on theirs."""
+        self.stopping = True
+        self.unlisten()
+        self.expire()
+
+    def unlisten(self) -> None:
+        """Remove the socket (and pidfile) if they are still this daemon's own."""
+        if _still_ours(self.path, self.ino):
+            os.unlink(self.path)
+            with contextlib.suppress(OSError):
+                os.unlink(self.pidfile)  # under the same flock: no other daemon of this key has written it
+
     def done(self) -> bool:
         """Nothing held and no session: the daemon ends (a later run starts a new one)."""
         with self.lock:
@@ -232,7 +248,7 @@ class Daemon:
         try:
             request = json.loads(first)
             if request.get("stop"):
-                self.stopping = True
+                self.stop()
                 conn.sendall(b'{"ok": true}\n')
                 return
             worker, reused = self.take(request)
@@ -406,8 +422,7 @@ def serve(folder: str, key: str) -> None:
         return
     ino = os.lstat(os.path.join(folder, key + ".sock")).st_ino
     _detach()
-    pidfile = os.path.join(folder, key + ".pid")
-    with open(pidfile, "w") as f:
+    with open(os.path.join(folder, key + ".pid"), "w") as f:
         f.write(str(os.getpid()))
     print("ready", flush=True)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -416,7 +431,7 @@ def serve(folder: str, key: str) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):  # four descriptors a host (TCP, unix socket, the channel's pipe)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
-    daemon = Daemon(folder, key)
+    daemon = Daemon(folder, key, ino)
     listener.settimeout(TICK_S)
     checked = 0.0
     while True:
@@ -434,14 +449,11 @@ def serve(folder: str, key: str) -> None:
             checked = time.monotonic()
             with contextlib.suppress(Exception):  # a tick's failure must not end the sessions in flight
                 daemon.expire()
-            if daemon.stopping or daemon.done() or not _still_ours(daemon.path, ino):
+            if daemon.stopping or daemon.done() or not _still_ours(daemon.path, daemon.ino):
                 break
     # Stop listening first, then let go of the key: a run from now on starts a new daemon at once, while the
     # sessions in flight here finish.
-    if _still_ours(daemon.path, ino):
-        os.unlink(daemon.path)
-        with contextlib.suppress(OSError):
-            os.unlink(pidfile)  # under the same flock: no other daemon of this key has written it
+    daemon.unlisten()
     listener.close()
     os.close(lock_fd)
     daemon.stopping = True

@@ -194,3 +194,17 @@ while True:
     except OSError:
         pass
 """
+
+
+def test_runs_right_after_disconnect_succeed_and_the_old_daemon_ends(tmp_path, ssh_hosts, kept_connections):
+    """`invoke disconnect`, then runs at once: the old daemon stops listening and lets go of its key before it
+    ends, so the runs reach it while it ends or a new one; none fails."""
+    inv = _inventory(tmp_path, ssh_hosts[0], "60")
+    first = _worker_pid(play(BOOK, inv, tmp_path))
+    old = _daemon_pid(kept_connections)
+    for _ in range(3):
+        assert persist.stop()
+        assert _worker_pid(play(BOOK, inv, tmp_path)) != first
+    assert old and _wait_gone(old)
+    new = _daemon_pid(kept_connections)
+    assert new and new != old and psutil.pid_exists(new)
