@@ -66,15 +66,10 @@ def summarize(timings: dict) -> dict:
 # -- the runners: one call = one timed no-change run of a tool on n hosts -----------------------------
 
 
-def ours_cli(bench, n: int) -> tuple:
-    argv = peers.ours_argv(bench.our_inventory(n), bench.home, "ours", n)
-    return run_timed(argv, cwd=str(ROOT))
-
-
-def ours_kept(bench, n: int) -> tuple:
-    """The CLI with kept connections (ControlPersist, as Ansible's default ssh_args): the later runs reuse the
-    connection and the worker the first one left."""
-    argv = peers.ours_argv(bench.our_inventory(n, kept=True), bench.home, "ours", n)
+def ours_cli(bench, n: int, kept: bool = False) -> tuple:
+    """The CLI as a whole process; kept: with kept connections (ControlPersist, as Ansible's default ssh_args),
+    so the later runs reuse the connection and the worker the first one left."""
+    argv = peers.ours_argv(bench.our_inventory(n, kept=kept), bench.home, "ours", n)
     return run_timed(argv, cwd=str(ROOT))
 
 
@@ -99,7 +94,7 @@ def _add_ours_and_fabric(bench, runners: dict, versions: dict) -> None:
     if "ours" in bench.tools:
         for n in bench.sizes:
             runners[("ours_cli", n)] = lambda n=n: ours_cli(bench, n)
-            runners[("ours_kept", n)] = lambda n=n: ours_kept(bench, n)
+            runners[("ours_kept", n)] = lambda n=n: ours_cli(bench, n, kept=True)
             runners[("ours_in_process", n)] = lambda n=n: ours_in_process(bench, n)
     if "fabric" in bench.tools:
         for n in bench.peer_sizes:

@@ -31,6 +31,7 @@ from engine.become import Become, BecomeError
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host
 from engine.modulespec import LIBRARY
+from engine.ssh_connect import failure_reason
 from engine.transport import Transport, WorkerDied, connect
 
 NOT_RETRIED = (HostUnreachable, UserError)  # refusals (host key, auth, bad settings): retrying cannot help
@@ -55,17 +56,6 @@ def _connect_attempts(host: Host) -> int:
         raise HostUnreachable(f"dfp_connect_retries of host {host.name} must be a whole number") from None
 
 
-def _reason(exc: Exception) -> str:
-    """The socket-level reason of a failed connect (paramiko wraps it in NoValidConnectionsError)."""
-    errors = getattr(exc, "errors", None)
-    if isinstance(errors, dict) and errors:
-        first = next(iter(errors.values()))
-        return first.strerror or str(first)
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return f"{type(exc).__name__}: {exc}"
-
-
 def _open_transport(host: Host) -> Transport:
     """Connect with retries (tenacity) for transient failures; refusals (bad key, auth) fail at once."""
     attempts = _connect_attempts(host)
@@ -84,7 +74,7 @@ def _open_transport(host: Host) -> Transport:
     except Exception as exc:
         where = "local" if host.connection == "local" else f"{host.address}:{host.port}"
         raise HostUnreachable(
-            f"cannot reach {host.name} ({where}) after {attempts} attempt(s): {_reason(exc)}. "
+            f"cannot reach {host.name} ({where}) after {attempts} attempt(s): {failure_reason(exc)}. "
             "Check ansible_host/ansible_port, that sshd runs there and the network path."
         ) from None
 
@@ -278,7 +268,7 @@ class WorkerClient:
             try:
                 if channel.transport.persistent:
                     if channel.transport.request({"op": "release"}).get("kept"):
-                        channel.transport.keep()  # type: ignore[attr-defined]
+                        channel.transport.keep()
                 else:
                     channel.transport.request({"op": "exit"})
             except Exception:  # noqa: S110 - a host already gone at the end of the run: closing is all that is left

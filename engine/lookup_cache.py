@@ -9,6 +9,7 @@ DNS, or more than the text says. Best effort: an unreadable cache costs only the
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import importlib.util
 import json
@@ -28,18 +29,25 @@ _new: dict = {}
 
 def key_of(name: str, text: str) -> str | None:
     """The key of a lookup, or None when its answer must not be kept."""
-    if _NOT_KEPT.search(text):
+    version = _paramiko_and_host()
+    if version is None or _NOT_KEPT.search(text):
         return None
+    local = f"{os.path.expanduser('~')}\0{os.environ.get('USER') or os.environ.get('LOGNAME') or os.getuid()}"
+    parts = "\0".join((version, local, name, text))
+    return hashlib.sha256(parts.encode("utf-8", "surrogateescape")).hexdigest()[:40]
+
+
+@functools.cache  # once per run, not per host: neither changes while a run lasts (home and user may: not here)
+def _paramiko_and_host() -> str | None:
+    """paramiko's version (its file's path, time and size) and this host's name; None when paramiko cannot be
+    found (nothing is kept then)."""
     spec = importlib.util.find_spec("paramiko")
     origin = spec.origin if spec and spec.origin else ""
     try:
         st = os.stat(origin)
-        version = f"{origin}:{st.st_mtime_ns}:{st.st_size}"
     except OSError:
         return None
-    local = f"{os.path.expanduser('~')}\0{os.environ.get('USER') or os.environ.get('LOGNAME') or os.getuid()}"
-    parts = "\0".join((version, local, socket.gethostname(), name, text))
-    return hashlib.sha256(parts.encode("utf-8", "surrogateescape")).hexdigest()[:40]
+    return f"{origin}:{st.st_mtime_ns}:{st.st_size}\0{socket.gethostname()}"
 
 
 def get(key: str | None) -> dict | None:

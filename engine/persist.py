@@ -9,7 +9,6 @@ user and workers started through sudo go over a connection of the run's own, ope
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import functools
@@ -22,14 +21,13 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from engine import runtime
 from engine.errors import HostUnreachable, UserError
 from engine.inventory import Host
 from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import WORKER_KEY, Transport, WorkerDied
+from engine.transport import WORKER_KEY, Transport, WorkerDied, sftp_put
 
 ENGINE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 15.0
@@ -104,6 +102,12 @@ def hop_to_json(hop: Hop) -> dict:
     return data
 
 
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def _connect_socket(path: Path) -> socket.socket | None:
     """A connection to the daemon at `path`, or None when none listens; refused when the process that answers
     is not this user's (a socket planted in a folder another user can rename)."""
@@ -113,8 +117,7 @@ def _connect_socket(path: Path) -> socket.socket | None:
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    uid = struct.unpack("3i", creds)[1]
+    uid = peer_uid(sock)
     if uid != os.geteuid():
         sock.close()
         raise HostUnreachable(f"the kept-connection socket {path} is answered by uid {uid}, not by you: nothing was "
@@ -124,7 +127,7 @@ def _connect_socket(path: Path) -> socket.socket | None:
 
 def _start_daemon(where: Path, key: str) -> None:
     """Start the daemon and wait until it listens (it prints `ready`, or `running` when another one of this key
-    does, then detaches)."""
+    answers on the socket; engine/persist_daemon.py _take_lock)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ENGINE.parent), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-m", "engine.persist_daemon", str(where), key], cwd=str(ENGINE.parent),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -148,10 +151,8 @@ def daemon_socket() -> socket.socket:
         with _start_lock:
             sock = _connect_socket(path)  # another host of this run may have started it meanwhile
             if sock is None:
-                _start_daemon(path.parent, code_key())
-                deadline = time.monotonic() + 2.0  # `running`: the other one may still be binding
-                while (sock := _connect_socket(path)) is None and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                _start_daemon(path.parent, code_key())  # `ready` or `running`: either way one listens now
+                sock = _connect_socket(path)
     if sock is None:
         raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon does not answer on {path}")
     return sock
@@ -230,13 +231,11 @@ class PersistentTransport(Transport):
         if self._direct is None:
             from engine.ssh_connect import open_connection
 
-            self._direct = open_connection(self.host)
+            self._direct = open_connection(self.host, self.hop)
         return self._direct
 
     def put(self, local: str, remote: str) -> None:
-        if remote.startswith("~/"):
-            remote = remote[2:]  # sftp starts in the user's home
-        self.conn.sftp().put(local, remote)
+        sftp_put(self.conn, local, remote)
 
     def keep(self) -> None:
         """Leave the worker (its `release` answered) to the daemon for the next run."""
@@ -245,8 +244,6 @@ class PersistentTransport(Transport):
     def close(self) -> None:
         sock = getattr(self, "sock", None)
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the frame reader; a bare close would not end its recv
             sock.close()
         if self._direct is not None:
             self._direct.close()

@@ -30,14 +30,14 @@ import resource
 import select
 import socket
 import stat
-import struct
 import sys
 import threading
 import time
 
 from engine.errors import HostUnreachable, UserError
+from engine.persist import peer_uid
 from engine.persist_worker import PENDING_MAX, POLL_S, Held, Worker, frame, hop_from_json, readable, split_frames
-from engine.ssh_connect import _open_hop, _socket_for
+from engine.ssh_connect import failure_reason, open_route
 from engine.ssh_options import Hop
 
 KEEP_LINE = b'{"mux": "keep"}\n'
@@ -46,7 +46,7 @@ FIRST_LINE_TIMEOUT_S = 30.0
 TICK_S = 0.5
 LOCK_WAIT_S = 5.0  # how long a starting daemon waits for an ending one to let go of the key
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
-# 100 held connections cost the idle daemon about 27 ms of CPU a second. Data still wakes it at once.
+# 100 held connections cost the idle daemon about 40 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
 _ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPROTO)
 
@@ -81,13 +81,7 @@ class Daemon:
             return self._connect(hop_key, hop, persist_s)
 
     def _connect(self, hop_key: str, hop: Hop, persist_s: float) -> Held:
-        jumps: list = []
-        try:
-            conn = _open_hop(hop, _socket_for(hop, jumps, True), jumps, True)
-        except BaseException:
-            for jump in reversed(jumps):
-                jump.close()
-            raise
+        conn = open_route(hop)
         transport = conn.client.get_transport()
         transport.set_keepalive(15)
         if isinstance(transport.sock, socket.socket):
@@ -240,7 +234,7 @@ class Daemon:
             conn.close()
 
     def _session(self, conn: socket.socket) -> None:
-        if not _same_user(conn):
+        if peer_uid(conn) != os.geteuid():  # only this daemon's own user may use its connections
             return
         conn.settimeout(FIRST_LINE_TIMEOUT_S)
         first, pending = _first_line(conn)
@@ -269,7 +263,7 @@ class Daemon:
 
 def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -> bool:
     """One session: the client's bytes to the worker as they come, the worker's output to the client as frames,
-    in one thread (select on both); True when the client's last line was the keep line (sent alone, after the
+    in one thread (poll on both); True when the client's last line was the keep line (sent alone, after the
     worker answered `release`), which the worker never sees. The client's socket is never waited on for
     writing longer than it takes: past PENDING_MAX bytes unread, the worker's stderr is dropped (the run keeps
     only its tail), never its stdout."""
@@ -328,25 +322,13 @@ def _first_line(conn: socket.socket) -> tuple[bytes, bytes]:
     return line, rest
 
 
-def _same_user(conn: socket.socket) -> bool:
-    """Only this daemon's own user may use its connections (the folder is 0700 too)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid == os.geteuid()
-
-
 def _error(exc: Exception) -> dict:
     """A failed connect as the client re-raises it: refusals are not retried, the rest are (engine/client.py)."""
     if isinstance(exc, UserError):
         return {"error": str(exc), "kind": "user"}
     if isinstance(exc, HostUnreachable):
         return {"error": str(exc), "kind": "refused"}
-    errors = getattr(exc, "errors", None)
-    if isinstance(errors, dict) and errors:
-        first = next(iter(errors.values()))
-        return {"error": first.strerror or str(first), "kind": "transient"}
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-    return {"error": reason, "kind": "transient"}
+    return {"error": failure_reason(exc), "kind": "transient"}
 
 
 def _bind(folder: str, key: str) -> tuple[socket.socket, int]:

@@ -59,7 +59,7 @@ class Held:
 
 class Worker:
     """A worker on one exec channel of a held connection (reserved for it by the caller). No thread of its own:
-    the session that has it reads it (select on the channel's fileno); while none does, the daemon's tick keeps
+    the session that has it reads it (poll on the channel's fileno); while none does, the daemon's tick keeps
     what it writes (up to PENDING_MAX bytes) for the next session, so a worker that dies at once still says why."""
 
     def __init__(self, held: Held, start: str, timeout: float, pool_key: str) -> None:

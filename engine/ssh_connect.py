@@ -44,6 +44,17 @@ class _QuickAckSocket(socket.socket):
         return super().recv(bufsize, *flags)
 
 
+def failure_reason(exc: Exception) -> str:
+    """The socket-level reason of a failed connect (paramiko wraps it in NoValidConnectionsError)."""
+    errors = getattr(exc, "errors", None)
+    if isinstance(errors, dict) and errors:
+        first = next(iter(errors.values()))
+        return first.strerror or str(first)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
     """A connected socket with TCP_NODELAY (and quick ACKs) from the first packet of the handshake."""
     last: OSError | None = None
@@ -357,12 +368,17 @@ def _socket_for(hop: Hop, jumps: list, is_target: bool):
     return _ChannelSocket(channel)
 
 
-def open_connection(host: Host) -> SshConnection:
+def open_connection(host: Host, hop: Hop | None = None) -> SshConnection:
     """A connected, authenticated SSH connection; every refusal is a HostUnreachable that says what to do.
+    `hop`: the host's route when the caller has resolved it already.
 
     Closing it also closes the jump hosts it went through.
     """
-    hop = resolve(host)
+    return open_route(hop or resolve(host))
+
+
+def open_route(hop: Hop) -> SshConnection:
+    """open_connection for a route already resolved (the kept-connection daemon gets routes, not hosts)."""
     jumps: list = []
     try:
         sock = _socket_for(hop, jumps, True)

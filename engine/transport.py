@@ -26,7 +26,7 @@ from typing import Callable
 from engine.errors import HostUnreachable
 from engine.inventory import Host
 from engine.ssh_connect import open_connection
-from engine.ssh_options import resolve
+from engine.ssh_options import Hop, resolve
 
 WORKER_SOURCE = (Path(__file__).parent / "worker.py").read_bytes()
 WORKER_KEY = hashlib.sha256(WORKER_SOURCE).hexdigest()[:32]
@@ -109,6 +109,7 @@ class Transport:
         raise NotImplementedError
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
+    def keep(self) -> None: ...  # a persistent transport: leave the released worker for the next run
 
     persistent = False  # True: the worker is kept for the next run when this one ends (engine/persist.py)
     discovered: str | None = None  # the interpreter the worker reported (hello's executable), once it started
@@ -229,8 +230,12 @@ class LocalTransport(Transport):
 class SSHTransport(Transport):
     name = "ssh"
 
+    def __init__(self, host: Host, hop: Hop | None = None) -> None:
+        super().__init__(host)
+        self.hop = hop  # the route, when connect() resolved it already
+
     def open(self) -> None:
-        conn = open_connection(self.host)
+        conn = open_connection(self.host, self.hop)
         self.conn = conn
         transport = conn.client.get_transport()
         transport.set_keepalive(15)
@@ -247,10 +252,7 @@ class SSHTransport(Transport):
         return self._stream.readline()
 
     def put(self, local: str, remote: str) -> None:
-        sftp = self.conn.sftp()
-        if remote.startswith("~/"):
-            remote = remote[2:]  # sftp starts in the user's home
-        sftp.put(local, remote)
+        sftp_put(self.conn, local, remote)
 
     def close(self) -> None:
         conn = getattr(self, "conn", None)
@@ -376,6 +378,11 @@ class SpawnedTransport(Transport):
                 proc.kill()
 
 
+def sftp_put(conn, local: str, remote: str) -> None:
+    """A file onto the host as the login user over the connection's SFTP (which starts in the user's home)."""
+    conn.sftp().put(local, remote[2:] if remote.startswith("~/") else remote)
+
+
 def connect(host: Host) -> Transport:
     """Open a transport for a host. Connection errors other than refusals propagate for retry."""
     kind = host.connection
@@ -388,7 +395,7 @@ def connect(host: Host) -> Transport:
 
             t = PersistentTransport(host, hop)
         else:
-            t = SSHTransport(host)
+            t = SSHTransport(host, hop)
     else:
         raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
     t.open()

@@ -112,6 +112,7 @@ def hub(tmp_path_factory):
 def kept_connections(monkeypatch):
     """Kept connections (ControlPersist) of the test's own: the daemon's socket folder under a short private path
     (XDG_RUNTIME_DIR), the daemon stopped at the end. Yields that folder."""
+    import shutil
     import tempfile
 
     from engine import persist
@@ -127,6 +128,4 @@ def kept_connections(monkeypatch):
     persist.stop()
     if pid:
         wait_gone(pid)
-    import shutil
-
     shutil.rmtree(base, ignore_errors=True)
