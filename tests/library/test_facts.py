@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host.host.gpus import parse_cuda_version, parse_gpu_csv
+from dflash_host.host.gpus import DEFAULT_TIMEOUT_S, parse_cuda_version, parse_gpu_csv
 from dflash_host.module import Context, check_args
 from library import facts
 from tests.fakes.gpu_holder import FakeGpu
@@ -188,14 +188,13 @@ def test_facts_on_a_driver_without_compute_cap_field(gpu):
     assert f["gpu"]["driver"] is True and f["gpus"][0]["compute_capability"] is None
 
 
-def test_facts_are_fast_without_a_gpu(tmp_path):
+def test_facts_without_a_gpu_do_not_wait_on_the_nvidia_smi_timeout(tmp_path):
+    # A missing nvidia-smi is known at once; only a hung one may cost the timeout (speed is `invoke bench`'s).
     args = check_args(facts.ARGS, {"nvidia_smi": str(tmp_path / "none")}, "facts")
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        facts.run(args, Context())
-        times.append(time.perf_counter() - t0)
-    assert sorted(times)[2] < 0.030
+    t0 = time.monotonic()
+    res = facts.run(args, Context())
+    assert time.monotonic() - t0 < DEFAULT_TIMEOUT_S / 4
+    assert res["facts"]["gpu"]["driver"] is False
 
 
 def test_facts_run_by_hand_print_json(tmp_path):

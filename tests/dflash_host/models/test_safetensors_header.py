@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import time
 from pathlib import Path
 
 import numpy as np
@@ -83,8 +82,9 @@ def test_a_single_safetensors_file_or_its_folder_are_both_accepted(tmp_path):
     assert read_checkpoint(str(tmp_path / "model.safetensors"))["files"] == [str(tmp_path / "model.safetensors")]
 
 
-def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_header(tmp_path):
+def test_a_3_gb_drafter_checkpoint_is_read_touching_only_its_header(tmp_path):
     # The shape of a 27B DFlash drafter: hidden 5120, 5 layers, fc.weight [5120, 25600] in bf16.
+    # How fast that is belongs to `invoke bench` (bench/header.py); here: the bytes it reads.
     path = tmp_path / "model.safetensors"
     tensors = drafter_tensors(hidden=5120, layers=5, heads=32, kv_heads=8, head_dim=128, intermediate=17408, k=5)
     length = write_sparse_safetensors(str(path), tensors, metadata={"format": "pt"})
@@ -92,9 +92,7 @@ def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_hea
     assert path.stat().st_blocks * 512 < 1_000_000  # but the file is sparse
 
     before = rchar()
-    started = time.perf_counter()
     head = read_header(str(path))
-    elapsed = time.perf_counter() - started
     after = rchar()
 
     assert head["tensors"]["fc.weight"] == {
@@ -104,9 +102,8 @@ def test_a_3_gb_drafter_checkpoint_is_read_in_milliseconds_touching_only_its_hea
     }
     assert len(head["tensors"]) == 3 + 5 * 11
     assert head["bytes_read"] == 8 + length
-    assert elapsed < 0.05, f"reading the header took {elapsed * 1000:.1f} ms"
-    if before is not None:
-        assert after - before <= head["bytes_read"] + 4096, f"read {after - before} bytes for a {length}-byte header"
+    assert before is not None and after is not None, "/proc/self/io is needed to count the bytes read"
+    assert after - before <= head["bytes_read"] + 4096, f"read {after - before} bytes for a {length}-byte header"
 
 
 def _write(path: Path, data: bytes) -> str:
