@@ -5,8 +5,9 @@ sshd hosts, repetitions interleaved across trees so that the machine's load hits
 medians and CPU (the CLI process, and the kept-connection daemon when there is one; the hosts' side: the sshd
 sessions and everything below them).
 
-With --persist S the hosts' ssh options ask for kept connections (`-o ControlMaster=auto -o ControlPersist=S`):
-a tree that keeps them leaves a daemon, whose CPU during each run is shown beside the CLI's.
+With --persist S the hosts' ssh options say `-o ControlMaster=auto -o ControlPersist=S` (`--persist no`: each run
+its own connection); without it a tree keeps them as its default says. A tree that keeps them leaves a daemon,
+whose CPU during each run is shown beside the CLI's.
 
 Usage: python bench/compare.py TREE1,TREE2,... [--reps 5] [--hosts 1,8,16] [--persist 60]
 """
@@ -26,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.peers import ours_argv, workload_base  # noqa: E402
-from bench.timing import compile_tree, daemon_cpu, own_cpu, tree_cpu  # noqa: E402
+from bench.timing import compile_tree, daemon_cpu, own_cpu, stop_daemons, tree_cpu  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--hosts", default="1,8,16")
     ap.add_argument("--first-octet", type=int, default=140)
-    ap.add_argument("--persist", help="ControlPersist for the hosts (e.g. 60): kept connections")
+    ap.add_argument("--persist", help="ControlPersist for the hosts (e.g. 60, or no)")
     args = ap.parse_args(argv)
     import pwd
 
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                     samples.setdefault((tree, n), []).append(run(tree, n))
     finally:
         pool.stop()
+        stop_daemons()
         import shutil
 
         shutil.rmtree(workload_base(home, "compare"), ignore_errors=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench import peers
 from bench.side_by_side import _timed_once, installed_peer, no_change, peer_runner
-from bench.timing import RunFailed, log, run_timed
+from bench.timing import RunFailed, log, run_timed, stop_daemons
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEET_SIZES = (50, 100)
@@ -73,11 +73,11 @@ def headline(ours: dict, forks: dict) -> dict:
     }
 
 
-def kept_headline(kept: dict) -> dict:
-    """The fleet keys of the kept-connection runs on 100 hosts (None where not measured)."""
-    row = kept.get("100", {})
-    return {"fleet_100_wall_s_kept": row.get("wall_s"), "fleet_100_control_cpu_s_kept": row.get("control_cpu_s"),
-            "fleet_host_cpu_per_host_ms_kept": row.get("host_cpu_per_host_ms")}
+def direct_headline(direct: dict) -> dict:
+    """The fleet keys of the runs on 100 hosts with each run its own connections (None where not measured)."""
+    row = direct.get("100", {})
+    return {"fleet_100_wall_s_direct": row.get("wall_s"), "fleet_100_control_cpu_s_direct": row.get("control_cpu_s"),
+            "fleet_host_cpu_per_host_ms_direct": row.get("host_cpu_per_host_ms")}
 
 
 # -- the section -----------------------------------------------------------------------------------
@@ -92,19 +92,19 @@ class Fleet:
         self.listeners = sorted({h.pid for h in pool.hosts})
         self.reps = 1 if bench.quick else 3
 
-    def inventory(self, n: int, kept: bool = False) -> Path:
-        from bench.run import KEPT_SSH_ARGS
+    def inventory(self, n: int, direct: bool = False) -> Path:
+        from bench.run import DIRECT_VARS
         from tests.sshd_harness import write_inventory
 
-        path = self.bench.tmp / f"fleet-ours-{n}{'-kept' if kept else ''}.yaml"
+        path = self.bench.tmp / f"fleet-ours-{n}{'-direct' if direct else ''}.yaml"
         if not path.exists():
-            write_inventory(path, self.pool.hosts[:n], vars={"ansible_ssh_args": KEPT_SSH_ARGS} if kept else None)
+            write_inventory(path, self.pool.hosts[:n], vars=DIRECT_VARS if direct else None)
         return path
 
-    def ours_once(self, n: int, forks: int, warm_up: bool = False, kept: bool = False) -> tuple:
+    def ours_once(self, n: int, forks: int, warm_up: bool = False, direct: bool = False) -> tuple:
         """(wall, control CPU, host CPU) of one no-change CLI run on n hosts; RunFailed when it changed something
         (except in the warm-up, which may create the workload's folder)."""
-        argv = peers.ours_argv(self.inventory(n, kept), self.bench.home, "ours", n, forks=forks)
+        argv = peers.ours_argv(self.inventory(n, direct), self.bench.home, "ours", n, forks=forks)
         wall, out, (ctl, host) = _timed_once(lambda: run_timed(argv, cwd=str(ROOT)), self.listeners)
         if not warm_up and not no_change(out):
             raise RunFailed(f"ours reported changes on {n} hosts (forks {forks}): not a no-change run")
@@ -120,18 +120,13 @@ class Fleet:
             log(f"fleet: ours on {n} hosts: {_line(out[str(n)])}")
         return out
 
-    def kept(self) -> dict:
-        """Ours on the largest fleet with kept connections (ControlPersist): a first run leaves them, the timed
-        ones use them; the daemon's CPU is in the control node's (bench/side_by_side.py _timed_once)."""
+    def direct(self) -> dict:
+        """Ours on the largest fleet with each run its own connections (ControlPersist=no); the default runs
+        before keep theirs (the daemon's CPU is in the control node's: bench/side_by_side.py _timed_once)."""
         n = max(FLEET_SIZES)
-        from engine import persist
-
-        try:
-            self.ours_once(n, DEFAULT_FORKS, warm_up=True, kept=True)
-            out = {str(n): summarize_runs(n, [self.ours_once(n, DEFAULT_FORKS, kept=True) for _ in range(self.reps)])}
-        finally:
-            persist.stop()
-        log(f"fleet: ours on {n} hosts, kept connections: {_line(out[str(n)])}")
+        self.ours_once(n, DEFAULT_FORKS, warm_up=True, direct=True)
+        out = {str(n): summarize_runs(n, [self.ours_once(n, DEFAULT_FORKS, direct=True) for _ in range(self.reps)])}
+        log(f"fleet: ours on {n} hosts, each run its own connections: {_line(out[str(n)])}")
         return out
 
     def forks(self) -> dict:
@@ -210,9 +205,9 @@ def section_fleet(bench) -> None:
         if "ours" in bench.tools:
             details["ours"] = fleet.ours()
             details["forks"] = fleet.forks()
-            details["kept"] = fleet.kept()
+            details["direct"] = fleet.direct()
             bench.keys.update(headline(details["ours"], details["forks"]))
-            bench.keys.update(kept_headline(details["kept"]))
+            bench.keys.update(direct_headline(details["direct"]))
             for key in ("fleet_100_wall_s", "fleet_100_control_cpu_s"):
                 if bench.keys[key] is None:
                     bench.notes[key] = f"the fleet section ran on {', '.join(map(str, FLEET_SIZES))} hosts, not 100"
@@ -222,3 +217,4 @@ def section_fleet(bench) -> None:
             details["peers"] = fleet.peers()
     finally:
         pool.stop()
+        stop_daemons()

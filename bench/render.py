@@ -24,12 +24,12 @@ HEADLINE_LABELS = {
     "mitogen_ratio_8": "ours / Ansible with Mitogen, 8 hosts",
     "fanout_ratio_8": "fan-out: ours 8 hosts / 1 host",
     "fanout_ratio_16": "fan-out: ours 16 hosts / 1 host",
-    "pyinfra_ratio_1_kept": "kept connections (ControlPersist=60s): ours / pyinfra, 1 host",
-    "pyinfra_ratio_8_kept": "kept connections: ours / pyinfra, 8 hosts",
-    "ansible_ratio_8_kept": "kept connections: ours / Ansible, 8 hosts",
-    "fanout_ratio_8_kept": "kept connections: fan-out 8 hosts / 1 host",
+    "pyinfra_ratio_1_direct": "each run its own connection (ControlPersist=no): ours / pyinfra, 1 host",
+    "pyinfra_ratio_8_direct": "each run its own connection: ours / pyinfra, 8 hosts",
+    "ansible_ratio_8_direct": "each run its own connection: ours / Ansible, 8 hosts",
+    "fanout_ratio_8_direct": "each run its own connection: fan-out 8 hosts / 1 host",
     "host_cpu_ms_8": "hosts' CPU per host and run, 8 hosts (ms)",
-    "host_cpu_ms_8_kept": "kept connections: hosts' CPU per host and run, 8 hosts (ms)",
+    "host_cpu_ms_8_direct": "each run its own connection: hosts' CPU per host and run, 8 hosts (ms)",
     "reprovision_s": "idempotent re-provision of `local` (s)",
     "ready_latency_s": "readiness latency (s)",
     "crash_latency_s": "crash detection latency (s)",
@@ -41,17 +41,17 @@ HEADLINE_LABELS = {
     "fleet_100_control_cpu_s": "fleet: ours on 100 hosts, control-node CPU (s)",
     "fleet_control_cpu_per_host_ms": "fleet: control-node CPU per extra host (ms)",
     "fleet_host_cpu_per_host_ms": "fleet: hosts' CPU per host, 100 hosts (ms)",
-    "fleet_100_wall_s_kept": "fleet, kept connections: ours on 100 hosts, wall (s)",
-    "fleet_100_control_cpu_s_kept": "fleet, kept connections: 100 hosts, control-node CPU with the daemon's (s)",
-    "fleet_host_cpu_per_host_ms_kept": "fleet, kept connections: hosts' CPU per host, 100 hosts (ms)",
+    "fleet_100_wall_s_direct": "fleet, each run its own connections: ours on 100 hosts, wall (s)",
+    "fleet_100_control_cpu_s_direct": "fleet, each run its own connections: 100 hosts, control-node CPU (s)",
+    "fleet_host_cpu_per_host_ms_direct": "fleet, each run its own connections: hosts' CPU per host, 100 hosts (ms)",
     "models_relay_upstream_ratio": "models, 8 hosts: upstream bytes through the control node / each host on its own",
     "models_relay_wall_ratio": "models, 8 hosts: wall through the control node / each host on its own",
     "models_recheck_s": "models: no-change re-check of the whole repository, 1 host (s)",
 }
 # The tools of the workload tables, in the order of their rows.
 TOOL_LABELS = {
-    "ours_cli": "ours (`invoke play`, whole process)",
-    "ours_kept": "ours (`invoke play`, kept connections: ControlPersist=60s)",
+    "ours_cli": "ours (`invoke play`, whole process; connections kept 60 s, the default)",
+    "ours_direct": "ours (`invoke play`, each run its own connection: ControlPersist=no)",
     "ours_in_process": "ours (run_playbook in-process)",
     "fabric": "raw Fabric (floor)",
     "pyinfra": "pyinfra",
@@ -59,7 +59,7 @@ TOOL_LABELS = {
     "ansible_rs": "ansible-core-rs (`ansible playbook`)",
     "ansible": "ansible-playbook",
 }
-FLEET_TOOL_LABELS = {"ours": "ours (`invoke play`, --forks 8)", "kept": "ours, kept connections (ControlPersist=60s)",
+FLEET_TOOL_LABELS = {"ours": "ours (`invoke play`, --forks 8)", "direct": "ours, each run its own connections (ControlPersist=no)",
                      **{t: TOOL_LABELS[t] for t in
                      ("pyinfra", "mitogen", "ansible_rs", "ansible")}}
 WALL_INTRO = "Wall time of the 11-task no-change run, min / median seconds:"
@@ -149,7 +149,7 @@ def fleet_lines(fleet: dict | None) -> list[str]:
     """The fleet runs (50/100 hosts, ours and the peers) and ours on 100 hosts by --forks."""
     if not fleet or "ours" not in fleet:
         return []
-    rows = {"ours": fleet["ours"], "kept": fleet.get("kept", {}), **fleet.get("peers", {})}
+    rows = {"ours": fleet["ours"], "direct": fleet.get("direct", {}), **fleet.get("peers", {})}
     sizes = sorted({int(n) for r in rows.values() for n in r})
     lines = ["", f"Fleet ({fleet['pool']}), no-change workload: wall; control-node CPU + hosts' CPU (per host), "
              f"medians of {fleet['repetitions']} run(s) for ours, one for the peers:", ""]

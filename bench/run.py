@@ -39,11 +39,12 @@ if str(ROOT) not in sys.path:
 from bench import side_by_side  # noqa: E402
 from bench.figures import REQUIRED_KEYS, SECTION_OF, TARGETS, verdict  # noqa: E402
 from bench.render import DOC, fmt, update_doc  # noqa: E402
-from bench.timing import compile_tree, log  # noqa: E402
+from bench.timing import compile_tree, log, stop_daemons  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
-KEPT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"  # Ansible's default ssh_args
+# Each run its own connection: the tool keeps them 60 s by default (ControlPersist, as Ansible's ssh_args).
+DIRECT_VARS = {"ansible_ssh_common_args": "-o ControlPersist=no"}
 SECTIONS = ("peers", "parity", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
@@ -86,19 +87,21 @@ class Bench:
         if self.pool is not None:
             self.pool.stop()
             self.pool = None
+            stop_daemons()
         if self.home:
             shutil.rmtree(Path(self.home) / "dfp-bench", ignore_errors=True)
 
     def hosts(self, n: int) -> list:
         return self.pool.hosts[:n]
 
-    def our_inventory(self, n: int, kept: bool = False) -> Path:
-        """The workload's inventory of n hosts; kept: with Ansible's default ssh_args (ControlPersist=60s)."""
+    def our_inventory(self, n: int, direct: bool = False) -> Path:
+        """The workload's inventory of n hosts: as a user writes it (connections kept 60 s, the tool's default),
+        or with direct: each run its own connection (ControlPersist=no)."""
         from tests.sshd_harness import write_inventory
 
-        path = self.tmp / f"ours-{n}{'-kept' if kept else ''}.yaml"
+        path = self.tmp / f"ours-{n}{'-direct' if direct else ''}.yaml"
         if not path.exists():
-            write_inventory(path, self.hosts(n), vars={"ansible_ssh_args": KEPT_SSH_ARGS} if kept else None)
+            write_inventory(path, self.hosts(n), vars=DIRECT_VARS if direct else None)
         return path
 
     # -- 1 and 2: the workload on every tool (bench/side_by_side.py) -------------------------------------

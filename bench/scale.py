@@ -2,7 +2,8 @@
 
 The cheapest honest stand-in for 1,000 hosts here: 1,000 real SSH sessions to 63 sshd listeners on
 127.0.2.0.. (16 addresses each, `sshd -r`), each running the tool's real worker, the no-change workload of the
-fleet section, --forks 8. What it measures is the control node's side (the CLI process, from wait4: its CPU
+fleet section, --forks 8, each run its own connections (ControlPersist=no: with the tool's default the
+kept connections' daemon would do part of the work outside the CLI's wait4). What it measures is the control node's side (the CLI process, from wait4: its CPU
 and its peak resident memory), against the same run on 1 host. What it leaves out: the hosts share this
 machine's 2 cores with the control node (so the wall time is the hosts' CPU, not a fleet's), loopback has no
 latency or loss, and every session authenticates with the same key against the same host key.
@@ -71,8 +72,10 @@ def section_scale(bench) -> None:
     log(f"scale: starting {SCALE_HOSTS} sshd hosts (16 addresses per sshd, sshd -r) from 127.0.2.0")
     pool = SshdPool(count=SCALE_HOSTS, first_octet=FIRST_ADDRESS, per_daemon=16, reexec=False).start()
     home = pwd.getpwnam(pool.hosts[0].user).pw_dir
-    argv_on = {n: peers.ours_argv(write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n]), home, "ours", n,
-                                  forks=FORKS) for n in (1, SCALE_HOSTS)}
+    from bench.run import DIRECT_VARS
+
+    argv_on = {n: peers.ours_argv(write_inventory(bench.tmp / f"scale-{n}.yaml", pool.hosts[:n], vars=DIRECT_VARS),
+                                  home, "ours", n, forks=FORKS) for n in (1, SCALE_HOSTS)}
     runs: dict = {}
     warm_up: list[str] = []
     try:

@@ -20,7 +20,7 @@ from bench.timing import RunFailed, daemon_cpu, log, own_cpu, ratio, run_timed, 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_TOOLS = ("ansible", "mitogen", "ansible_rs", "pyinfra")
 # The tools whose recap says `changed=N`: a timed run of theirs must be a no-change run.
-RECAP_TOOLS = ("ours_cli", "ours_kept", "ours_in_process", *peers.ANSIBLE_FLAVORS)
+RECAP_TOOLS = ("ours_cli", "ours_direct", "ours_in_process", *peers.ANSIBLE_FLAVORS)
 # The slow ones: fewer repetitions (bench.ansible_reps), no warm-up in a --quick run.
 SLOW_TOOLS = ("ansible", "mitogen")
 
@@ -42,7 +42,7 @@ def median_of(details: dict, tool: str, n: int) -> float | None:
 def summarize(timings: dict) -> dict:
     """The headline ratios from {tool: {hosts: stats}} (medians). None where a side is missing."""
     ours = lambda n: median_of(timings, "ours_cli", n)  # noqa: E731
-    kept = lambda n: median_of(timings, "ours_kept", n)  # noqa: E731
+    direct = lambda n: median_of(timings, "ours_direct", n)  # noqa: E731
     return {
         "ansible_ratio_1": ratio(ours(1), median_of(timings, "ansible", 1)),
         "ansible_ratio_8": ratio(ours(8), median_of(timings, "ansible", 8)),
@@ -53,10 +53,10 @@ def summarize(timings: dict) -> dict:
         "mitogen_ratio_1": ratio(ours(1), median_of(timings, "mitogen", 1)),
         "mitogen_ratio_8": ratio(ours(8), median_of(timings, "mitogen", 8)),
         "fanout_ratio_8": ratio(ours(8), ours(1)),
-        "pyinfra_ratio_1_kept": ratio(kept(1), median_of(timings, "pyinfra", 1)),
-        "pyinfra_ratio_8_kept": ratio(kept(8), median_of(timings, "pyinfra", 8)),
-        "ansible_ratio_8_kept": ratio(kept(8), median_of(timings, "ansible", 8)),
-        "fanout_ratio_8_kept": ratio(kept(8), kept(1)),
+        "pyinfra_ratio_1_direct": ratio(direct(1), median_of(timings, "pyinfra", 1)),
+        "pyinfra_ratio_8_direct": ratio(direct(8), median_of(timings, "pyinfra", 8)),
+        "ansible_ratio_8_direct": ratio(direct(8), median_of(timings, "ansible", 8)),
+        "fanout_ratio_8_direct": ratio(direct(8), direct(1)),
         "fanout_ratio_16": ratio(ours(16), ours(1)),
         "fanout_ratio_8_in_process": ratio(median_of(timings, "ours_in_process", 8), median_of(timings, "ours_in_process", 1)),
         "fanout_ratio_16_in_process": ratio(median_of(timings, "ours_in_process", 16), median_of(timings, "ours_in_process", 1)),
@@ -66,10 +66,10 @@ def summarize(timings: dict) -> dict:
 # -- the runners: one call = one timed no-change run of a tool on n hosts -----------------------------
 
 
-def ours_cli(bench, n: int, kept: bool = False) -> tuple:
-    """The CLI as a whole process; kept: with kept connections (ControlPersist, as Ansible's default ssh_args),
-    so the later runs reuse the connection and the worker the first one left."""
-    argv = peers.ours_argv(bench.our_inventory(n, kept=kept), bench.home, "ours", n)
+def ours_cli(bench, n: int, direct: bool = False) -> tuple:
+    """The CLI as a whole process: by default the later runs reuse the connection and the worker the first one
+    left (ControlPersist=60s, the tool's default); direct: each run its own (ControlPersist=no)."""
+    argv = peers.ours_argv(bench.our_inventory(n, direct=direct), bench.home, "ours", n)
     return run_timed(argv, cwd=str(ROOT))
 
 
@@ -94,7 +94,7 @@ def _add_ours_and_fabric(bench, runners: dict, versions: dict) -> None:
     if "ours" in bench.tools:
         for n in bench.sizes:
             runners[("ours_cli", n)] = lambda n=n: ours_cli(bench, n)
-            runners[("ours_kept", n)] = lambda n=n: ours_cli(bench, n, kept=True)
+            runners[("ours_direct", n)] = lambda n=n: ours_cli(bench, n, direct=True)
             runners[("ours_in_process", n)] = lambda n=n: ours_in_process(bench, n)
     if "fabric" in bench.tools:
         for n in bench.peer_sizes:
@@ -240,12 +240,12 @@ def _timed_once(fn, listeners: list) -> tuple:
 
 
 def host_cpu_per_host(workload_cpu: dict, n: int) -> dict:
-    """The hosts' CPU per host and run (ms) of our CLI on n hosts, without and with kept connections."""
+    """The hosts' CPU per host and run (ms) of our CLI on n hosts, by default and with each run its own connection."""
     def per_host(tool: str) -> float | None:
         row = workload_cpu.get(tool, {}).get(str(n))
         return round(row["host_cpu_s"] / n * 1000, 1) if row else None
 
-    return {f"host_cpu_ms_{n}": per_host("ours_cli"), f"host_cpu_ms_{n}_kept": per_host("ours_kept")}
+    return {f"host_cpu_ms_{n}": per_host("ours_cli"), f"host_cpu_ms_{n}_direct": per_host("ours_direct")}
 
 
 def cpu_medians(cpu: dict, timings: dict) -> dict:

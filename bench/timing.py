@@ -77,6 +77,18 @@ def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
     return round(a / b, digits)
 
 
+def stop_daemons() -> None:
+    """Close the connections this user's runs kept (the tool's default), as a pool of hosts goes away: idle, they
+    would still cost the daemon CPU inside a later section's runs."""
+    from engine import persist
+    from engine.errors import UserError
+
+    try:
+        persist.stop()
+    except (OSError, UserError) as exc:
+        log(f"could not stop the kept-connection daemon: {exc}")
+
+
 def daemon_cpu() -> float:
     """CPU seconds used so far by this user's kept-connection daemons (engine/persist_daemon.py): they outlive
     the CLI, so the CLI's own rusage does not hold their share of a run."""

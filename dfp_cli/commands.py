@@ -190,7 +190,7 @@ def inventory(c, **opts):
 
 
 def disconnect(c):
-    """Close the connections kept for later runs (ControlPersist in the hosts' ssh options), as `ssh -O exit`."""
+    """Close the connections kept for later runs (ControlPersist: 60 s after each run by default), as `ssh -O exit`."""
     from engine import persist
     from engine.errors import UserError
 

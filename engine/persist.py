@@ -1,8 +1,8 @@
 """Kept connections on the run's side (ControlPersist): the transport that talks to a host's worker through the
 daemon (engine/persist_daemon.py), and finding or starting that daemon.
 
-A host whose ssh options say `-o ControlMaster=auto -o ControlPersist=60s` (Ansible's own default ssh_args) is
-reached through the daemon: the first run connects there and leaves the connection and an idle worker behind;
+A host kept by its ssh options (`-o ControlMaster=auto -o ControlPersist=60s`, which is also the default where
+they say neither: engine/ssh_options.py DEFAULT_KEEP) is reached through the daemon: the first run connects there and leaves the connection and an idle worker behind;
 the runs within the next 60 s idle use them, with no login and no python start on the host. Files to the login
 user and workers started through sudo go over a connection of the run's own, opened only when needed.
 """
@@ -72,8 +72,11 @@ def _check_private(path: Path) -> None:
 @functools.cache  # the files of this process's own engine: read once per run
 def code_key() -> str:
     """The daemon's version: this python, this control node (a home shared by NFS holds one folder for several
-    machines) and every engine file (the daemon imports many of them): a changed one never meets an old daemon."""
-    digest = hashlib.sha256(f"{sys.version}\0{socket.gethostname()}\0{WORKER_KEY}".encode())
+    machines), the ssh agent it will log in with (the daemon keeps its starter's SSH_AUTH_SOCK: a run with another
+    agent, e.g. from another login, gets a daemon of its own) and every engine file (the daemon imports many of
+    them): a changed one never meets an old daemon."""
+    agent = os.environ.get("SSH_AUTH_SOCK", "")
+    digest = hashlib.sha256(f"{sys.version}\0{socket.gethostname()}\0{agent}\0{WORKER_KEY}".encode())
     for path in sorted(ENGINE.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -156,6 +159,30 @@ def daemon_socket() -> socket.socket:
     if sock is None:
         raise OSError(errno.ECONNREFUSED, f"the kept-connection daemon does not answer on {path}")
     return sock
+
+
+def daemon_usable() -> bool:
+    """Whether this user's daemon answers or starts here, asked only where the tool's own default keeps the
+    connections (the user named no ControlPersist): where it cannot (no private socket folder of this user's, a
+    socket path too long, a daemon that does not start), the run connects directly, as without keeping. Asked
+    once per socket path and process; an explicit ControlPersist is refused with the reason instead."""
+    try:
+        path = socket_path()
+    except UserError:
+        return False
+    if path not in _USABLE:
+        with _usable_lock:
+            if path not in _USABLE:
+                try:
+                    daemon_socket().close()
+                    _USABLE[path] = True
+                except (HostUnreachable, OSError):
+                    _USABLE[path] = False
+    return _USABLE[path]
+
+
+_USABLE: dict[Path, bool] = {}
+_usable_lock = threading.Lock()  # the hosts of one run ask in parallel; daemon_socket() takes _start_lock
 
 
 def stop() -> bool:

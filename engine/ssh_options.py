@@ -7,7 +7,11 @@ Sources, in OpenSSH's order (for each setting the first value obtained wins; Ide
      `ansible_ssh_timeout`/`ansible_timeout`, and this tool's `ansible_ssh_known_hosts_file`
   3. `ansible_ssh_common_args`, then `ansible_ssh_extra_args`
   4. the ssh config file: `-F FILE` if given (`-F none`: no file), else ~/.ssh/config then /etc/ssh/ssh_config
-  5. defaults: port 22, known_hosts ~/.ssh/known_hosts + /etc/ssh/ssh_known_hosts, host keys checked.
+  5. defaults: port 22, known_hosts ~/.ssh/known_hosts + /etc/ssh/ssh_known_hosts, host keys checked, and,
+     unless `ansible_ssh_args` is set (as Ansible, whose ssh_args replace its defaults), the connection kept
+     60 s idle (Ansible's default ssh_args `-o ControlMaster=auto -o ControlPersist=60s`; its `-C` is left out:
+     compression costs both ends CPU on the links GPU fleets use). A ControlMaster or ControlPersist given
+     anywhere above wins over that default, so `-o ControlPersist=no` in ansible_ssh_common_args turns it off.
 The ssh config is looked up under `ansible_host` (or the inventory name), so that may be a Host alias there.
 
 A jump host (ProxyJump / -J `[user@]host[:port]`, comma-separated for a chain) gets, as with OpenSSH, only the
@@ -35,6 +39,7 @@ SUPPORTED_OPTIONS = ("proxyjump", "proxycommand", "port", "user", "identityfile"
                      "userknownhostsfile", "connecttimeout", "controlmaster", "controlpersist")
 # Where ssh keeps its control socket: this tool keeps its own (engine/persist.py), so it is accepted, no effect.
 NO_EFFECT_OPTIONS = ("controlpath",)
+DEFAULT_KEEP = {"controlmaster": "auto", "controlpersist": "60s"}  # where the user says neither (docstring, 5.)
 MASTER_WORDS = ("yes", "auto", "ask", "autoask")  # ControlMaster values that share a connection (ssh_config(5))
 _DURATION = re.compile(r"^(?:\d+[sSmMhHdDwW]?)+$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -73,6 +78,7 @@ class Hop:
     password: str | None = None
     compress: bool = False
     persist_s: float | None = None  # ControlPersist: keep the connection and its worker this long idle; 0 = no end
+    persist_default: bool = False  # kept by the tool's default, not by the user's words: where it cannot, direct
 
     @property
     def where(self) -> str:
@@ -380,11 +386,23 @@ def resolve(host: Host) -> Hop:
         timeout=timeout,
         password=str(host.vars["ansible_password"]) if host.vars.get("ansible_password") else None,
         compress=cmd.compress,
-        persist_s=_persist(host, options),
+        persist_s=_persist(host, _with_default_keep(host, options)),
+        persist_default=_keeps_by_default(host, options),
     )
     target.via = _proxy(host, options, cmd.values, files, 0, target)
     _check_tokens(host, target)
     return target
+
+
+def _keeps_by_default(host: Host, options: dict) -> bool:
+    return host.vars.get("ansible_ssh_args") is None and not any(key in options for key in DEFAULT_KEEP)
+
+
+def _with_default_keep(host: Host, options: dict) -> dict:
+    """The options with the default keeping filled in where the user gave no ssh_args and no such option."""
+    if host.vars.get("ansible_ssh_args") is not None:
+        return options
+    return {**DEFAULT_KEEP, **options}
 
 
 def _persist(host: Host, options: dict) -> float | None:
@@ -421,7 +439,7 @@ def check_ssh_settings(host: Host) -> None:
         hop = resolve(host)
     except SshOptionError as exc:
         raise UserError(str(exc)) from None
-    if hop.persist_s is not None:
+    if hop.persist_s is not None and not hop.persist_default:
         from engine.persist import socket_path
 
         socket_path()  # a kept connection's socket folder others could enter, or a path too long: refused here

@@ -383,19 +383,25 @@ def sftp_put(conn, local: str, remote: str) -> None:
     conn.sftp().put(local, remote[2:] if remote.startswith("~/") else remote)
 
 
+def _ssh_transport(host: Host, hop: Hop) -> Transport:
+    """Through the kept-connection daemon when the hop is kept (ControlPersist) and, where only the tool's default
+    keeps it, the daemon can be reached or started here; else a connection of the run's own."""
+    if hop.persist_s is None:
+        return SSHTransport(host, hop)
+    from engine.persist import PersistentTransport, daemon_usable
+
+    if hop.persist_default and not daemon_usable():
+        return SSHTransport(host, hop)
+    return PersistentTransport(host, hop)
+
+
 def connect(host: Host) -> Transport:
     """Open a transport for a host. Connection errors other than refusals propagate for retry."""
     kind = host.connection
     if kind == "local":
         t: Transport = LocalTransport(host)
     elif kind in ("ssh", "paramiko", "smart"):
-        hop = resolve(host)
-        if hop.persist_s is not None:
-            from engine.persist import PersistentTransport
-
-            t = PersistentTransport(host, hop)
-        else:
-            t = SSHTransport(host, hop)
+        t = _ssh_transport(host, resolve(host))
     else:
         raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
     t.open()

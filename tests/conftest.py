@@ -38,6 +38,9 @@ def sshd_pool():
     pool = SshdPool(count=9).start()
     yield pool
     pool.stop()
+    from engine import persist
+
+    persist.stop()  # the connections the runs kept (the default) to the hosts just stopped
 
 
 @pytest.fixture(scope="session")

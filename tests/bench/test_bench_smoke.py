@@ -62,20 +62,20 @@ def test_summary_ratios_come_from_the_medians_of_the_cli_runs():
     assert out["pyinfra_ratio_1"] == 0.333 and out["pyinfra_ratio_8"] is None
     assert out["floor_ratio_1"] == 1.25 and out["fanout_ratio_8"] == 1.5 and out["fanout_ratio_16"] == 2.0
     assert out["fanout_ratio_8_in_process"] is None
-    assert out["pyinfra_ratio_1_kept"] is None and out["fanout_ratio_8_kept"] is None
+    assert out["pyinfra_ratio_1_direct"] is None and out["fanout_ratio_8_direct"] is None
 
 
-def test_kept_connection_ratios_come_from_the_kept_cli_runs():
-    timings = {"ours_cli": {"1": _stats(0.5), "8": _stats(0.8)}, "ours_kept": {"1": _stats(0.3), "8": _stats(0.42)},
+def test_direct_connection_ratios_come_from_the_direct_cli_runs():
+    timings = {"ours_cli": {"1": _stats(0.3), "8": _stats(0.42)}, "ours_direct": {"1": _stats(0.5), "8": _stats(0.8)},
                "pyinfra": {"1": _stats(1.2), "8": _stats(2.0)}}
     out = summarize(timings)
-    assert out["pyinfra_ratio_1_kept"] == 0.25 and out["pyinfra_ratio_8_kept"] == 0.21
-    assert out["fanout_ratio_8_kept"] == 1.4 and out["fanout_ratio_8"] == 1.6
+    assert out["pyinfra_ratio_1_direct"] == 0.417 and out["pyinfra_ratio_8_direct"] == 0.4
+    assert out["fanout_ratio_8_direct"] == 1.6 and out["fanout_ratio_8"] == 1.4
 
 
 def test_hosts_cpu_per_host_is_per_host_of_the_cli_runs():
-    cpu = {"ours_cli": {"8": {"control_cpu_s": 0.4, "host_cpu_s": 0.48}}, "ours_kept": {"1": {"host_cpu_s": 0.01}}}
-    assert host_cpu_per_host(cpu, 8) == {"host_cpu_ms_8": 60.0, "host_cpu_ms_8_kept": None}
+    cpu = {"ours_cli": {"8": {"control_cpu_s": 0.4, "host_cpu_s": 0.48}}, "ours_direct": {"1": {"host_cpu_s": 0.01}}}
+    assert host_cpu_per_host(cpu, 8) == {"host_cpu_ms_8": 60.0, "host_cpu_ms_8_direct": None}
 
 
 @pytest.mark.parametrize(
@@ -217,18 +217,19 @@ def test_fleet_headline_keys_are_none_where_not_measured():
     assert "| pyinfra |" in text and "12.00 s" in text and "| 100 | 5.50 s | 2.20 s | 4.60 s |" in text
 
 
-def test_fleet_kept_connection_keys_and_row():
-    from bench.fleet import kept_headline, summarize_runs
+def test_fleet_direct_connection_keys_and_row():
+    from bench.fleet import direct_headline, summarize_runs
 
-    kept = {"100": summarize_runs(100, [(1.9, 1.5, 0.9), (1.7, 1.4, 0.8), (2.0, 1.6, 1.0)])}
-    keys = kept_headline(kept)
-    assert keys == {"fleet_100_wall_s_kept": 1.9, "fleet_100_control_cpu_s_kept": 1.5,
-                    "fleet_host_cpu_per_host_ms_kept": 9.0}
-    assert kept_headline({})["fleet_100_control_cpu_s_kept"] is None
+    direct = {"100": summarize_runs(100, [(1.9, 1.5, 0.9), (1.7, 1.4, 0.8), (2.0, 1.6, 1.0)])}
+    keys = direct_headline(direct)
+    assert keys == {"fleet_100_wall_s_direct": 1.9, "fleet_100_control_cpu_s_direct": 1.5,
+                    "fleet_host_cpu_per_host_ms_direct": 9.0}
+    assert direct_headline({})["fleet_100_control_cpu_s_direct"] is None
     ours = {"100": summarize_runs(100, [(5.0, 1.8, 4.5)])}
-    fleet = {"pool": "100 hosts", "repetitions": 3, "ours": ours, "kept": kept}
+    fleet = {"pool": "100 hosts", "repetitions": 3, "ours": ours, "direct": direct}
     text = render_block(_result(details={"fleet": fleet}, **keys))
-    assert "| ours, kept connections (ControlPersist=60s) | 1.90 s; 1.50 + 0.90 s CPU (15 + 9 ms/host) |" in text
+    assert ("| ours, each run its own connections (ControlPersist=no) | 1.90 s; 1.50 + 0.90 s CPU (15 + 9 ms/host) |"
+            in text)
 
 
 @pytest.mark.slow

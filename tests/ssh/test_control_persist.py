@@ -1,6 +1,6 @@
-"""ControlPersist (engine/persist.py, engine/persist_daemon.py): with `-o ControlMaster=auto -o ControlPersist=N`
-a run leaves the host's connection and an idle worker to a daemon, and the next run uses them: no login and no
-python start on the host. Real sshd, real daemon; the worker is seen from the host (the PID of the process that
+"""ControlPersist (engine/persist.py, engine/persist_daemon.py): by default (60 s, as Ansible's ssh_args) or with
+`-o ControlMaster=auto -o ControlPersist=N` a run leaves the host's connection and an idle worker to a daemon, and
+the next run uses them: no login and no python start on the host. Real sshd, real daemon; the worker is seen from the host (the PID of the process that
 runs a task's command is the worker's)."""
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ KEEP = "-o ControlMaster=auto -o ControlPersist={}"
 
 
 def _inventory(tmp_path: Path, h, persist_value: str | None, name: str = "inventory.yaml") -> Path:
+    """persist_value: ControlPersist's value; None: turned off (-o ControlPersist=no); "default": no ssh option."""
     host = dict(h.inventory_vars())
-    if persist_value is not None:
-        host["ansible_ssh_common_args"] = KEEP.format(persist_value)
+    if persist_value != "default":
+        host["ansible_ssh_common_args"] = KEEP.format(persist_value or "no")
     inv = tmp_path / name
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h": host}}}))
     return inv
@@ -55,6 +56,25 @@ def test_the_next_run_uses_the_kept_worker_and_the_lock_is_free_between_runs(tmp
     assert direct != first
     assert (kept_connections / f"{persist.code_key()}.sock").exists()
     assert oct(kept_connections.stat().st_mode & 0o777) == "0o700"
+
+
+def test_by_default_the_connection_is_kept_as_with_ansibles_ssh_args(tmp_path, ssh_hosts, kept_connections):
+    inv = _inventory(tmp_path, ssh_hosts[0], "default")
+    first = _worker_pid(play(BOOK, inv, tmp_path))
+    assert _worker_pid(play(BOOK, inv, tmp_path)) == first
+    assert (kept_connections / f"{persist.code_key()}.sock").exists()
+
+
+def test_where_only_the_default_keeps_an_unusable_socket_folder_means_a_direct_run(tmp_path, ssh_hosts,
+                                                                                 kept_connections):
+    """The folder others could enter: an explicit ControlPersist is refused (below), the default is dropped; the
+    run connects on its own and puts nothing in that folder."""
+    kept_connections.mkdir(mode=0o755)
+    os.chmod(kept_connections, 0o755)
+    inv = _inventory(tmp_path, ssh_hosts[0], "default")
+    first = _worker_pid(play(BOOK, inv, tmp_path))
+    assert _worker_pid(play(BOOK, inv, tmp_path)) != first
+    assert not list(kept_connections.iterdir())
 
 
 def test_without_control_persist_every_run_starts_its_worker(tmp_path, ssh_hosts, kept_connections):

@@ -79,8 +79,30 @@ def test_ansibles_default_ssh_args_are_accepted_and_keep_the_connection(no_home_
     ("auto", "10m", 600), ("yes", "1h30m", 5400), ("autoask", "90", 90), ("auto", "yes", 0), ("auto", "0", 0),
     ("auto", "no", None), ("no", "60s", None), (None, "60s", None), ("auto", None, None)])
 def test_control_persist_keeps_only_with_a_sharing_control_master(no_home_config, master, persist, seconds):
+    # With ansible_ssh_args set (here to nothing) the tool adds no default: OpenSSH's own rules.
     args = " ".join(f"-o {k}={v}" for k, v in (("ControlMaster", master), ("ControlPersist", persist)) if v)
-    assert resolve(_host(ansible_ssh_common_args=args)).persist_s == seconds
+    hop = resolve(_host(ansible_ssh_args="", ansible_ssh_common_args=args))
+    assert hop.persist_s == seconds and not hop.persist_default
+
+
+@pytest.mark.parametrize("given, seconds, by_default", [
+    ({}, 60, True),
+    ({"ansible_ssh_common_args": "-o ControlPersist=no"}, None, False),
+    ({"ansible_ssh_common_args": "-o ControlMaster=no"}, None, False),
+    ({"ansible_ssh_extra_args": "-o ControlPersist=10m"}, 600, False),  # ControlMaster from the default
+    ({"ansible_ssh_common_args": "-o ControlMaster=auto"}, 60, False),  # ControlPersist from the default
+    ({"ansible_ssh_args": ""}, None, False),  # as Ansible: ssh_args replace the defaults
+    ({"ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=30"}, 30, False),
+])
+def test_connections_are_kept_60_s_by_default_unless_the_user_says_otherwise(no_home_config, given, seconds,
+                                                                             by_default):
+    hop = resolve(_host(**given))
+    assert (hop.persist_s, hop.persist_default) == (seconds, by_default)
+
+
+def test_a_control_master_no_in_the_ssh_config_turns_the_default_off(tmp_path, no_home_config):
+    (no_home_config / ".ssh" / "config").write_text("Host 10.0.0.5\n  ControlMaster no\n")
+    assert resolve(_host()).persist_s is None
 
 
 def test_control_persist_from_the_ssh_config(tmp_path, no_home_config):
