@@ -7,6 +7,7 @@ Flags follow ansible-playbook where it has one: -i (repeatable), -e, -l, -t, -f,
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -78,7 +79,16 @@ INVENTORY_OPTIONS = (
 )
 
 
-class LevelArgument(Argument):
+class FlagArgument(Argument):
+    """An Invoke argument copied flat where Invoke deep-copies it: its parser copies every task's arguments on
+    each parse (ParseMachine), walking each one's names, help and default, yet parsing only rebinds an
+    argument's attributes (`_value`, `raw_value`), so a flat copy is as good."""
+
+    def __deepcopy__(self, memo: dict) -> FlagArgument:
+        return copy.copy(self)
+
+
+class LevelArgument(FlagArgument):
     """-v, -vv, -v -v and --verbose=N (or -v N) all give a level, as ansible-playbook's -v does.
 
     Invoke's counting flags take no value (--verbose=2 was refused) and its value flags do not count, so this
@@ -112,11 +122,11 @@ def _argument(o: Option) -> Argument:
     if o.level:
         return LevelArgument(kind=str, optional=True, default=o.default, **common)
     if o.repeatable:
-        return Argument(kind=list, default=[], **common)
+        return FlagArgument(kind=list, default=[], **common)
     kind = type(o.default) if o.default is not None else str
     if kind in (int, float):  # converted by the task itself: a bad number is one paragraph, exit 4 (numbers_of)
         kind = str
-    return Argument(kind=kind, default=o.default, **common)
+    return FlagArgument(kind=kind, default=o.default, **common)
 
 
 def numbers_of(options: tuple[Option, ...], values: dict) -> dict:
@@ -144,7 +154,7 @@ class OptionTask(Task):
         super().__init__(body, positional=list(positional), auto_shortflags=False, **kwargs)
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Argument]:
-        return [Argument(name=p, positional=True) for p in self.positional] + [_argument(o) for o in self.options]
+        return [FlagArgument(name=p, positional=True) for p in self.positional] + [_argument(o) for o in self.options]
 
     def __deepcopy__(self, memo: dict) -> OptionTask:
         """Itself: Invoke deep-copies every task of the collection on each start (its name transform), which

@@ -40,13 +40,19 @@ def _package_dir(name: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _files(d: Path, pattern: str = "*") -> list[Path]:
-    return [p for p in sorted(d.rglob(pattern)) if p.is_file() and "__pycache__" not in p.parts]
+def _files(d: Path, suffix: str = "") -> list[Path]:
+    """The files under `d` whose names end in `suffix`, sorted, bytecode folders left out (os.walk: half the CPU
+    of pathlib's rglob, and every run walks dflash_host for its version)."""
+    out: list[Path] = []
+    for root, dirs, names in os.walk(d):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        out += [Path(root, n) for n in names if n.endswith(suffix)]
+    return sorted(out)
 
 
 def host_package_files() -> list[Path]:
     """The files of dflash_host that make up a version of it (its sources; never bytecode)."""
-    return _files(HOST_PACKAGE_DIR, "*.py")
+    return _files(HOST_PACKAGE_DIR, ".py")
 
 
 def host_package_hash() -> str:

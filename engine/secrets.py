@@ -11,6 +11,7 @@ is hidden even when it is shorter than MIN_LENGTH wherever it is a whole value.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -31,7 +32,12 @@ _MAX_LEAVES = 10_000
 
 def is_secret_name(name: Any) -> bool:
     """Named like a secret; `hf_token_file` (a path to one) is not."""
-    return isinstance(name, str) and bool(_NAME.search(name)) and not name.lower().endswith(_NOT_SECRET_SUFFIXES)
+    return isinstance(name, str) and _secret_named(name)
+
+
+@functools.lru_cache(maxsize=4096)  # every result of every host is walked: its keys are mostly the same few
+def _secret_named(name: str) -> bool:
+    return bool(_NAME.search(name)) and not name.lower().endswith(_NOT_SECRET_SUFFIXES)
 
 
 def leaf_strings(value: Any) -> list[str]:
@@ -115,6 +121,9 @@ class Secrets:
 
     def redact(self, text: str) -> str:
         self._sync_vault()
+        return self._redact_text(text)
+
+    def _redact_text(self, text: str) -> str:
         if text in self._vault_values:
             return MASK
         for s in self._ordered:
@@ -126,17 +135,22 @@ class Secrets:
         """A masked copy of a result: secret-named keys hidden whatever their value, secrets in text masked.
 
         `by_name=False` masks only known values (no name rule): what the inventory listing needs."""
+        self._sync_vault()  # once per result, not per leaf: every result of every host comes through here
+        return self._masked(value, key, by_name)
+
+    def _masked(self, value: Any, key: Any, by_name: bool) -> Any:
         if by_name and is_secret_name(key) and has_value(value):
             return MASK
-        self._sync_vault()
         if isinstance(value, str):
-            return self.redact(value)
+            return self._redact_text(value)
         if isinstance(value, dict):
-            return {k: self.redact_obj(v, k, by_name) for k, v in value.items()}
+            return {k: self._masked(v, k, by_name) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.redact_obj(v, None, by_name) for v in value]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in self:
-            return MASK
+            return [self._masked(v, None, by_name) for v in value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = str(value)
+            if text in self._values or text in self._vault_values:
+                return MASK
         return value
 
 

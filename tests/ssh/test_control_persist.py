@@ -228,3 +228,15 @@ def test_runs_right_after_disconnect_succeed_and_the_old_daemon_ends(tmp_path, s
     assert old and _wait_gone(old)
     new = _daemon_pid(kept_connections)
     assert new and new != old and psutil.pid_exists(new)
+
+
+def test_a_run_with_another_ssh_agent_meets_another_daemon(monkeypatch):
+    """The daemon logs in with the agent of the run that started it: a run with another agent (another login's
+    SSH_AUTH_SOCK) must not be handed connections made with the first one's keys, nor fail on its dead socket."""
+    keys = []
+    for agent in ("/tmp/agent-a/agent.1", "/tmp/agent-b/agent.2", "/tmp/agent-a/agent.1"):
+        monkeypatch.setenv("SSH_AUTH_SOCK", agent)
+        persist.code_key.cache_clear()
+        keys.append(persist.code_key())
+    persist.code_key.cache_clear()
+    assert keys[0] != keys[1] and keys[0] == keys[2]
