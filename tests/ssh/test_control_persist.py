@@ -240,3 +240,21 @@ def test_a_run_with_another_ssh_agent_meets_another_daemon(monkeypatch):
         keys.append(persist.code_key())
     persist.code_key.cache_clear()
     assert keys[0] != keys[1] and keys[0] == keys[2]
+
+
+def test_a_kept_worker_that_does_not_answer_is_left_and_its_connection_retired(tmp_path, ssh_hosts, kept_connections):
+    """A real hang (the idle worker SIGSTOPped on the host): the next run's ping gets no answer, so that worker is
+    closed, its connection retired and the run goes on through a new connection and worker; once the hung one
+    runs again it sees its channel closed and exits, and the run after uses the new worker."""
+    import signal
+
+    inv = _inventory(tmp_path, ssh_hosts[0], "60")
+    hung = _worker_pid(play(BOOK, inv, tmp_path))
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        fresh = _worker_pid(play(BOOK, inv, tmp_path))
+    finally:
+        os.kill(hung, signal.SIGCONT)
+    assert fresh != hung
+    assert _wait_gone(hung)
+    assert _worker_pid(play(BOOK, inv, tmp_path)) == fresh
