@@ -89,21 +89,48 @@ def stop_daemons() -> None:
         log(f"could not stop the kept-connection daemon: {exc}")
 
 
-def daemon_cpu() -> float:
-    """CPU seconds used so far by this user's kept-connection daemons (engine/persist_daemon.py): they outlive
-    the CLI, so the CLI's own rusage does not hold their share of a run."""
+def _daemons() -> list:
+    """This user's kept-connection daemons (engine/persist_daemon.py) as psutil processes, found by their pid
+    files and checked by their command line (not a PID reused since)."""
     import psutil
 
     from engine import persist
 
-    total = 0.0
+    found = []
     for pidfile in persist.folder().glob("*.pid"):
         try:
             proc = psutil.Process(int(pidfile.read_text()))
-            if "engine.persist_daemon" in proc.cmdline():  # not a PID reused since
-                times = proc.cpu_times()
-                total += times.user + times.system
+            if "engine.persist_daemon" in proc.cmdline():
+                found.append(proc)
         except (OSError, ValueError, psutil.Error):
+            continue
+    return found
+
+
+def daemon_cpu() -> float:
+    """CPU seconds used so far by this user's kept-connection daemons: they outlive the CLI, so the CLI's own
+    rusage does not hold their share of a run."""
+    import psutil
+
+    total = 0.0
+    for proc in _daemons():
+        try:
+            times = proc.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
+def daemon_rss_kib() -> int:
+    """The resident memory of this user's kept-connection daemons now, KiB."""
+    import psutil
+
+    total = 0
+    for proc in _daemons():
+        try:
+            total += proc.memory_info().rss // 1024
+        except psutil.Error:
             continue
     return total
 
