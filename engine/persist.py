@@ -78,7 +78,7 @@ def code_key() -> str:
     them): a changed one never meets an old daemon."""
     agent = os.environ.get("SSH_AUTH_SOCK", "")
     digest = hashlib.sha256(f"{sys.version}\0{socket.gethostname()}\0{agent}\0{WORKER_KEY}".encode())
-    for path in sorted(ENGINE.glob("*.py")):
+    for path in sorted(p for p in ENGINE.glob("*.py") if p.is_file()):  # not an editor's dangling .#x.py link
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -169,7 +169,7 @@ def daemon_usable() -> bool:
     once per socket path and process; an explicit ControlPersist is refused with the reason instead."""
     try:
         path = socket_path()
-    except UserError:
+    except (UserError, OSError):
         return False
     if path not in _USABLE:
         with _usable_lock:

@@ -41,13 +41,13 @@ def _package_dir(name: str) -> Path | None:
 
 
 def _files(d: Path, suffix: str = "") -> list[Path]:
-    """The files under `d` whose names end in `suffix`, sorted, bytecode folders left out (os.walk: half the CPU
-    of pathlib's rglob, and every run walks dflash_host for its version)."""
+    """The files under `d` whose names end in `suffix`, sorted, bytecode folders left out (os.walk: less CPU
+    than pathlib's rglob, and every run walks dflash_host for its version)."""
     out: list[Path] = []
     for root, dirs, names in os.walk(d):
         dirs[:] = [x for x in dirs if x != "__pycache__"]
-        out += [Path(root, n) for n in names if n.endswith(suffix)]
-    return sorted(out)
+        out += [Path(root, n) for n in names if n.endswith(suffix) and os.path.isfile(os.path.join(root, n))]
+    return sorted(out)  # regular files only: an editor's dangling lock link (.#name.py) is not one
 
 
 def host_package_files() -> list[Path]:

@@ -387,22 +387,39 @@ def resolve(host: Host) -> Hop:
         password=str(host.vars["ansible_password"]) if host.vars.get("ansible_password") else None,
         compress=cmd.compress,
         persist_s=_persist(host, _with_default_keep(host, options)),
-        persist_default=_keeps_by_default(host, options),
     )
+    target.persist_default = target.persist_s is not None and _keeps_by_default(host, options)
     target.via = _proxy(host, options, cmd.values, files, 0, target)
+    if target.persist_default and _through_proxy_command(target):
+        # The daemon would run the ProxyCommand without the run's terminal and environment (a bastion's prompt,
+        # AWS_PROFILE, an activated venv's PATH): kept only when the user asks for it.
+        target.persist_s, target.persist_default = None, False
     _check_tokens(host, target)
     return target
 
 
+def _default_keep_applies(host: Host) -> bool:
+    """Ansible's default ssh_args apply: none set (set ones replace them), on the ssh connection (its paramiko
+    connection takes no ssh_args)."""
+    return host.vars.get("ansible_ssh_args") is None and host.connection in ("ssh", "smart")
+
+
 def _keeps_by_default(host: Host, options: dict) -> bool:
-    return host.vars.get("ansible_ssh_args") is None and not any(key in options for key in DEFAULT_KEEP)
+    """The keep time is the default's, not the user's: where keeping cannot be had, the run goes direct."""
+    return _default_keep_applies(host) and "controlpersist" not in options
 
 
 def _with_default_keep(host: Host, options: dict) -> dict:
     """The options with the default keeping filled in where the user gave no ssh_args and no such option."""
-    if host.vars.get("ansible_ssh_args") is not None:
-        return options
-    return {**DEFAULT_KEEP, **options}
+    return {**DEFAULT_KEEP, **options} if _default_keep_applies(host) else options
+
+
+def _through_proxy_command(hop: Hop) -> bool:
+    while hop.via is not None:
+        if isinstance(hop.via, ProxyCommandSpec):
+            return True
+        hop = hop.via
+    return False
 
 
 def _persist(host: Host, options: dict) -> float | None:

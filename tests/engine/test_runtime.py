@@ -99,3 +99,14 @@ def test_a_dflash_host_in_the_working_folder_does_not_replace_the_shipped_one(tm
     res = run_playbook(str(playbook), inventory=str(inventory))
     assert res.exit_code == 0, res.tasks
     assert [r.msg for r in res.find("Look at /")] == ["/ is a directory"]
+
+
+def test_a_version_is_made_of_regular_files_only(tmp_path):
+    """An editor's dangling lock link (`.#worker.py` -> user@host.pid, as Emacs leaves beside an unsaved file)
+    and bytecode are not part of a package's version: reading them would fail or change it for nothing."""
+    (tmp_path / "sub" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "a.py").write_text("a = 1\n")
+    (tmp_path / "sub" / "b.py").write_text("b = 2\n")
+    (tmp_path / "sub" / "__pycache__" / "b.cpython-311.py").write_text("")
+    os.symlink("root@host.1234:1700000000", tmp_path / ".#a.py")
+    assert runtime._files(tmp_path, ".py") == [tmp_path / "a.py", tmp_path / "sub" / "b.py"]

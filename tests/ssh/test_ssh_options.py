@@ -90,7 +90,7 @@ def test_control_persist_keeps_only_with_a_sharing_control_master(no_home_config
     ({"ansible_ssh_common_args": "-o ControlPersist=no"}, None, False),
     ({"ansible_ssh_common_args": "-o ControlMaster=no"}, None, False),
     ({"ansible_ssh_extra_args": "-o ControlPersist=10m"}, 600, False),  # ControlMaster from the default
-    ({"ansible_ssh_common_args": "-o ControlMaster=auto"}, 60, False),  # ControlPersist from the default
+    ({"ansible_ssh_common_args": "-o ControlMaster=auto"}, 60, True),  # the keep time is still the default's
     ({"ansible_ssh_args": ""}, None, False),  # as Ansible: ssh_args replace the defaults
     ({"ansible_ssh_args": "-o ControlMaster=auto -o ControlPersist=30"}, 30, False),
 ])
@@ -98,6 +98,17 @@ def test_connections_are_kept_60_s_by_default_unless_the_user_says_otherwise(no_
                                                                              by_default):
     hop = resolve(_host(**given))
     assert (hop.persist_s, hop.persist_default) == (seconds, by_default)
+
+
+def test_a_proxycommand_route_is_kept_only_when_the_user_asks(no_home_config):
+    # The daemon would run the ProxyCommand without the run's terminal and environment.
+    proxy = "-o ProxyCommand='nc %h %p'"
+    assert resolve(_host(ansible_ssh_common_args=proxy)).persist_s is None
+    assert resolve(_host(ansible_ssh_common_args=proxy + " -o ControlPersist=30")).persist_s == 30
+
+
+def test_the_paramiko_connection_gets_no_default_keeping(no_home_config):
+    assert resolve(_host(ansible_connection="paramiko")).persist_s is None  # Ansible's takes no ssh_args
 
 
 def test_a_control_master_no_in_the_ssh_config_turns_the_default_off(tmp_path, no_home_config):
