@@ -278,7 +278,10 @@ def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -
             if kept:
                 data = data[:-len(KEEP_LINE)]
             if data:
-                worker.chan.sendall(data)
+                try:
+                    worker.chan.sendall(data)
+                except OSError:
+                    pass  # the worker already ended (a start that failed at once): its words and end follow below
             data = b""
         if out:
             try:
