@@ -5,9 +5,9 @@ The cheapest honest stand-in for 1,000 hosts here: 1,000 real SSH sessions to 63
 fleet section, --forks 8: each run its own connections (ControlPersist=no), and then the default (connections
 kept), where the daemon's CPU in the timed run is added to the CLI's and its resident size is read. What it
 measures is the control node's side (the CLI process, from wait4: its CPU and its peak resident memory),
-against the same run on 1 host. What it leaves out: the hosts share this
-machine's 2 cores with the control node (so the wall time is the hosts' CPU, not a fleet's), loopback has no
-latency or loss, and every session authenticates with the same key against the same host key.
+against the same run on 1 host. What it leaves out: the hosts share this machine's 2 cores with the control
+node (so the wall time is the hosts' CPU, not a fleet's), loopback has no latency or loss, and every session
+authenticates with the same key against the same host key.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import os
 import statistics
 import subprocess
 import time
+from typing import Callable
 
 
 def log(msg: str) -> None:
@@ -107,32 +108,28 @@ def _daemons() -> list:
     return found
 
 
-def daemon_cpu() -> float:
-    """CPU seconds used so far by this user's kept-connection daemons: they outlive the CLI, so the CLI's own
-    rusage does not hold their share of a run."""
+def _over_daemons(measure: Callable) -> float:
+    """The sum of `measure(process)` over this user's daemons, skipping one that ends meanwhile."""
     import psutil
 
     total = 0.0
     for proc in _daemons():
         try:
-            times = proc.cpu_times()
-            total += times.user + times.system
+            total += measure(proc)
         except psutil.Error:
             continue
     return total
+
+
+def daemon_cpu() -> float:
+    """CPU seconds used so far by this user's kept-connection daemons: they outlive the CLI, so the CLI's own
+    rusage does not hold their share of a run."""
+    return _over_daemons(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
 
 
 def daemon_rss_kib() -> int:
     """The resident memory of this user's kept-connection daemons now, KiB."""
-    import psutil
-
-    total = 0
-    for proc in _daemons():
-        try:
-            total += proc.memory_info().rss // 1024
-        except psutil.Error:
-            continue
-    return total
+    return int(_over_daemons(lambda proc: proc.memory_info().rss // 1024))
 
 
 def tree_cpu(pids: list[int]) -> float:

@@ -4,8 +4,8 @@ daemon (engine/persist_daemon.py), and finding or starting that daemon.
 A host kept by its ssh options (`-o ControlMaster=auto -o ControlPersist=60s`, which is also the default where
 they say neither: engine/ssh_options.py DEFAULT_KEEP) is reached through the daemon: the first run connects
 there and leaves the connection and an idle worker behind; the runs within the next 60 s idle use them, with no
-login and no python start on the host. Files to the login
-user and workers started through sudo go over a connection of the run's own, opened only when needed.
+login and no python start on the host. Files to the login user and workers started through sudo go over a
+connection of the run's own, opened only when needed.
 """
 
 from __future__ import annotations

@@ -100,6 +100,9 @@ class Secrets:
 
     def __contains__(self, text: str) -> bool:
         self._sync_vault()
+        return self._known(text)
+
+    def _known(self, text: str) -> bool:
         return text in self._values or text in self._vault_values
 
     def _sync_vault(self) -> None:
@@ -147,10 +150,8 @@ class Secrets:
             return {k: self._masked(v, k, by_name) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self._masked(v, None, by_name) for v in value]
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            text = str(value)
-            if text in self._values or text in self._vault_values:
-                return MASK
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and self._known(str(value)):
+            return MASK
         return value
 
 
