@@ -74,4 +74,6 @@ def test_end_play_under_serial_ends_every_batch_and_end_batch_only_the_current_o
             later], sort_keys=False))
         res = run_playbook(str(path), inventory=INV)
         assert res.exit_code == 0, res.tasks
-        assert order(res) == expected, (action, order(res))
+        # the next play runs both hosts at once: the order between them within its task is theirs to pick
+        in_batches = [step for step in order(res) if step[1] != "next play"]
+        assert in_batches + sorted(set(order(res)) - set(in_batches)) == expected, (action, order(res))
