@@ -41,6 +41,8 @@ TARGETS = {
     "pyinfra_ratio_8": 1 / 3,
     "fanout_ratio_8": 1.5,
     "host_cpu_ms_8": 30.0,
+    "cli_start_s": 0.1,
+    "invoke_list_s": 0.1,
     "reprovision_s": 2.0,
     "ready_latency_s": 0.5,
     "crash_latency_s": 1.0,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +40,11 @@ def median_of(details: dict, tool: str, n: int) -> float | None:
     return entry["median"] if entry else None
 
 
+def difference(whole: float | None, part: float | None) -> float | None:
+    """What the CLI costs beyond the same run in process (s); None where a side is missing."""
+    return round(whole - part, 3) if whole is not None and part is not None else None
+
+
 def summarize(timings: dict) -> dict:
     """The headline ratios from {tool: {hosts: stats}} (medians). None where a side is missing."""
     ours = lambda n: median_of(timings, "ours_cli", n)  # noqa: E731
@@ -56,6 +62,8 @@ def summarize(timings: dict) -> dict:
         "pyinfra_ratio_1_direct": ratio(direct(1), median_of(timings, "pyinfra", 1)),
         "pyinfra_ratio_8_direct": ratio(direct(8), median_of(timings, "pyinfra", 8)),
         "ansible_ratio_8_direct": ratio(direct(8), median_of(timings, "ansible", 8)),
+        "cli_start_s": difference(ours(1), median_of(timings, "ours_in_process", 1)),
+        "invoke_list_s": median_of(timings, "invoke_list", 1),
         "fanout_ratio_8_direct": ratio(direct(8), direct(1)),
         "fanout_ratio_16": ratio(ours(16), ours(1)),
         "fanout_ratio_8_in_process": ratio(median_of(timings, "ours_in_process", 8), median_of(timings, "ours_in_process", 1)),
@@ -71,6 +79,11 @@ def ours_cli(bench, n: int, direct: bool = False) -> tuple:
     left (ControlPersist=60s, the tool's default); direct: each run its own (ControlPersist=no)."""
     argv = peers.ours_argv(bench.our_inventory(n, direct=direct), bench.home, "ours", n)
     return run_timed(argv, cwd=str(ROOT))
+
+
+def invoke_list() -> tuple:
+    """The CLI's start alone: Invoke, our tasks.py and the option tables, no engine and no host."""
+    return run_timed([sys.executable, "-m", "invoke", "--list"], cwd=str(ROOT))
 
 
 def ours_in_process(bench, n: int) -> tuple:
@@ -96,6 +109,7 @@ def _add_ours_and_fabric(bench, runners: dict, versions: dict) -> None:
             runners[("ours_cli", n)] = lambda n=n: ours_cli(bench, n)
             runners[("ours_direct", n)] = lambda n=n: ours_cli(bench, n, direct=True)
             runners[("ours_in_process", n)] = lambda n=n: ours_in_process(bench, n)
+        runners[("invoke_list", 1)] = invoke_list
     if "fabric" in bench.tools:
         for n in bench.peer_sizes:
             hf = peers.fabric_hosts_file(bench.tmp / f"fabric-{n}.json", bench.hosts(n))

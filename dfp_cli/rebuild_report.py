@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.report import junit_case, junit_suite_element, xml_text
 from engine.results import TaskResult
 from engine.strategy import ACCEPTED_PREFIX
 
@@ -143,7 +142,9 @@ def rebuild_section(items: list[TaskResult]) -> dict | None:
 
 def junit_suite(host: str, section: dict):
     """The rebuild's phases as test cases; versions, downtime and the rollback as suite properties."""
-    import xml.etree.ElementTree as ET  # noqa: N817 - the usual name
+    import xml.etree.ElementTree as ET  # noqa: N817 - the usual name (both only for a run that writes --junit)
+
+    from engine.junit import junit_case, junit_suite_element, xml_text
 
     phases = section["phases"]
     fails = sum(1 for p in phases if p["status"] == "failed")

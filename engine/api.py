@@ -11,7 +11,7 @@ from engine.errors import UserError
 from engine.inventory import Inventory
 from engine.playbook import PROJECT_ROOT, load_playbook
 from engine.preflight import check_tags
-from engine.report import Console, json_report, load_sections, recap_of, write_json, write_junit
+from engine.report import Console, json_report, load_sections, recap_of, write_json
 from engine.results import TaskResult
 from engine.runner import Runner
 from engine.start_at import check_start_at_task
@@ -132,6 +132,8 @@ def run_playbook(
         if report:
             write_json(report, json_report(results, recap, meta, sections, secrets))
         if junit:
+            from engine.junit import write_junit
+
             write_junit(junit, results, path.stem, sections)
     except OSError as exc:
         error = (f"writing the {'JSON report' if report and exc.filename in (None, report) else 'report'} failed: "

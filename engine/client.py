@@ -261,12 +261,12 @@ class WorkerClient:
                     raise OSError(reply["error"])
                 first = False
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
         """Ask every worker to exit (the one holding the host lock releases it), then close the connection. A kept
-        connection's worker (ControlPersist) releases the lock and stays for the next run instead."""
+        connection's worker (ControlPersist) releases the lock and stays for the next run instead, unless not `keep`."""
         for channel in [*self._become.values(), self._login]:
             try:
-                if channel.transport.persistent:
+                if channel.transport.persistent and keep:
                     if channel.transport.request({"op": "release"}).get("kept"):
                         channel.transport.keep()
                 else:

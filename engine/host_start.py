@@ -58,12 +58,15 @@ class HostStart:
         return early.result().start() if early is not None else WorkerClient.open(state.host)
 
     # -- one host's start ----------------------------------------------------------------------------
-    def start(self, state: HostState, play: Play) -> None:
+    def start(self, state: HostState, play: Play, step: str | None = None) -> None:
+        """Connect (unless connected), become, lock (on a new connection) and gather facts (once); `step` names
+        the task an unreachable host is reported under."""
         if state.client is None:
             try:
                 state.client = self._open_client(state)
             except HostUnreachable as exc:
-                self.executor.unreachable(state, "Gathering facts" if play.gather_facts else "Connecting", str(exc))
+                self.executor.unreachable(state, step or ("Gathering facts" if play.gather_facts else "Connecting"),
+                                          str(exc))
                 return
             if not self._play_become(state, play) or not self._lock_host(state, play):
                 return
@@ -72,6 +75,18 @@ class HostStart:
             return
         if play.gather_facts and state.facts is None and FACTS in modules():
             self._gather_facts(state, play)
+
+    def reset(self, state: HostState, play: Play) -> None:
+        """`meta: reset_connection`: a new login for the rest of the run, so that what changed about the login user
+        (a group such as docker or render added, limits, the environment) applies; a kept connection is dropped
+        too. The host lock is let go with the old worker and taken again by the new one."""
+        old = state.client
+        if old is None:
+            return
+        old.transport.forget()
+        state.client, state.locked = None, False
+        old.close(keep=False)
+        self.start(state, play, step="Connecting")
 
     def _play_become(self, state: HostState, play: Play) -> bool:
         """Who the play's lock and facts run as (its become keywords, else the host's ansible_become*)."""

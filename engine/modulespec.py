@@ -29,8 +29,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}, "verbosity": {"type": "int", "default": 0}},
     "set_fact": None,  # any names
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
-    "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "end_host", "end_batch", "end_play",
-                                                                     "noop"]}},
+    "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "reset_connection", "end_host",
+                                                                     "end_batch", "end_play", "noop"]}},
     # the include itself (engine/playbook.py Include): one ok result per host it reaches, as Ansible's "included"
     "include_tasks": {"file": {"type": "str", "required": True}},
     "include_role": {"name": {"type": "str", "required": True}, "tasks_from": {"type": "str"}},

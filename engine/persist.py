@@ -186,6 +186,20 @@ _USABLE: dict[Path, bool] = {}
 _usable_lock = threading.Lock()  # the hosts of one run ask in parallel; daemon_socket() takes _start_lock
 
 
+def reset(hop: Hop) -> None:
+    """Drop the host's kept connection (`meta: reset_connection`): its next session logs in anew. Nothing to do
+    where no daemon runs."""
+    try:
+        sock = _connect_socket(socket_path())
+    except (HostUnreachable, UserError, OSError):
+        return
+    if sock is None:
+        return
+    with sock:
+        sock.sendall((json.dumps({"reset": hop_to_json(hop)}) + "\n").encode())
+        sock.recv(100)
+
+
 def stop() -> bool:
     """Close every kept connection of this user (every daemon in the folder, of any code version): True when
     one was running. Each ends once the runs using it have ended."""
@@ -268,6 +282,10 @@ class PersistentTransport(Transport):
     def keep(self) -> None:
         """Leave the worker (its `release` answered) to the daemon for the next run."""
         self.sock.sendall(b'{"mux": "keep"}\n')
+
+    def forget(self) -> None:
+        """`meta: reset_connection`: the daemon drops the host's connection; the next session logs in anew."""
+        reset(self.hop)
 
     def close(self) -> None:
         sock = getattr(self, "sock", None)

@@ -8,6 +8,7 @@ socket connection is one session with one host's worker:
 
   client -> {"hop": HOP, "start": CMD, "pool": KEY, "persist_s": S}   (one line; HOP as engine/persist.py sends it)
   daemon -> {"ok": true, "reused": bool} | {"error": MSG, "kind": "refused" | "user" | "transient"}
+  (or a session of one line: {"stop": true}, `invoke disconnect`; {"reset": HOP}, `meta: reset_connection`)
   then the worker's protocol, relayed: what the client writes goes to the worker's stdin as it is; what the
   worker writes comes back in frames (engine/persist_worker.py: b"o" its stdout, b"e" its stderr, b"x" the
   reason its stream ended), one thread per session polling both sides.
@@ -26,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import resource
 import select
 import socket
@@ -48,6 +50,7 @@ LOCK_WAIT_S = 5.0  # how long a starting daemon waits for an ending one to let g
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
 # 100 held connections cost the idle daemon about 40 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
+_KEY = re.compile(r"[0-9a-f]{16}")  # engine/persist.py code_key()
 _ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPROTO)
 
 
@@ -104,7 +107,7 @@ class Daemon:
 
     def take(self, request: dict) -> tuple[Worker, bool]:
         """An idle worker of this pool key that still answers, else a new one (on the held connection)."""
-        hop_key = hashlib.sha256(json.dumps(request["hop"], sort_keys=True).encode()).hexdigest()
+        hop_key = _hop_key(request["hop"])
         hop = hop_from_json(json.loads(json.dumps(request["hop"])))  # a copy: it is taken apart
         pool_key = hop_key + ":" + hashlib.sha256(f"{request['start']}\0{request['pool']}".encode()).hexdigest()
         while True:
@@ -200,6 +203,21 @@ class Daemon:
         for held in closing:
             self._retire(held)
 
+    def reset(self, hop: dict) -> None:
+        """`meta: reset_connection`: the host's connection leaves the pool (closed once its last worker ends) and
+        its idle workers close, so the next session logs in anew: the login's groups and environment as they are
+        now. Sessions in flight finish on theirs."""
+        hop_key = _hop_key(hop)
+        with self.lock:
+            idle = [w for key, ws in self.idle.items() if key.startswith(hop_key + ":") for w in ws]
+            for key in [k for k in self.idle if k.startswith(hop_key + ":")]:
+                del self.idle[key]
+            held = self.held.get(hop_key)
+        for worker in idle:
+            worker.close(worker.idle_since)
+        if held is not None:
+            self._forget(hop_key, held)
+
     def stop(self) -> None:
         """`invoke disconnect`: no new session from now on (the socket goes: a run starts a new daemon), idle
         workers and connections close now, the sessions in flight finish on theirs."""
@@ -233,6 +251,16 @@ class Daemon:
                 self.last_used = time.monotonic()
             conn.close()
 
+    def _control(self, request: dict) -> bool:
+        """A session of one line to the daemon itself: stop (`invoke disconnect`) or reset one host's connection."""
+        if request.get("stop"):
+            self.stop()
+        elif request.get("reset"):
+            self.reset(request["reset"])
+        else:
+            return False
+        return True
+
     def _session(self, conn: socket.socket) -> None:
         if peer_uid(conn) != os.geteuid():  # only this daemon's own user may use its connections
             return
@@ -241,8 +269,7 @@ class Daemon:
         conn.settimeout(None)
         try:
             request = json.loads(first)
-            if request.get("stop"):
-                self.stop()
+            if self._control(request):
                 conn.sendall(b'{"ok": true}\n')
                 return
             worker, reused = self.take(request)
@@ -259,6 +286,11 @@ class Daemon:
                 self.give_back(worker)
             else:
                 worker.close()
+
+
+def _hop_key(hop: dict) -> str:
+    """The pool's name for a route (the host with its jump hosts and options), as the client sends it."""
+    return hashlib.sha256(json.dumps(hop, sort_keys=True).encode()).hexdigest()
 
 
 def _relay(conn: socket.socket, pending: bytes, worker: Worker, answer: bytes) -> bool:
@@ -337,13 +369,8 @@ def _error(exc: Exception) -> dict:
 def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
     """The listening socket, under a flock so that two starting daemons never both bind; an old socket file of
     ours (a socket, in our private folder) left by a daemon that died is replaced."""
-    lock_fd = os.open(os.path.join(folder, key + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     path = os.path.join(folder, key + ".sock")
-    try:
-        _take_lock(lock_fd, path)
-    except BlockingIOError:
-        os.close(lock_fd)
-        raise
+    lock_fd = _take_lock(os.path.join(folder, key + ".lock"), path)
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             os.unlink(path)
@@ -357,19 +384,65 @@ def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
     return listener, lock_fd
 
 
-def _take_lock(lock_fd: int, path: str) -> None:
-    """The key's flock. Held by a daemon that serves: BlockingIOError (the run connects to that one); held by one
-    that is ending (it has stopped listening and lets go once its last session ends): waited for, up to
-    LOCK_WAIT_S."""
+def _take_lock(lock_path: str, path: str) -> int:
+    """The key's flock (its descriptor). Held by a daemon that serves: BlockingIOError (the run connects to that
+    one); held by one that is ending (it has stopped listening and lets go once its last session ends): waited for,
+    up to LOCK_WAIT_S. Taken again when the file was removed meanwhile (_sweep_other_keys): the lock is the file
+    at the path, never an unlinked one."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
         except BlockingIOError:
+            os.close(lock_fd)
             if _answers(path) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+            continue
+        if _same_file(lock_fd, lock_path):
+            return lock_fd
+        os.close(lock_fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        return os.lstat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
+
+
+def _sweep_other_keys(folder: str, key: str) -> None:
+    """The files other daemon keys left here (a key per code version and ssh agent: one a login or an upgrade),
+    removed once no daemon of that key holds its lock: the lock file, and a socket and pidfile a killed daemon left.
+    Under that key's flock, so a daemon of it starting meanwhile waits, then takes a new lock file."""
+    for name in os.listdir(folder):
+        other, ext = os.path.splitext(name)
+        if ext != ".lock" or other == key or not _KEY.fullmatch(other):
+            continue
+        lock_path = os.path.join(folder, name)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _same_file(fd, lock_path) or not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            _remove_leftovers(os.path.join(folder, other))
+            os.unlink(lock_path)
+        except OSError:
+            continue  # held: that key's daemon serves
+        finally:
+            os.close(fd)
+
+
+def _remove_leftovers(base: str) -> None:
+    """A dead daemon's socket (a socket nobody answers) and pidfile (a regular file)."""
+    for path, kind in ((base + ".sock", stat.S_ISSOCK), (base + ".pid", stat.S_ISREG)):
+        with contextlib.suppress(OSError):
+            if kind(os.lstat(path).st_mode) and not (kind is stat.S_ISSOCK and _answers(path)):
+                os.unlink(path)
 
 
 def _answers(path: str) -> bool:
@@ -413,6 +486,8 @@ def serve(folder: str, key: str) -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    with contextlib.suppress(OSError):
+        _sweep_other_keys(folder, key)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):  # four descriptors a host (TCP, unix socket, the channel's pipe)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))

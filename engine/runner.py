@@ -242,12 +242,15 @@ class Runner:
             other.hidden |= hidden
 
     def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:
-        """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, end_host,
-        end_play (every host of the play), noop."""
+        """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, reset_connection,
+        end_host, end_batch and end_play (every host of the batch or play), noop."""
         hit = {r.host for r in ran if r.status == "ok"}
         action = task.args["action"]
         if action == "flush_handlers":
             self._flush_handlers([s for s in states if s.host.name in hit], play)
+        elif action == "reset_connection":
+            self._parallel([s for s in states if s.host.name in hit and s.client is not None],
+                           lambda st: self.hosts.reset(st, play))
         elif action == "end_host":
             for s in states:
                 s.ended = s.ended or s.host.name in hit

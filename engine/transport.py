@@ -110,6 +110,7 @@ class Transport:
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
     def keep(self) -> None: ...  # a persistent transport: leave the released worker for the next run
+    def forget(self) -> None: ...  # a persistent transport: the kept connection is dropped, the next one logs in
 
     persistent = False  # True: the worker is kept for the next run when this one ends (engine/persist.py)
     discovered: str | None = None  # the interpreter the worker reported (hello's executable), once it started

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from bench import peers
-from bench.figures import REQUIRED_KEYS
+from bench.figures import REQUIRED_KEYS, verdict
 from bench.provision import classify_cold_task, host_time
 from bench.render import render_block, update_doc
 from bench.run import main
@@ -71,6 +71,14 @@ def test_direct_connection_ratios_come_from_the_direct_cli_runs():
     out = summarize(timings)
     assert out["pyinfra_ratio_1_direct"] == 0.417 and out["pyinfra_ratio_8_direct"] == 0.4
     assert out["fanout_ratio_8_direct"] == 1.6 and out["fanout_ratio_8"] == 1.4
+
+
+def test_the_clis_own_cost_is_the_cli_run_less_the_same_run_in_process():
+    timings = {"ours_cli": {"1": _stats(0.17)}, "ours_in_process": {"1": _stats(0.02)}, "invoke_list": {"1": _stats(0.09)}}
+    out = summarize(timings)
+    assert out["cli_start_s"] == 0.15 and out["invoke_list_s"] == 0.09
+    assert verdict("cli_start_s", out["cli_start_s"]) == "MISSED" and verdict("invoke_list_s", 0.09) == "met"
+    assert summarize({"ours_cli": {"1": _stats(0.17)}})["cli_start_s"] is None
 
 
 def test_hosts_cpu_per_host_is_per_host_of_the_cli_runs():
@@ -154,6 +162,7 @@ def test_quick_pieces_on_two_hosts_write_every_required_key(tmp_path):
     workload = res["details"]["workload"]
     assert set(workload["ours_cli"]) == {"1", "2"} and set(workload["fabric"]) == {"1", "2"}
     assert res["floor_ratio_1"] is not None and res["fanout_ratio_8"] is None
+    assert res["invoke_list_s"] > 0 and res["cli_start_s"] is not None and set(workload["invoke_list"]) == {"1"}
     assert res["details"]["header"]["ssh"]["module_header_bytes_read"] == res["details"]["header"]["drafter"]["header_bytes"]
     assert "ansible_ratio_1" in res["notes"] and "cold_overhead_s" in res["notes"]
     assert not any(k.endswith("_idempotent") for k in res["notes"]), res["notes"]

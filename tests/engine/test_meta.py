@@ -77,3 +77,29 @@ def test_end_play_under_serial_ends_every_batch_and_end_batch_only_the_current_o
         # the next play runs both hosts at once: the order between them within its task is theirs to pick
         in_batches = [step for step in order(res) if step[1] != "next play"]
         assert in_batches + sorted(set(order(res)) - set(in_batches)) == expected, (action, order(res))
+
+
+HELD = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    print('held')\n"
+        "else:\n    print('free')")
+
+
+def test_reset_connection_gives_the_rest_of_the_run_a_new_worker_that_holds_the_host_lock(tmp_path):
+    """Only where its `when` holds; the worker before it ends, and the lock it held is taken again by the new one."""
+    import sys
+
+    inv = {"all": {"vars": {"dfp_root": str(tmp_path / "root")},
+                   "hosts": {"a": {"ansible_connection": "local"}, "b": {"ansible_connection": "local"}}}}
+    who = {"command": {"argv": ["sh", "-c", "echo $PPID"]}}
+    lock = str(tmp_path / "root" / ".dflash-provision.lock")
+    tasks = [{"name": "before", **who}, {"meta": "reset_connection", "when": "inventory_hostname == 'a'"},
+             {"name": "after", **who},
+             {"name": "lock", "command": {"argv": [sys.executable, "-c", HELD, lock]}, "when": "inventory_hostname == 'a'"}]
+    path = tmp_path / "pb.yaml"
+    path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    res = run_playbook(str(path), inventory=inv)
+    assert res.exit_code == 0, res.tasks
+    pid = {(r.host, r.task): r.result["stdout"] for r in res.results if r.task in ("before", "after")}
+    assert pid["a", "before"] != pid["a", "after"] and pid["b", "before"] == pid["b", "after"], pid
+    assert res.find("lock", "a")[0].result["stdout"] == "held"
+    assert res.recap["a"]["ok"] == 3 and not res.recap["a"]["failed"]

@@ -258,3 +258,30 @@ def test_a_kept_worker_that_does_not_answer_is_left_and_its_connection_retired(t
     assert fresh != hung
     assert _wait_gone(hung)
     assert _worker_pid(play(BOOK, inv, tmp_path)) == fresh
+
+
+RESET_BOOK = ("- hosts: all\n  gather_facts: false\n  tasks:\n"
+              "    - name: Before\n      command: {argv: [sh, -c, 'echo $PPID $SSH_CONNECTION']}\n"
+              "    - meta: reset_connection\n"
+              "    - name: After\n      command: {argv: [sh, -c, 'echo $PPID $SSH_CONNECTION']}\n")
+
+
+def _login(res, task: str) -> tuple[str, str]:
+    """(the worker's PID, the login's client port) of a task's run: a new SSH login has a new source port."""
+    assert res.exit_code == 0, [(t["task"], t["msg"]) for t in res.tasks]
+    pid, _ip, port, *_ = res.find(task, "h")[0].result["stdout"].split()
+    return pid, port
+
+
+def test_reset_connection_logs_in_anew_and_the_new_login_is_the_one_kept(tmp_path, ssh_hosts, kept_connections):
+    """What a play that just added the login user to a group needs: the tasks after `meta: reset_connection`, and
+    the next run, go over a new SSH login (not only a new worker on the kept connection)."""
+    inv = _inventory(tmp_path, ssh_hosts[0], "default")
+    kept = play(RESET_BOOK.replace("    - meta: reset_connection\n", ""), inv, tmp_path)
+    assert _login(kept, "Before") == _login(kept, "After")  # without it: one login, one worker
+    res = play(RESET_BOOK, inv, tmp_path)
+    before, after = _login(res, "Before"), _login(res, "After")
+    assert before[0] != after[0] and before[1] != after[1], (before, after)
+    assert not psutil.pid_exists(int(before[0])) or _wait_gone(int(before[0]))
+    again = play(RESET_BOOK.replace("    - meta: reset_connection\n", ""), inv, tmp_path)
+    assert _login(again, "Before") == after  # the new login is kept for the next run
