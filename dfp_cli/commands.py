@@ -210,7 +210,7 @@ def bench(c, quick=False):
 
 def test(c, k=None, fast=False):
     """Run the test suite (the same command CI runs)."""
-    argv = [sys.executable, "-m", "pytest", "-q"]
+    argv = [sys.executable, "-m", "pytest", "-q", "--durations=15"]  # the slowest, for keeping the suite short
     if fast:
         argv += ["-m", "not slow and not e2e"]
     if k:
