@@ -61,7 +61,8 @@ def get(key: str | None) -> dict | None:
 
 
 def put(key: str | None, result: dict) -> None:
-    """Remember a lookup's answer; written when the run ends (a run's lookups are its start's critical path)."""
+    """Remember a lookup's answer; written when the run ends (a run's lookups are its start's critical path): by
+    the runner (engine/runner.py), else at the process's exit."""
     if key is None or not all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
                               for v in result.values()):
         return

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from engine import lookup_cache
 from engine.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.delegation import Delegation
 from engine.errors import UserError
@@ -126,6 +127,7 @@ class Runner:
                 self._parallel(open_states, lambda s: s.client.close())
             self.hosts.close_early()
             self._pool.shutdown(wait=False, cancel_futures=True)
+            lookup_cache.flush()  # the ssh config lookups this run made, kept for the next run (now, not at exit)
         return self.results
 
     def preflight(self, plays: list[Play]) -> list:
