@@ -179,53 +179,69 @@ def test_secrets_are_masked_in_diffs_and_warnings_but_registered_intact(inventor
     assert secret not in shown
 
 
-def test_a_refused_playbook_leaves_no_worker_from_the_early_connection(ssh_hosts, inventory_file, tmp_path):
-    """Hosts are reached while the playbook is checked; when the checks refuse it (exit 4), those workers are
-    closed and nothing ran there. The host's python is a uniquely named link so its processes can be found."""
+def _uniquely_named_python(tmp_path, name: str) -> str:
+    """A link to python3 whose processes can be found by name (psutil), in folders any user may enter."""
     import shutil
-    import time
-
-    import psutil
 
     link_dir = tmp_path / "py"
     link_dir.mkdir()
     link_dir.chmod(0o755)
     tmp_path.chmod(0o755)
-    python = link_dir / "python3-early-connect-test"
+    python = link_dir / name
     python.symlink_to(shutil.which("python3"))
-    inv = inventory_file(hosts=ssh_hosts[:2], vars={"ansible_python_interpreter": str(python)})
+    return str(python)
+
+
+def _processes_of(name: str) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if any(name in part for part in p.info["cmdline"] or [])]
+
+
+def test_close_early_ends_the_workers_of_a_run_the_checks_refused_while_their_clients_are_still_held(tmp_path):
+    """The explicit close, not the garbage collection of a dropped client: the test holds every client."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from engine.api import _plan
+
+    python = _uniquely_named_python(tmp_path, "python3-close-early-test")
+    inv = {"all": {"hosts": {h: {"ansible_connection": "local", "ansible_python_interpreter": python} for h in "ab"}}}
+    book = _playbook(tmp_path / "pb.yaml", [{"name": "Would run", "debug": {"msg": "x"}}])
+    _, plays, runner, _ = _plan(book, inv, None, None, None, None, {})
+    with ThreadPoolExecutor(2) as pool:
+        runner.hosts.connect_early(plays, runner.hosts_for, pool)
+        held = [future.result(timeout=60) for future in runner.hosts._early.values()]
+        assert len(held) == 2 and len(_processes_of("python3-close-early-test")) == 2
+        runner.hosts.close_early()
+        deadline = time.monotonic() + 10
+        while _processes_of("python3-close-early-test") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes_of("python3-close-early-test") == [] and len(held) == 2
+
+
+def test_a_refused_playbook_leaves_no_worker_from_the_early_connection(ssh_hosts, inventory_file, tmp_path):
+    """Hosts are reached while the playbook is checked; when the checks refuse it (exit 4), those workers are
+    closed and nothing ran there. The host's python is a uniquely named link so its processes can be found."""
+    import time
+
+    python = _uniquely_named_python(tmp_path, "python3-early-connect-test")
+    inv = inventory_file(hosts=ssh_hosts[:2], vars={"ansible_python_interpreter": python})
     marker = tmp_path / "never"
     tasks = [{"name": "Would run", "file": {"path": str(marker), "state": "directory"}},
              {"name": "Undefined", "debug": {"msg": "{{ no_such_variable }}"}}]
     res = run_playbook(_playbook(tmp_path / "pb.yaml", tasks), inv)
     assert res.exit_code == 4 and "no_such_variable" in res.error
     assert not marker.exists()
-
-    def described(pid: int) -> str:
-        """The process and its parent, to tell a worker of the run's own connection from the daemon's."""
-        try:
-            proc = psutil.Process(pid)
-            parent = proc.parent()
-            return f"{pid} {proc.cmdline()[:2]} under {parent.pid if parent else None} {parent.cmdline()[:2] if parent else ''}"
-        except psutil.Error:
-            return f"{pid} (gone)"
-
-    def workers():
-        found = []
-        for proc in psutil.process_iter(["cmdline"]):
-            if any("python3-early-connect-test" in part for part in proc.info["cmdline"] or []):
-                found.append(proc.pid)
-        return found
-
     # An early connect still in flight when the run returns is closed once it is made: its worker may appear after
     # the return and go soon after. Done when none has been seen for 3 s (30 s at most).
     deadline = time.monotonic() + 30
     last_seen = time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - last_seen < 3:
-        if workers():
+        if _processes_of("python3-early-connect-test"):
             last_seen = time.monotonic()
         time.sleep(0.1)
-    assert workers() == [], [described(pid) for pid in workers()]
+    assert _processes_of("python3-early-connect-test") == []
 
 
 def test_a_variable_read_only_through_default_may_be_undefined(tmp_path):
