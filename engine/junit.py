@@ -39,7 +39,7 @@ def junit_case(classname: str, label: str, seconds: float, failed_msg: str | Non
     return case
 
 
-def task_suite(host: str, items: list[TaskResult]) -> ET.Element:
+def _task_suite(host: str, items: list[TaskResult]) -> ET.Element:
     fails = sum(1 for r in items if r.status in ("failed", "unreachable") and not r.ignored)
     skips = sum(1 for r in items if r.status == "skipped")
     suite = junit_suite_element(host, len(items), fails, skips, sum(r.duration_s for r in items))
@@ -54,7 +54,7 @@ def task_suite(host: str, items: list[TaskResult]) -> ET.Element:
 def write_junit(path: str, results: list[TaskResult], name: str, sections: Sequence[Any] = ()) -> None:
     """One testsuite per host, one testcase per task: CI systems show failed steps directly. A nightly
     report section a playbook asks for adds its own suites (the nightly rebuild: one test case per phase)."""
-    suites = [task_suite(host, items) for host, items in by_host(results).items()]
+    suites = [_task_suite(host, items) for host, items in by_host(results).items()]
     by_name = {mod.NAME: mod for mod in sections}
     for host, found in host_sections(results, list(sections)).items():
         suites += [by_name[n].junit_suite(host, data) for n, data in found.items()]

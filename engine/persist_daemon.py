@@ -209,9 +209,8 @@ class Daemon:
         now. Sessions in flight finish on theirs."""
         hop_key = _hop_key(hop)
         with self.lock:
-            idle = [w for key, ws in self.idle.items() if key.startswith(hop_key + ":") for w in ws]
-            for key in [k for k in self.idle if k.startswith(hop_key + ":")]:
-                del self.idle[key]
+            keys = [k for k in self.idle if k.startswith(hop_key + ":")]  # pool keys are hop_key:worker
+            idle = [w for key in keys for w in self.idle.pop(key)]
             held = self.held.get(hop_key)
         for worker in idle:
             worker.close(worker.idle_since)
@@ -439,10 +438,12 @@ def _sweep_other_keys(folder: str, key: str) -> None:
 
 def _remove_leftovers(base: str) -> None:
     """A dead daemon's socket (a socket nobody answers) and pidfile (a regular file)."""
-    for path, kind in ((base + ".sock", stat.S_ISSOCK), (base + ".pid", stat.S_ISREG)):
-        with contextlib.suppress(OSError):
-            if kind(os.lstat(path).st_mode) and not (kind is stat.S_ISSOCK and _answers(path)):
-                os.unlink(path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(base + ".sock").st_mode) and not _answers(base + ".sock"):
+            os.unlink(base + ".sock")
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(base + ".pid").st_mode):
+            os.unlink(base + ".pid")
 
 
 def _answers(path: str) -> bool:

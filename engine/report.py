@@ -308,6 +308,3 @@ def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
 
 def write_json(path: str, report: dict) -> None:
     write_atomically(path, (json.dumps(report, indent=2, default=str) + "\n").encode("utf-8"))
-
-
-# -- JUnit XML -----------------------------------------------------------------------------------------------

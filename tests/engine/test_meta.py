@@ -4,6 +4,8 @@ at load."""
 
 from __future__ import annotations
 
+import sys
+
 import yaml
 
 from engine.api import run_playbook
@@ -86,8 +88,6 @@ HELD = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
 
 def test_reset_connection_gives_the_rest_of_the_run_a_new_worker_that_holds_the_host_lock(tmp_path):
     """Only where its `when` holds; the worker before it ends, and the lock it held is taken again by the new one."""
-    import sys
-
     inv = {"all": {"vars": {"dfp_root": str(tmp_path / "root")},
                    "hosts": {"a": {"ansible_connection": "local"}, "b": {"ansible_connection": "local"}}}}
     who = {"command": {"argv": ["sh", "-c", "echo $PPID"]}}
