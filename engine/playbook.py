@@ -7,7 +7,7 @@ required argument) is reported here, with the file and the task, so a bad playbo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from engine.keywords import (
 from engine.modulespec import LIBRARY, PROJECT_ROOT, module_args_spec, modules  # noqa: F401 - LIBRARY, PROJECT_ROOT re-exported
 from engine.roles import load_role, role_tasks
 from engine.templating import Templar
-from engine.yamlfile import check_variable_names, describe_name, load_yaml
+from engine.yamlfile import LoadBudget, check_variable_names, describe_name, load_yaml
 
 
 @dataclass
@@ -287,13 +287,48 @@ def inherit_environment(tasks: list[Task], layer: dict | str) -> None:
 @dataclass
 class ParseContext:
     """Where tasks are being read: the playbook (roles are found beside it), the play (import_role adds the
-    role's defaults and handlers to it), and the role the tasks belong to."""
+    role's defaults and handlers to it), the role the tasks belong to, the files being read (`including`), and
+    the budget of the whole load (every file and task it brings in, engine/yamlfile.py LoadBudget)."""
 
     playbook: Path
     play: Play | None = None
     role: str | None = None
     role_dir: Path | None = None
-    including: tuple = ()  # the task files being imported, outermost first (a file may not import itself)
+    # (resolved path, label) of each file being read, outermost first: the playbook, the playbooks, roles and task
+    # files it imports, down to this one (engine/playbook.py enter: none may bring itself in)
+    including: tuple = ()
+    budget: LoadBudget = None  # type: ignore[assignment] # None: a load of its own (__post_init__)
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = LoadBudget(self.playbook)
+
+
+MAX_IMPORT_DEPTH = 20  # playbooks, roles and task files read inside one another; ours nest 3 deep
+
+
+def enter(ctx: ParseContext, path: Path, label: str, source: str, key: str) -> ParseContext:
+    """The context for reading `path` (a playbook, a role's tasks or handlers, a task file) that `key` at `source`
+    brings in. The one rule for every import and include (import_playbook, a play's roles, import_role and
+    include_role, import_tasks and include_tasks): a file that is already being read would be read without end,
+    so it is one paragraph naming the cycle; so is a chain deeper than MAX_IMPORT_DEPTH."""
+    path = path.resolve()
+    chain = [*ctx.including, (path, label)]
+    first = next((i for i, (p, _) in enumerate(ctx.including) if p == path), None)
+    if first is not None:
+        cycle = " -> ".join(shown for _, shown in chain[first:])
+        raise UserError(
+            f"{source}: {key} brings in {label}, which imports itself ({cycle}): it would be read without end. "
+            "Remove the import (or include) that closes the cycle; a playbook, role or task file may not bring "
+            "itself in, directly or through others."
+        )
+    if len(chain) > MAX_IMPORT_DEPTH:
+        raise UserError(
+            f"{source}: {key} brings in {label}, nesting imports more than {MAX_IMPORT_DEPTH} deep "
+            f"({' -> '.join(shown for _, shown in chain)}; MAX_IMPORT_DEPTH in engine/playbook.py); import the "
+            "files from fewer levels."
+        )
+    return replace(ctx, including=tuple(chain))
 
 
 ANSIBLE_COLLECTIONS = ("ansible.builtin.", "ansible.legacy.")  # their names of our modules and task keywords
@@ -361,12 +396,12 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
         raise UserError(f"{path}: tasks must be a list (each entry starting with '- name:')")
     out: list = []
     for i, raw in enumerate(items):
+        ctx.budget.charge(path, "task list", tasks=1)  # every entry, each time its file is imported
         out += _parse_entry(raw, f"{path}: task {i + 1}", ctx)
     return out
 
 
 IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
-MAX_IMPORT_DEPTH = 20
 
 
 def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
@@ -383,11 +418,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
             "the file must be a name written in the playbook (not templated)"
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
     path = _task_file(file, source, ctx)
-    if path in ctx.including or len(ctx.including) >= MAX_IMPORT_DEPTH:
-        chain = " -> ".join(str(p) for p in (*ctx.including, path))
-        raise UserError(f"{source}: {key} {file} imports itself or nests too deep ({chain}); break the cycle")
-    inner = ParseContext(ctx.playbook, ctx.play, ctx.role, ctx.role_dir, (*ctx.including, path))
-    tasks = parse_tasks(load_yaml(path, "task file"), path, inner)
+    inner = enter(ctx, path, str(path), source, f"{key} {file}")
+    tasks = parse_tasks(load_yaml(path, "task file", ctx.budget), path, inner)
     where = f"{source} ({key} {file})"
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
@@ -456,7 +488,7 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
         entry["tasks_from"] = spec["tasks_from"]
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
     when = entry.pop("when", None) if key == "include_role" else None  # the include's own, not each task's
-    tasks = role_tasks(entry, ctx.playbook, source, ctx.play)
+    tasks = role_tasks(entry, source, ctx, key)
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
     if key == "include_role":
@@ -479,8 +511,9 @@ def _play_hosts(raw: dict, where: str) -> str:
     return ",".join(items)
 
 
-def _parse_play(raw: Any, path: Path, where: str) -> Play:
-    """One play: keywords checked, then its pre_tasks, roles, tasks and handlers loaded."""
+def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play:
+    """One play: keywords checked, then its pre_tasks, roles, tasks and handlers loaded (`loading`: the
+    playbook's load, which the play's files join)."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: a play must be a mapping with 'hosts:'")
     bad = sorted(map(str, set(raw) - PLAY_KEYWORDS))
@@ -496,15 +529,15 @@ def _parse_play(raw: Any, path: Path, where: str) -> Play:
     if "any_errors_fatal" in raw:
         play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    ctx = ParseContext(path, play)
+    ctx = replace(loading, play=play)
     play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))
     roles = raw.get("roles") or []
     if not isinstance(roles, list):
         raise UserError(f"{where}: 'roles' must be a list of role names")
     for entry in roles:
-        load_role(entry, path, where, play)
+        load_role(entry, where, ctx)
     play.tasks.extend(parse_tasks(raw.get("tasks"), path, ctx))
-    play.handlers.extend(parse_tasks(raw.get("handlers"), path, ParseContext(path)))
+    play.handlers.extend(parse_tasks(raw.get("handlers"), path, loading))
     for t in play.all_tasks():
         t.tags |= play_tags
     play.become = become_of(raw, where)
@@ -529,26 +562,34 @@ def _check_notified_handlers(play: Play) -> None:
                 )
 
 
-def load_playbook(path: str | Path, importing: tuple = ()) -> list[Play]:
-    """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched."""
+def load_playbook(path: str | Path, budget: LoadBudget | None = None) -> list[Play]:
+    """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched;
+    everything it brings in is read within one budget (engine/yamlfile.py LoadBudget; a fresh one by default)."""
     path = Path(path)
-    data = load_yaml(path, "playbook")
+    return _load_playbook(path, ParseContext(path, including=((path.resolve(), str(path)),),
+                                             budget=budget or LoadBudget(path)))
+
+
+def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
+    """The plays of the playbook `path`; `ctx`: the load it is part of, `path` entered in it."""
+    data = load_yaml(path, "playbook", ctx.budget)
     if not isinstance(data, list):
         raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
+    loading = ParseContext(path, including=ctx.including, budget=ctx.budget)  # its own roles and task files
     plays: list[Play] = []
     for i, raw in enumerate(data):
         raw = short_names(raw, f"{path}: play {i + 1}")
         if isinstance(raw, dict) and "import_playbook" in raw:
-            plays += import_playbook(raw, path, f"{path}: play {i + 1}", (*importing, path.resolve()))
+            plays += import_playbook(raw, path, f"{path}: play {i + 1}", loading)
         else:
-            plays.append(_parse_play(raw, path, f"{path}: play {i + 1}"))
+            plays.append(_parse_play(raw, path, f"{path}: play {i + 1}", loading))
     return plays
 
 
 IMPORT_PLAYBOOK_KEYS = {"import_playbook", "name", "vars", "tags", "when"}
 
 
-def import_playbook(raw: dict, path: Path, where: str, importing: tuple) -> list[Play]:
+def import_playbook(raw: dict, path: Path, where: str, ctx: ParseContext) -> list[Play]:
     """`- import_playbook: FILE` (beside the importing playbook, or absolute) with optional vars, tags and when:
     its plays here, as Ansible's static import: the vars given win over each play's own, the tags and the
     condition go to every task. A templated name, a cycle or a missing file is refused at load."""
@@ -561,13 +602,11 @@ def import_playbook(raw: dict, path: Path, where: str, importing: tuple) -> list
     target = Path(file) if Path(file).is_absolute() else path.parent / file
     if not target.is_file():
         raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")
-    if target.resolve() in importing or len(importing) >= MAX_IMPORT_DEPTH:
-        chain = " -> ".join(str(p) for p in (*importing, target.resolve()))
-        raise UserError(f"{where}: import_playbook {file} imports itself or nests too deep ({chain}); break the cycle")
+    inner = enter(ctx, target, str(target), where, f"import_playbook {file}")
     given = variables_of(raw.get("vars"), where)
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
-    plays = load_playbook(target, importing)
+    plays = _load_playbook(target, inner)
     for play in plays:
         play.vars = {**play.vars, **given}
         for task in play.all_tasks():

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import UserError
 from engine.keywords import BECOME_KEYWORDS, become_of, condition_list, names, shown, variables_of, wrong
 from engine.modulespec import PROJECT_ROOT
-from engine.yamlfile import check_variable_names, load_yaml
+from engine.yamlfile import LoadBudget, check_variable_names, load_yaml
 
 if TYPE_CHECKING:
-    from engine.playbook import Play
+    from engine.playbook import ParseContext
 
 def role_search_dirs(playbook: Path) -> list[Path]:
     dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles"]
@@ -59,12 +59,12 @@ def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
     return name, params, tags, when
 
 
-def _role_variables(role_dir: Path, stem: str = "defaults") -> dict:
+def _role_variables(role_dir: Path, budget: LoadBudget, stem: str = "defaults") -> dict:
     """The role's defaults (or, with stem "vars", Ansible's role vars/main.yml): a mapping of variables."""
     found = _role_file(role_dir, stem)
     if not found:
         return {}
-    values = load_yaml(found, f"role {stem}")
+    values = load_yaml(found, f"role {stem}", budget)
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -89,21 +89,31 @@ def _tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
                     f"in {role_dir} and {role_dir / 'tasks'}); fix tasks_from")
 
 
-def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
-    """A role's tasks (for the play or an import_role), its defaults and handlers added to the play."""
-    from engine.playbook import ParseContext, parse_tasks, walk_tasks  # the playbook parser reads role files too
+def role_tasks(entry: Any, where: str, ctx: ParseContext, key: str = "roles:") -> list:
+    """A role's tasks (for the play's `roles` or an import_role / include_role, `key`, at `where`, read in `ctx`:
+    the play's or the importing file's), its defaults and handlers added to the play."""
+    from dataclasses import replace
 
+    from engine.playbook import enter, parse_tasks, walk_tasks  # the playbook parser reads role files too
+
+    play = ctx.play
+    assert play is not None  # noqa: S101 - a role is read for a play, never in handlers
     name, params, role_tags, role_when = _role_entry(entry, where)
-    role_dir = find_role(name, playbook, where)
-    play.defaults.update(_role_variables(role_dir))
-    params = {**_role_variables(role_dir, "vars"), **params}  # Ansible's role vars, below the role's parameters
-    ctx = ParseContext(playbook, play, name, role_dir)
-    tasks_file = _tasks_from(entry, role_dir, where) if isinstance(entry, dict) and "tasks_from" in entry else \
-        _role_file(role_dir, "tasks")
-    tasks = parse_tasks(load_yaml(tasks_file, "role tasks"), tasks_file, ctx) if tasks_file else []
+    role_dir = find_role(name, ctx.playbook, where)
+    play.defaults.update(_role_variables(role_dir, ctx.budget))
+    params = {**_role_variables(role_dir, ctx.budget, "vars"), **params}  # Ansible's role vars, below its parameters
+    inside = replace(ctx, role=name, role_dir=role_dir)
+    from_file = isinstance(entry, dict) and "tasks_from" in entry
+    tasks_file = _tasks_from(entry, role_dir, where) if from_file else _role_file(role_dir, "tasks")
+    tasks: list = []
+    if tasks_file:
+        label = f"role {name}" + (f" (tasks_from {entry['tasks_from']})" if from_file else "")
+        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file,
+                            enter(inside, tasks_file, label, where, f"{key} {name}"))
     handlers_file = _role_file(role_dir, "handlers")
-    handlers = parse_tasks(load_yaml(handlers_file, "role handlers"), handlers_file,
-                           ParseContext(playbook, None, name, role_dir)) if handlers_file else []
+    handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file,
+                           enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where,
+                                 f"{key} {name}")) if handlers_file else []
     become = become_of(entry, where) if isinstance(entry, dict) else {}
     for t in walk_tasks(tasks) + handlers:
         t.tags |= role_tags | {name}
@@ -118,5 +128,7 @@ def role_tasks(entry: Any, playbook: Path, where: str, play: Play) -> list:
     return tasks
 
 
-def load_role(entry: Any, playbook: Path, where: str, play: Play) -> None:
-    play.tasks.extend(role_tasks(entry, playbook, where, play))
+def load_role(entry: Any, where: str, ctx: ParseContext) -> None:
+    """One entry of a play's `roles`: the role's tasks appended to the play's."""
+    assert ctx.play is not None  # noqa: S101 - a play's roles are read for that play
+    ctx.play.tasks.extend(role_tasks(entry, where, ctx))

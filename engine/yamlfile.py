@@ -4,7 +4,9 @@ Inventories, playbooks, roles and -e files are input a person (or a copied snipp
 file cannot make the control node run out of memory or stack: it is refused, with one paragraph
 naming the file and the limit, when it is too big (MAX_YAML_BYTES), when its aliases expand too far
 (MAX_YAML_NODES, each alias counted every time it is reached: the "billion laughs"), or when it nests
-too deep (MAX_YAML_DEPTH: the engine walks values recursively). Variable names are checked here too
+too deep (MAX_YAML_DEPTH: the engine walks values recursively). A playbook's whole load (the playbooks it
+imports, its roles' files, the task files they import) is bounded too, all files together (LoadBudget), so
+many files each under the bounds cannot add up to gigabytes. Variable names are checked here too
 (`check_variable_names`) because every variable the engine knows comes from one of these files.
 """
 
@@ -57,11 +59,45 @@ MAX_YAML_DEPTH = 100  # nested lists/mappings; real files nest fewer than 10 lev
 # bound it is safe, above it the nesting is measured on the parser's events (which do not recurse) first.
 _C_COMPOSER_SAFE_DEPTH = 2000
 
-_cache: dict[tuple[str, float], Any] = {}
+# One playbook's whole load (engine/playbook.py): the playbook, the playbooks it imports, its roles' task, handler,
+# defaults and vars files and the task files they import, each counted every time it is brought in (each import
+# builds its tasks anew). Twelve task files of 4 MiB each, every one under the bounds above, used to load to
+# 1.6 GB in 48 s; our largest playbook (rebuild.yaml) brings in 38 KB, 831 values and 67 task entries in all.
+MAX_LOAD_BYTES = 16 * 1024 * 1024
+MAX_LOAD_VALUES = 2_000_000
+MAX_LOAD_TASKS = 20_000  # about 3 KB of memory each once checked: 60 MB at the bound
 
 
-def load_yaml(path: str | Path, what: str = "file") -> Any:
-    """Parse a YAML file; a syntax error or an unbounded file becomes a UserError naming the file."""
+class LoadBudget:
+    """What one playbook's load has brought in so far, all its files together; `charge` refuses the file that
+    goes past a bound, before it is parsed (bytes) or built (values), or the task that does (tasks)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.used = {"bytes": 0, "values": 0, "tasks": 0}
+
+    def charge(self, path: str | Path, what: str, *, nbytes: int = 0, values: int = 0, tasks: int = 0) -> None:
+        for name, amount, limit, shown in (("bytes", nbytes, MAX_LOAD_BYTES, f"{MAX_LOAD_BYTES // 2**20} MiB of YAML"),
+                                           ("values", values, MAX_LOAD_VALUES, f"{MAX_LOAD_VALUES:,} values"),
+                                           ("tasks", tasks, MAX_LOAD_TASKS, f"{MAX_LOAD_TASKS:,} tasks")):
+            self.used[name] += amount
+            if amount and self.used[name] > limit:
+                raise UserError(
+                    f"{path}: with this {what}, the playbook {self.root} brings in more than {shown} in all "
+                    f"(MAX_LOAD_{name.upper()} in engine/yamlfile.py: the playbooks it imports, its roles' files and "
+                    "the task files they import, each counted every time it is imported), so the load stops here "
+                    "before it exhausts memory; real playbooks bring in well under a hundredth of that. Check that "
+                    "the imports name the files you meant and that no file is imported more often than it must be, "
+                    "or split the work into several playbooks."
+                )
+
+
+_cache: dict[tuple[str, float], tuple[Any, int, int]] = {}  # (path, mtime) -> (data, bytes, values)
+
+
+def load_yaml(path: str | Path, what: str = "file", budget: LoadBudget | None = None) -> Any:
+    """Parse a YAML file; a syntax error or an unbounded file becomes a UserError naming the file. With a
+    `budget` (a playbook's load), the file is charged to it each time it is loaded, also from the cache."""
     path = Path(path)
     try:
         key = (str(path.resolve()), path.stat().st_mtime)
@@ -70,16 +106,23 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
     except OSError as exc:
         raise UserError(f"{path}: cannot read {what}: {exc.strerror}") from None
     if key in _cache:
-        return _cache[key]
-    text = _read_bounded(path, what)
+        data, size, values = _cache[key]
+        if budget is not None:
+            budget.charge(path, what, nbytes=size, values=values)
+        return data
+    raw = _read_raw(path, what)
+    if budget is not None:
+        budget.charge(path, what, nbytes=len(raw))
+    text = _decoded(raw, path, what)
     encrypted = vault.is_encrypted(text)
     if encrypted:
         text = vault.decrypt(text, f"{path} (vault-encrypted {what})")
-    data = parse_text(text, path, what)
+    counted: list[int] = []
+    data = parse_text(text, path, what, budget, counted)
     if encrypted:  # a whole file encrypted by ansible-vault: every value in it is a secret
         for leaf in leaf_texts(data):
             vault.remember_secret(leaf)
-    _cache[key] = data
+    _cache[key] = (data, len(raw), sum(counted))
     return data
 
 
@@ -117,6 +160,11 @@ def leaf_texts(value: Any) -> list[str]:
 
 def _read_bounded(path: Path, what: str) -> str:
     """The file's text, read no further than MAX_YAML_BYTES (+1 to notice more) even from /dev/zero."""
+    return _decoded(_read_raw(path, what), path, what)
+
+
+def _read_raw(path: Path, what: str) -> bytes:
+    """The file's bytes, read no further than MAX_YAML_BYTES (+1 to notice more) even from /dev/zero."""
     try:
         with open(path, "rb") as fh:
             raw = _read_at_most(fh, MAX_YAML_BYTES + 1)
@@ -130,6 +178,10 @@ def _read_bounded(path: Path, what: str) -> str:
             "so it is refused unread; real inventories, playbooks and variable files are a few KiB. Check that "
             "the path names the file you meant, or split it (group_vars/, host_vars/, roles)."
         )
+    return raw
+
+
+def _decoded(raw: bytes, path: Path, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -150,8 +202,10 @@ def _read_at_most(fh, limit: int) -> bytes:
     return data
 
 
-def parse_text(text: str, path: Path, what: str) -> Any:
-    """Compose the nodes in C, check their expansion and depth, then build the Python values."""
+def parse_text(text: str, path: Path, what: str, budget: LoadBudget | None = None,
+               counted: list[int] | None = None) -> Any:
+    """Compose the nodes in C, check their expansion and depth (and charge their count to `budget`, appending
+    it to `counted`), then build the Python values."""
     if _nesting_bound(text) > _C_COMPOSER_SAFE_DEPTH or _values_bound(text) > MAX_YAML_NODES:
         _check_events(text, path, what)
     loader = _Loader(text)
@@ -160,7 +214,11 @@ def parse_text(text: str, path: Path, what: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_node_graph(node, path, what)
+        values = _check_node_graph(node, path, what)
+        if counted is not None:
+            counted.append(values)
+        if budget is not None:
+            budget.charge(path, what, values=values)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(exc, path, what) from None
@@ -234,8 +292,9 @@ def _too_deep(path: Path, what: str, mark=None) -> UserError:
     )
 
 
-def _check_node_graph(root: Any, path: Path, what: str) -> None:
-    """Refuse aliases that expand too far and nesting that is too deep, before any value is built.
+def _check_node_graph(root: Any, path: Path, what: str) -> int:
+    """Refuse aliases that expand too far and nesting that is too deep, before any value is built; the count of
+    values once every alias is expanded.
 
     An alias is the same node object reached again, so walking the graph level by level and counting
     every node each time it is reached counts the expanded document; the walk stops at the budget.
@@ -264,6 +323,7 @@ def _check_node_graph(root: Any, path: Path, what: str) -> None:
                     "nested aliases."
                 )
         level = below
+    return count
 
 
 def check_nesting(value: Any, where: str) -> None:
