@@ -396,8 +396,9 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
         raise UserError(f"{path}: tasks must be a list (each entry starting with '- name:')")
     out: list = []
     for i, raw in enumerate(items):
-        ctx.budget.charge(path, "task list", tasks=1)  # every entry, each time its file is imported
-        out += _parse_entry(raw, f"{path}: task {i + 1}", ctx)
+        source = f"{path}: task {i + 1}"
+        ctx.budget.charge(source, "task", tasks=1)  # every entry, each time its file is imported
+        out += _parse_entry(raw, source, ctx)
     return out
 
 

@@ -4,6 +4,9 @@ Each case runs the real CLI in a child process with a 1 GiB address-space limit 
 refusal (exit 4, one paragraph naming the file and the limit) within a few seconds. Before the bounds,
 the billion-laughs inventory died with MemoryError, a million nested '[' crashed libyaml (SIGSEGV),
 10,000 nested '[' gave a RecursionError, and /dev/zero as an inventory was read until memory ran out.
+A playbook's whole load is bounded too, all its files together: before that, twelve task files each
+under the per-file bounds loaded to 1.6 GB (MemoryError here), and bytes or values adding up across
+files, or one file imported thousands of times, loaded and ran.
 """
 
 from __future__ import annotations
@@ -140,12 +143,75 @@ def test_file_that_is_not_utf8_is_a_clear_error(tmp_path):
     _refused(code, out, "latin1.yaml", "not UTF-8")
 
 
+def _importing(tmp_path: Path, files: list[str], key: str = "import_tasks") -> tuple[Path, Path, Path]:
+    """A playbook whose first task would change the host, then `key` of each of `files`; and its inventory."""
+    pb, marker = _playbook(tmp_path, "".join(f"    - {key}: {name}\n" for name in files))
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("all:\n" + LOCAL_HOSTS)
+    return pb, inv, marker
+
+
+def test_many_task_files_each_under_the_bounds_are_refused_by_the_whole_loads_task_budget(tmp_path):
+    """Twelve 4 MiB task files (43,000 tasks each, every file under the size and values bounds) loaded to 1.6 GB in
+    48 s: the whole load now stops at its 20,001st task, in the first file (the playbook holds two)."""
+    task = "- name: install the package number one\n  command: echo hello world this is a longer line of text\n"
+    for i in range(12):
+        (tmp_path / f"t{i}.yaml").write_text(task * (4 * 2**20 // len(task) - 10))
+    pb, inv, marker = _importing(tmp_path, [f"t{i}.yaml" for i in range(12)])
+    code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
+    _refused(code, out, "t0.yaml: task 19999", "more than 20,000 tasks in all", "MAX_LOAD_TASKS", str(pb))
+    assert not marker.exists()
+
+
+def test_task_files_of_long_text_are_refused_by_the_whole_loads_byte_budget(tmp_path):
+    """Twelve 4 MiB task files of one task each: 48 MiB of YAML in all, refused unread at the file past 16 MiB."""
+    for i in range(12):
+        (tmp_path / f"t{i}.yaml").write_text(f"- debug: {{msg: {'x' * (4 * 2**20 - 100)}}}\n  when: false\n")
+    pb, inv, marker = _importing(tmp_path, [f"t{i}.yaml" for i in range(12)], "include_tasks")
+    code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
+    _refused(code, out, "t3.yaml", "more than 16 MiB of YAML in all", "MAX_LOAD_BYTES", "split the work")
+    assert not marker.exists()
+
+
+def test_role_defaults_adding_up_past_the_whole_loads_values_budget_are_refused(tmp_path):
+    """Three roles whose defaults hold 701,000 values each once their aliases are expanded (as rendering them
+    would build them; every file under the per-file bound of 1,000,000)."""
+    for i in range(3):
+        role = tmp_path / "roles" / f"r{i}"
+        role.mkdir(parents=True)
+        (role / "defaults.yaml").write_text(f"base{i}: &b [{', '.join(['1'] * 1000)}]\nbig{i}: [{', '.join(['*b'] * 700)}]\n")
+        (role / "tasks.yaml").write_text("- debug: {msg: hi}\n")
+    pb, marker = _playbook(tmp_path)
+    pb.write_text(pb.read_text().replace("  tasks:\n", "  roles: [r0, r1, r2]\n  tasks:\n"))
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("all:\n" + LOCAL_HOSTS)
+    code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
+    _refused(code, out, "roles/r2/defaults.yaml", "more than 2,000,000 values in all", "MAX_LOAD_VALUES")
+    assert not marker.exists()
+
+
+def test_one_file_imported_again_and_again_counts_each_time(tmp_path):
+    """Each import builds the file's tasks anew, so a small file imported 3,000 times is 21,000 tasks."""
+    (tmp_path / "seven.yaml").write_text("- debug: {msg: hi}\n" * 7)
+    pb, inv, marker = _importing(tmp_path, ["seven.yaml"] * 3000)
+    code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
+    _refused(code, out, "seven.yaml: task", "more than 20,000 tasks in all")
+    assert not marker.exists()
+
+
 def test_limits_leave_the_projects_files_alone():
-    """The real inventory, playbooks and roles load, and under the bounds (a guard against limits set too tight)."""
+    """The real inventory, playbooks and roles load, and far under the bounds: each playbook's whole load (its
+    roles and task files) under a hundredth of the load's budget (a guard against limits set too tight)."""
     from engine.inventory import Inventory
     from engine.playbook import load_playbook
+    from engine.yamlfile import MAX_LOAD_BYTES, MAX_LOAD_TASKS, MAX_LOAD_VALUES, LoadBudget
 
     Inventory(ROOT / "inventory.yaml")
     for playbook in sorted((ROOT / "playbooks").glob("*.yaml")):
-        assert load_playbook(playbook)
+        budget = LoadBudget(playbook)
+        assert load_playbook(playbook, budget)
+        assert budget.used["bytes"] > 0 and budget.used["tasks"] > 0, budget.used
+        assert budget.used["bytes"] < MAX_LOAD_BYTES / 100, (playbook, budget.used)
+        assert budget.used["values"] < MAX_LOAD_VALUES / 100, (playbook, budget.used)
+        assert budget.used["tasks"] < MAX_LOAD_TASKS / 100, (playbook, budget.used)
     assert yaml.__with_libyaml__, "the C loader is the hot path of every run"
