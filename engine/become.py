@@ -5,7 +5,9 @@ Which identity: the task's become/become_user/become_method (inherited from its 
 by engine/playbook.py), else the host's variables ansible_become, ansible_become_user, ansible_become_method,
 else no become (user root, method sudo when become is on). The password: ansible_become_password (alias
 ansible_become_pass), else the file named by ansible_become_password_file, read on the control node. Each
-value found is added to the run's secrets, so it is masked wherever it would be shown.
+value found is added to the run's secrets, so it is masked wherever it would be shown. What a person types
+(-K) and what the file holds are data, never templates: the file is read as it is, and the typed password joins
+the variables quoted (`typed`), so `a{{b}}c` or `{% raw %}` reaches sudo byte for byte.
 
 How: a second worker on another exec channel of the host's SSH connection (engine/transport.py
 SpawnedTransport), `sudo -H -S -p PROMPT -u USER -- python3 -u -c BECOME_BOOTSTRAP`, where PROMPT is random
@@ -23,6 +25,8 @@ import secrets as _random
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from jinja2 import TemplateError
 
 from engine.errors import TaskError
 from engine.templating import to_bool
@@ -50,14 +54,16 @@ class Become:
 
 def identity(become: bool | None, user: Any, method: str | None, view, templar, secrets) -> Become | None:
     """The identity for keywords as said (None: not said, the host's ansible_become* variables decide)."""
-    on = to_bool(view.get("ansible_become", False)) if become is None else bool(become)
+    on = to_bool(_read(view, "ansible_become", False)) if become is None else bool(become)
     if not on:
         return None
-    method = method or str(view.get("ansible_become_method") or "sudo")
+    method = method or str(_read(view, "ansible_become_method") or "sudo")
     if method != "sudo":
         raise TaskError(f"ansible_become_method is {method!r}; the only supported method is sudo")
-    user = view.get("ansible_become_user", "root") if user is None else user
-    user = templar.render_value(user, view) if isinstance(user, str) else user
+    if user is None:
+        user = _read(view, "ansible_become_user", "root")
+    elif isinstance(user, str):
+        user = _read({"become_user": user}, "become_user", render=(templar, view))
     if not isinstance(user, str) or not _USER.match(user.strip()):
         raise TaskError(f"become_user (or ansible_become_user) is {user!r}, which is not a user name; give one such as "
                         "root or vllm")
@@ -65,6 +71,33 @@ def identity(become: bool | None, user: Any, method: str | None, view, templar, 
     if password:
         secrets.add(password)
     return Become(user.strip(), method, password, source)
+
+
+def _read(view, name: str, default: Any = None, render: tuple | None = None) -> Any:
+    """A become variable's value (or with `render`, (templar, view), the keyword's, rendered). A template in it that
+    cannot be rendered is one paragraph naming the variable, not a traceback; a password's text is never quoted."""
+    try:
+        if render is not None:
+            return render[0].render_value(view[name], render[1])
+        return view.get(name, default)
+    except TemplateError as exc:
+        secret = name in PASSWORD_VARS
+        detail = "" if secret else f": {getattr(exc, 'message', None) or type(exc).__name__}"
+        raise TaskError(
+            f"{name} is a template that cannot be rendered ({type(exc).__name__}{detail}). Fix its value where it is "
+            "set (inventory, group_vars/host_vars, the play); a password holding {{ or {% goes between {% raw %} and "
+            "{% endraw %}, or in the file named by " + PASSWORD_FILE_VAR + " (read as it is), or is typed at -K"
+            + (" (its value is not shown: it is a secret)." if secret else ".")
+        ) from None
+
+
+def typed(text: str) -> str:
+    """A typed value (the -K password) as a variable's value: one Jinja string literal with every character
+    escaped, which renders to exactly `text`. Variables are templates, rendered when read; quoted this way nothing
+    in the text ({{, {%, quotes, backslashes) is read as template syntax, and no piece of it stands in the
+    variables as typed."""
+    escaped = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+    return "{{ '" + escaped + "' }}"
 
 
 def for_task(task, view, templar, secrets) -> Become | None:
@@ -82,14 +115,14 @@ def password_of(view) -> tuple[str | None, str]:
     """(password, the variable it came from) or (None, ""). sudo reads one line: a line break inside would be a
     second attempt, one at the end (a YAML `|` value) would reach the worker, so it is refused / dropped."""
     for name in PASSWORD_VARS:
-        value = view.get(name)
+        value = _read(view, name)
         if value is not None and str(value) != "":
             text = str(value).rstrip("\r\n")
             if "\n" in text or "\r" in text:
                 raise TaskError(f"{name} holds a line break inside it; sudo reads one line. Write the password on "
                                 "one line (its value is not shown: it is a secret)")
             return text, name
-    path = view.get(PASSWORD_FILE_VAR)
+    path = _read(view, PASSWORD_FILE_VAR)
     if path is None or str(path) == "":
         return None, ""
     path = os.path.expanduser(str(path))
