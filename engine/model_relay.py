@@ -20,15 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
+from dflash_host.host.tokens import read_secret
 from dflash_host.models import hub_cache
 from dflash_host.models.config import is_hub_id
-from dflash_host.models.hub_client import HubClient, HubError
-from dflash_host.models.hub_fetch import RepoFetch, patterns_of, safe_name, select_files
+from dflash_host.models.hub_client import HubError
+from dflash_host.models.hub_fetch import RepoFetch, client_for, names_problem, patterns_of, safe_name, select_files, shown
 from dflash_host.module import ModuleError, check_args
 from engine.actions import ActionCall, action
 from engine.errors import TaskError
@@ -70,17 +72,16 @@ class _Say:
 
 def _hub_manifest(call: ActionCall, args: dict, repo_id: str, revision: str) -> tuple[dict, str]:
     """(manifest, the control node's cache folder of the repository), fetched there once per run."""
-    token = args.get("hf_token")
-    if not token and args.get("hf_token_file"):  # relayed: the file is the control node's
-        try:
-            token = Path(os.path.expanduser(args["hf_token_file"])).read_text().strip()
-        except OSError as exc:
-            raise TaskError(f"{call.where()}: hf_token_file {args['hf_token_file']} cannot be read on the control "
-                            f"node ({exc.strerror}); with models_via: control_node the token file is the control node's")
+    try:  # relayed: the token file is the control node's, read by the same reader as on a host
+        token = read_secret(args.get("hf_token"), args.get("hf_token_file"), "hf_token")
+    except ModuleError as exc:
+        raise TaskError(f"{call.where()}: on the control node: {exc.msg} (with models_via: control_node the token "
+                        "file is the control node's)") from None
+    if token:
+        call.executor.variables.secrets.add(token)  # masked wherever it could show, though nothing shows it
     cache_home = os.path.expanduser(args["relay_cache"])
     try:
-        job = RepoFetch(HubClient(args["hf_endpoint"], token, args["timeout_s"]), repo_id, revision, cache_home,
-                        patterns_of(args))
+        job = RepoFetch(client_for(args, token), repo_id, revision, cache_home, patterns_of(args))
         job.describe()
         job.check_present(args["verify"] == "full")
         if not call.check:
@@ -93,22 +94,50 @@ def _hub_manifest(call: ActionCall, args: dict, repo_id: str, revision: str) -> 
 
 
 def _folder_manifest(call: ActionCall, args: dict, repo_id: str) -> tuple[dict, str]:
-    """(manifest, folder) of ORG/NAME under the control node's source folder; digests kept between runs."""
+    """(manifest, folder) of ORG/NAME under the control node's source folder; digests kept between runs. Each
+    file keeps its mode bits on the hosts (a 0600 file is not made readable to all there)."""
     folder = Path(os.path.expanduser(args["source_dir"])) / repo_id
     if not folder.is_dir():
         raise TaskError(f"{call.where()}: models_source_dir has no folder {folder} for {repo_id}; put the model's "
                         "files there (ORG/NAME, as the Hub names it) or fix models_source_dir")
-    names = [str(p.relative_to(folder)) for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")]
     patterns = patterns_of(args)
-    chosen = select_files(names, patterns["allow"], patterns["ignore"], patterns["pickle"])
+    chosen = select_files(_source_files(call, folder), patterns["allow"], patterns["ignore"], patterns["pickle"])
     if not chosen:
         raise TaskError(f"{call.where()}: {folder} holds no file matching model_allow_patterns {args['allow_patterns']}")
+    bad = names_problem(chosen)
+    if bad:
+        raise TaskError(f"{call.where()}: models_source_dir: {folder} holds the file {shown(bad[0])}, which {bad[1]}: "
+                        "it cannot be a file of a snapshot on the hosts. Rename it, or leave it out with "
+                        "model_ignore_patterns. Nothing was sent.")
     digests = _DigestRecord(Path(os.path.expanduser(args["relay_cache"])) / "source-digests.json")
-    files = {n: {"size": (folder / n).stat().st_size, "etag": digests.sha256(folder / n), "lfs": True} for n in chosen}
+    files = {}
+    for name in chosen:
+        st = (folder / name).stat()
+        files[name] = {"size": st.st_size, "etag": digests.sha256(folder / name), "lfs": True,
+                       "mode": stat.S_IMODE(st.st_mode) & 0o777}
     digests.save()
     listing = json.dumps(sorted((n, f["etag"]) for n, f in files.items())).encode()
     commit = hashlib.sha1(listing, usedforsecurity=False).hexdigest()  # named by content: same files, same commit
     return {"repo_id": repo_id, "commit": commit, "files": files, "source": f"control node {folder}"}, str(folder)
+
+
+def _source_files(call: ActionCall, folder: Path) -> list:
+    """The files a source folder holds, by relative name (hidden ones left out). A symlink that leads out of the
+    folder is refused: the push sends the model's files, never another file of the control node."""
+    root, names = folder.resolve(), []
+    for dirpath, dirnames, filenames in os.walk(folder):  # symlinked folders are not entered
+        for entry in sorted(dirnames + filenames):
+            path = Path(dirpath) / entry
+            if entry.startswith("."):
+                continue
+            if path.is_symlink() and not Path(os.path.realpath(path)).is_relative_to(root):
+                raise TaskError(f"{call.where()}: models_source_dir: {path} is a symlink to {os.path.realpath(path)}, "
+                                f"outside {folder}; the push sends only the model folder's own files. Copy the file "
+                                "in (or link within the folder), or remove the link. Nothing was sent.")
+            if entry in filenames and path.is_file():
+                names.append(str(path.relative_to(folder)))
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    return sorted(names)
 
 
 class _DigestRecord:

@@ -22,10 +22,11 @@ import shutil
 import time
 
 from dflash_host.host.paths import managed_path
+from dflash_host.host.tokens import read_secret
 from dflash_host.models.config import is_hub_id
 from dflash_host.models.hub_cache import INCOMPLETE, MARKER, blob_path, is_tool_repo, read_ref, snapshot_dir
-from dflash_host.models.hub_client import HubClient, HubError
-from dflash_host.models.hub_fetch import RepoFetch, human_bytes, patterns_of, safe_name
+from dflash_host.models.hub_client import HubClient
+from dflash_host.models.hub_fetch import RepoFetch, client_for, human_bytes, patterns_of, safe_name
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -55,7 +56,11 @@ ARGS = {
     "free_margin_gib": {"type": "float", "default": 1.0, "var": "models_free_margin_gib",
                         "help": "free disk kept beyond what a fetch needs, in GiB"},
     "timeout_s": {"type": "int", "default": 60, "var": "models_timeout_s",
-                  "help": "seconds without an answer before a request counts as dropped"},
+                  "help": "seconds without an answer before a request counts as dropped; an API answer must be "
+                  "whole within them"},
+    "min_rate_kib": {"type": "int", "default": 256, "var": "models_min_rate_kib",
+                     "help": "a file's request must be whole within models_timeout_s plus its size at this rate "
+                     "(KiB/s); a slower one is cut and resumed"},
     "via": {"type": "str", "default": "host", "choices": ["host", "control_node"], "var": "models_via",
             "help": "host: each host fetches from hf_endpoint; control_node: the control node fetches each file once "
             "(into its cache) and sends it to every host over their connections (a fleet takes each file once)"},
@@ -69,19 +74,9 @@ ARGS = {
     "manifests": {"type": "dict", "default": None,
                   "help": "set by the control node's relay: {target, drafter} commits and files it resolved"},
 }
-
-
-def read_token(args: dict) -> str | None:
-    if args["hf_token"]:
-        return str(args["hf_token"]).strip()
-    path = args["hf_token_file"]
-    if not path:
-        return None
-    try:
-        with open(os.path.expanduser(path), encoding="utf-8") as fh:
-            return fh.read().strip() or None
-    except OSError as exc:
-        raise ModuleError(f"hf_token_file {path}: cannot be read ({exc.strerror}); fix the path or its mode") from None
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("hf_home", "source_dir", "relay_cache", "hf_endpoint", "hf_token_file", "manifests")
 
 
 def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | None, ctx: Context) -> dict:
@@ -172,10 +167,7 @@ def run(args: dict, ctx: Context) -> dict:
         return remove_fetched(args, ctx)
     client = None
     if args["phase"] == "fetch":
-        try:
-            client = HubClient(args["hf_endpoint"], read_token(args), timeout=args["timeout_s"])
-        except HubError as exc:
-            raise ModuleError(exc.msg) from None
+        client = client_for(args, read_secret(args["hf_token"], args["hf_token_file"], "hf_token"))
     target = fetch_one("target", args["target_model"], args["target_revision"], args, client, ctx)
     drafter = fetch_one("drafter", args["drafter_model"], args["drafter_revision"], args, client, ctx)
     changed = bool(target.pop("changed", False)) | bool(drafter.pop("changed", False))

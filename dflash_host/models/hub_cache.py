@@ -25,6 +25,7 @@ MARKER = ".dfp-fetched.json"
 MANIFESTS = ".dfp-manifests"
 VERIFIED = ".dfp-verified.json"
 INCOMPLETE = ".incomplete"
+LINK_SUFFIX = ".dfp-link"  # a snapshot link is made beside its place, then renamed over it
 CHUNK = 4 * 2**20
 
 
@@ -133,7 +134,7 @@ def link_snapshot(repo: str, commit: str, rfilename: str, etag: str) -> bool:
     if is_linked(link, target):
         return False
     os.makedirs(os.path.dirname(link), exist_ok=True)
-    tmp = f"{link}.dfp-link"
+    tmp = link + LINK_SUFFIX
     if os.path.lexists(tmp):
         os.unlink(tmp)
     os.symlink(target, tmp)

@@ -6,9 +6,12 @@ names), `paths_info` (POST /api/models/ID/paths-info/COMMIT: each file's size, g
 files, sha256) and `open_file` (GET /ID/resolve/COMMIT/PATH, from an offset when the server honours
 Range). model_info (/api/models/ID) is not used: mirrors in offline mode refuse it.
 
-The token goes only into the Authorization header of requests to the endpoint's own host; a redirect to
-another host (the Hub's CDN for LFS files) is followed without it. Errors are HubError with a message
-that names the repository, the revision and the fix.
+No server is trusted (dflash_host/models/hub_http.py): every request has an overall deadline (timeout_s for
+the API's answers; for a file, timeout_s plus its size at min_rate bytes a second), and the token goes only
+into the Authorization header of requests to the endpoint's own origin: a redirect that changes the scheme,
+host or port is followed without it. Whatever fails, the error is a HubError whose message names the
+repository, the server and the fix; no exception of the HTTP library reaches a message (one of them once
+quoted the whole `Authorization: Bearer ...` header), and the token is cut out of any text that held it.
 """
 
 from __future__ import annotations
@@ -17,14 +20,19 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
+
+from dflash_host.host.tokens import secret_problem
+from dflash_host.models.hub_http import Deadline, RedirectRefused, open_request, opener, server_of
 
 USER_AGENT = "dflash-provision (stdlib urllib)"
 PATHS_PER_REQUEST = 100  # paths-info takes the paths as form fields; keep each request small
 MAX_METADATA_BYTES = 32 * 2**20  # a repository's metadata is KB to a few MB
+MIN_RATE = 256 * 1024  # bytes a second a file's request must keep up on average (models_min_rate_kib)
 
 
 class HubError(Exception):
-    """A Hub request that failed; `kind` is repo, revision, auth, gated, network or server."""
+    """A Hub request that failed; `kind` is repo, revision, auth, gated, network, deadline, server or config."""
 
     def __init__(self, msg: str, kind: str) -> None:
         super().__init__(msg)
@@ -32,50 +40,115 @@ class HubError(Exception):
         self.kind = kind
 
 
-class _SameHostAuthRedirect(urllib.request.HTTPRedirectHandler):
-    """Follow redirects, dropping the Authorization header when the redirect leaves the endpoint's host."""
+class Answer:
+    """One response being read under its request's deadline; every failure of a read is a HubError."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
-            new.remove_header("Authorization")
-        return new
+    def __init__(self, resp: Any, deadline: Deadline, client: HubClient, what: str) -> None:
+        self.resp, self.deadline, self.client, self.what = resp, deadline, client, what
+        self.status: int = resp.status
+        self.headers = resp.headers
+        self.server = server_of(resp.geturl())  # who sent the bytes: the endpoint, or where it redirected
+        self._read = getattr(resp, "read1", resp.read)  # what has arrived, not a whole chunk's worth
+
+    def read(self, n: int) -> bytes:
+        try:
+            data = self._read(n)
+        except Exception as exc:  # noqa: BLE001 - the HTTP library's own errors quote what they saw
+            raise self.client.failure(exc, self.deadline, self.what) from None
+        if not data and n and self.deadline.expired:
+            raise self.client.failure(TimeoutError(), self.deadline, self.what)
+        return data
+
+    def read_all(self, limit: int) -> bytes:
+        """The body, up to `limit` bytes (a longer one is cut there: the caller sees it is too long)."""
+        parts, got = [], 0
+        while got < limit:
+            chunk = self.read(min(limit - got, 2**20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self.deadline.cancel()
+        self.resp.close()
+
+    def __enter__(self) -> Answer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class HubClient:
     """Requests to one endpoint (the Hub or a mirror) for model repositories, with an optional token."""
 
-    def __init__(self, endpoint: str, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, endpoint: str, token: str | None = None, timeout: float = 60.0,
+                 min_rate: float = MIN_RATE) -> None:
         parts = urllib.parse.urlsplit(str(endpoint))
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise HubError(f"hf_endpoint {endpoint!r} is not an http(s) address; set it to the Hub "
                            "(https://huggingface.co) or a mirror's address, e.g. http://mirror.lan:8090", "config")
+        problem = secret_problem(token) if token else None
+        if problem:  # the token reader refuses these first; a header must never be built from one
+            raise HubError(f"the Hub token {problem}; it must be one word of printable ASCII: fix hf_token or "
+                           "hf_token_file", "config")
         self.endpoint = endpoint.rstrip("/")
         self.token = token or None
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_SameHostAuthRedirect())
+        self.min_rate = max(float(min_rate), 1.0)
+        self._opener = opener()
 
-    def _request(self, url: str, data: bytes | None = None, headers: dict | None = None):
+    def _open(self, url: str, what: str, seconds: float, data: bytes | None = None,
+              headers: dict | None = None) -> Answer:
+        """The answer to one request, under a deadline of `seconds` (HTTPError: the caller names the status)."""
+        deadline = Deadline(seconds)
         # noqa below: the endpoint's scheme is checked to be http(s) in __init__
         req = urllib.request.Request(url, data=data, headers={"User-Agent": USER_AGENT, **(headers or {})})  # noqa: S310
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
-        return self._opener.open(req, timeout=self.timeout)
-
-    def _json(self, url: str, what: str, repo: str, revision: str, data: bytes | None = None):
         try:
-            with self._request(url, data=data, headers={"Accept": "application/json"}) as resp:
-                body = resp.read(MAX_METADATA_BYTES + 1)
+            return Answer(open_request(self._opener, req, deadline, self.timeout), deadline, self, what)
+        except urllib.error.HTTPError:
+            deadline.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - see failure()
+            deadline.cancel()
+            raise self.failure(exc, deadline, what) from None
+
+    def failure(self, exc: BaseException, deadline: Deadline, what: str) -> HubError:
+        """What went wrong, in words: never the exception's own text where it could quote a header."""
+        if isinstance(exc, HubError):
+            return exc
+        if isinstance(exc, RedirectRefused):
+            return HubError(self._scrub(f"{what}: {exc.msg}; check hf_endpoint"), "server")
+        if deadline.expired:
+            return HubError(f"{self.endpoint}: {what} did not arrive within {deadline.seconds:.0f} s (the request's "
+                            "deadline: models_timeout_s, and for a file its size at models_min_rate_kib); the server "
+                            "answers too slowly or trickles its answer. Check hf_endpoint, or raise those limits", "deadline")
+        if isinstance(exc, (urllib.error.URLError, OSError)):
+            return self._network_error(exc)
+        return HubError(f"{self.endpoint}: {what}: the answer is not valid HTTP ({type(exc).__name__}); is "
+                        "hf_endpoint a Hub or an HF-compatible mirror?", "server")
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.token, "********") if self.token else text
+
+    def _json(self, url: str, what: str, repo: str, revision: str, data: bytes | None = None) -> Any:
+        label = f"the {what} of {repo}@{revision}"
+        try:
+            answer = self._open(url, label, self.timeout, data=data, headers={"Accept": "application/json"})
         except urllib.error.HTTPError as exc:
             raise self._http_error(exc, repo, revision) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise self._network_error(exc) from None
+        with answer:
+            body = answer.read_all(MAX_METADATA_BYTES + 1)
         if len(body) > MAX_METADATA_BYTES:
-            raise HubError(f"{self.endpoint}: the {what} of {repo} is larger than {MAX_METADATA_BYTES >> 20} MiB", "server")
+            raise HubError(f"{self.endpoint}: {label} is larger than {MAX_METADATA_BYTES >> 20} MiB", "server")
         try:
             return json.loads(body)
         except ValueError:
-            raise HubError(f"{self.endpoint}: the {what} of {repo}@{revision} is not JSON; is hf_endpoint a Hub "
+            raise HubError(f"{self.endpoint}: {label} is not JSON; is hf_endpoint a Hub "
                            "or an HF-compatible mirror?", "server") from None
 
     def revision(self, repo: str, revision: str) -> tuple[str, list[str]]:
@@ -104,21 +177,22 @@ class HubClient:
                                       "sha256": lfs.get("oid") or lfs.get("sha256")}
         return out
 
-    def open_file(self, repo: str, commit: str, path: str, offset: int = 0):
-        """The response for a file's bytes from `offset`; its status is 206 when the server resumed there."""
+    def open_file(self, repo: str, commit: str, path: str, offset: int = 0, size: int = 0) -> Answer:
+        """The answer for a file's bytes from `offset` (status 206 when the server resumed there), due within
+        timeout plus the `size - offset` bytes at min_rate."""
         url = f"{self.endpoint}/{repo}/resolve/{commit}/{urllib.parse.quote(path)}"
         headers = {"Range": f"bytes={offset}-"} if offset else {}
+        seconds = self.timeout + max(size - offset, 0) / self.min_rate
         try:
-            return self._request(url, headers=headers)
+            return self._open(url, f"{repo}@{commit} file {path!r}", seconds, headers=headers)
         except urllib.error.HTTPError as exc:
+            exc.close()
             if exc.code == 416 and offset:  # the partial file is already whole (or longer): start again
-                return self.open_file(repo, commit, path, 0)
+                return self.open_file(repo, commit, path, 0, size)
             raise self._http_error(exc, repo, commit, path) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise self._network_error(exc) from None
 
     def _network_error(self, exc: Exception) -> HubError:
-        reason = getattr(exc, "reason", exc)
+        reason = self._scrub(str(getattr(exc, "reason", exc)))[:300]
         return HubError(f"{self.endpoint} cannot be reached from this host ({reason}); check hf_endpoint, the "
                         "host's network or proxy, or push the models from the control node (models_source_dir)",
                         "network")
@@ -140,5 +214,5 @@ class HubClient:
             return HubError(f"{what}: no such repository on {self.endpoint} ({exc.code} {auth}); check the id "
                             "(ORG/NAME, as on the Hub), or set hf_token / hf_token_file for a private or gated "
                             "one", "repo")
-        return HubError(f"{what}: {self.endpoint} answered {exc.code} {exc.reason}; try again later or check "
+        return HubError(f"{what}: {self.endpoint} answered {exc.code} {ascii(str(exc.reason)[:80])}; try again later or check "
                         "hf_endpoint", "server")

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from dflash_host.host.tokens import read_secret
 from dflash_host.models.config import locate_model, looks_like_path, read_config_json
 from dflash_host.module import ModuleError
 from dflash_host.vllm.cluster import check_node_address, cluster_settings
@@ -97,23 +98,6 @@ def model_stat(model: str) -> dict:
                 continue
             files[name] = [st.st_size, st.st_mtime_ns]
     return {"path": path, "files": files}
-
-
-def read_secret(value: str | None, file: str | None, var: str) -> str | None:
-    if value and file:
-        raise ModuleError(f"both {var} and {var}_file are set; keep one of them")
-    if file:
-        path = os.path.expanduser(file)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                value = fh.read().strip()
-        except OSError as exc:
-            raise ModuleError(f"{var}_file {path} cannot be read ({exc.strerror}); fix the path or its permissions")
-        if not value:
-            raise ModuleError(f"{var}_file {path} is empty; put the secret in it or unset {var}_file")
-    if value is not None:
-        check_line(value, var)  # the message names the variable, never the secret
-    return value or None
 
 
 # --------------------------------------------------------------------------- rendering
