@@ -190,14 +190,21 @@ def inventory(c, **opts):
 
 
 def disconnect(c):
-    """Close the connections kept for later runs (ControlPersist: 60 s after each run by default), as `ssh -O exit`."""
+    """Close the connections kept for later runs (ControlPersist: 60 s after each run by default), as `ssh -O exit`.
+    A daemon that does not answer within its deadline is named, and the command ends with exit 3."""
     from engine import persist
     from engine.errors import UserError
 
     try:
-        print("kept connections: closed" if persist.stop() else "kept connections: none")
+        stopped, silent = persist.stop_all()
     except UserError as exc:
         raise fail_user(exc) from None
+    if stopped or not silent:
+        print("kept connections: closed" if stopped else "kept connections: none")
+    for line in silent:
+        print(f"kept connections: {line}")
+    if silent:
+        raise Exit(code=3)
 
 
 def bench(c, quick=False):

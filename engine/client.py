@@ -13,7 +13,10 @@ user). Which worker a call goes to: the identity set for the current task (`acti
 (`for_play`: host lock and facts), else the login user's.
 
 Every request is sent once. A connection that drops while a request is out is not reopened: the host
-is unreachable for the rest of the run (the first copy may still be running there).
+is unreachable for the rest of the run (the first copy may still be running there). A host that goes silent
+(nothing, not even the worker's beat, for `dfp_silent_s` seconds, or no answer within a task's `timeout` and a
+margin: engine/transport.py) is out of the run in the same way, its connection closed, which ends its worker and
+the task's processes on the host once the close reaches it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory import Host
 from engine.modulespec import LIBRARY
 from engine.ssh_connect import failure_reason
-from engine.transport import Transport, WorkerDied, connect
+from engine.transport import HostSilent, Transport, WorkerDied, connect
 
 NOT_RETRIED = (HostUnreachable, UserError)  # refusals (host key, auth, bad settings): retrying cannot help
 FIRST_RETRY_WAIT_S = 0.3  # after a failed first connect; each later wait doubles, up to 2 s
@@ -146,7 +149,8 @@ class WorkerClient:
         return cls.connect(host).start()
 
     def _ensure_runtime(self, channel: _Channel) -> None:
-        channel.hello = channel.transport.request({"op": "hello", "runtime": runtime.local_key()})
+        channel.hello = channel.transport.request({"op": "hello", "runtime": runtime.local_key(),
+                                                   "beat_s": channel.transport.beat_s})
         if channel is self._login and channel.hello.get("executable"):
             self.transport.discovered = channel.hello["executable"]  # a become worker starts the same python
         if channel.hello.get("missing"):
@@ -200,19 +204,23 @@ class WorkerClient:
         return channel
 
     # -- requests -----------------------------------------------------------------------------------
-    def request(self, payload: dict, progress: Progress | None = None, channel: _Channel | None = None) -> dict:
-        """Send one request, once; a dropped connection makes the host unreachable (HostUnreachable)."""
+    def request(self, payload: dict, progress: Progress | None = None, channel: _Channel | None = None,
+                timeout_s: float | None = None) -> dict:
+        """Send one request, once; a dropped connection or a silent host makes the host unreachable
+        (HostUnreachable). `timeout_s`: the task's timeout, which bounds the wait for the answer too."""
         channel = channel or self._channel(self._current())
         try:
-            return channel.transport.request(payload, progress)
+            return channel.transport.request(payload, progress, timeout_s)
         except WorkerDied as exc:
             channel.transport.close()
             what = f"module {payload['module']}" if "module" in payload else f"'{payload.get('op')}'"
             who = f" (as {channel.user}, through sudo)" if channel.user else ""
+            happened = (f"{self.host.name}{who} went silent while it ran {what}: {exc}; its connection is closed"
+                        if isinstance(exc, HostSilent) else
+                        f"lost the connection to {self.host.name}{who} while it ran {what}: {exc}")
             raise HostUnreachable(
-                f"lost the connection to {self.host.name}{who} while it ran {what}: {exc}. The request was sent once "
-                "and is not sent again (it may have finished on the host); the host is out of this run. Run again "
-                "to converge."
+                f"{happened}. The request was sent once and is not sent again (it may have finished on the host); the "
+                "host is out of this run. Run again to converge."
             ) from None
 
     def run(self, module: str, args: dict, *, check: bool, diff: bool, timeout_s: float | None = None,
@@ -225,7 +233,7 @@ class WorkerClient:
             payload["environment"] = environment
         if module not in channel.sent_sources:
             payload["source"] = module_source(module)
-        reply = self.request(payload, progress, channel)
+        reply = self.request(payload, progress, channel, timeout_s)
         channel.sent_sources.add(module)
         if "result" not in reply:
             raise TaskError(f"the worker on {self.host.name} answered without a result: {reply}")

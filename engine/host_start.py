@@ -68,6 +68,7 @@ class HostStart:
                 self.executor.unreachable(state, step or ("Gathering facts" if play.gather_facts else "Connecting"),
                                           str(exc))
                 return
+            self._say_notes(state)
             if not self._play_become(state, play) or not self._lock_host(state, play):
                 return
             state.locked = True
@@ -87,6 +88,14 @@ class HostStart:
         state.client, state.locked = None, False
         old.close(keep=False)
         self.start(state, play, step="Connecting")
+
+    def _say_notes(self, state: HostState) -> None:
+        """What the connection had to say (a kept-connection daemon that did not answer and was bypassed), as
+        warnings of a "Connecting" result: shown by the console, kept in the reports."""
+        notes = state.client.transport.notes if state.client is not None else []
+        if notes:
+            self.executor.record(state, TaskResult(state.host.name, "Connecting", None, "-", "ok", False,
+                                                   " ".join(notes), 0.0, {"warnings": list(notes)}))
 
     def _play_become(self, state: HostState, play: Play) -> bool:
         """Who the play's lock and facts run as (its become keywords, else the host's ansible_become*)."""

@@ -6,6 +6,13 @@ they say neither: engine/ssh_options.py DEFAULT_KEEP) is reached through the dae
 there and leaves the connection and an idle worker behind; the runs within the next 60 s idle use them, with no
 login and no python start on the host. Files to the login user and workers started through sudo go over a
 connection of the run's own, opened only when needed.
+
+Every socket operation with the daemon has a deadline. A live daemon acknowledges a session's first line at once
+(`{"accepted": true, "pid"}`); one that does not within DAEMON_ANSWER_S (stopped, hung) is bypassed: the host is
+reached by a connection of the run's own (engine/transport.py connect), the daemon named among the connection's
+notes, and the rest of the run does not ask it again. A session whose daemon stops relaying mid-run meets the
+host's silence limit (engine/transport.py Wait), the daemon named in the message. `invoke disconnect` waits for each
+daemon's answer as long, and names those that gave none.
 """
 
 from __future__ import annotations
@@ -22,16 +29,18 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from engine import runtime
 from engine.errors import HostUnreachable, UserError
 from engine.inventory import Host
 from engine.ssh_options import Hop, ProxyCommandSpec
-from engine.transport import WORKER_KEY, Transport, WorkerDied, sftp_put
+from engine.transport import WORKER_KEY, DaemonSilent, Transport, Wait, WorkerDied, sftp_put
 
 ENGINE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 15.0
+DAEMON_ANSWER_S = 10.0  # a live daemon answers a line at once (milliseconds); past this it is taken as stopped
 SUN_PATH_MAX = 107
 _start_lock = threading.Lock()  # the hosts of one run connect in parallel: one of them starts the daemon
 
@@ -112,15 +121,44 @@ def peer_uid(sock: socket.socket) -> int:
     return struct.unpack("3i", creds)[1]
 
 
+def daemon_label(path: Path) -> str:
+    """The daemon behind a socket as a message names it: its pid (from the pidfile beside the socket) and socket."""
+    try:
+        pid = path.with_suffix(".pid").read_text().strip() or "unknown"
+    except OSError:
+        pid = "unknown"
+    return f"the kept-connection daemon (pid {pid}, socket {path})"
+
+
+def _silent(path: Path, wait_s: float = DAEMON_ANSWER_S) -> DaemonSilent:
+    """The error of a daemon that did not answer in time; this process does not ask it again for SILENT_MEMORY_S."""
+    _SILENT[path] = time.monotonic()
+    return DaemonSilent(errno.ETIMEDOUT, f"{daemon_label(path)} did not answer within {wait_s:g} s (stopped or "
+                                         "hung; `invoke disconnect` cannot end it either: kill that pid)")
+
+
+def _known_silent(path: Path) -> bool:
+    return time.monotonic() - _SILENT.get(path, -SILENT_MEMORY_S) < SILENT_MEMORY_S
+
+
+_SILENT: dict[Path, float] = {}  # socket -> when its daemon last failed to answer
+SILENT_MEMORY_S = 300.0  # how long a process bypasses a daemon that did not answer without asking it again
+
+
 def _connect_socket(path: Path) -> socket.socket | None:
     """A connection to the daemon at `path`, or None when none listens; refused when the process that answers
-    is not this user's (a socket planted in a folder another user can rename)."""
+    is not this user's (a socket planted in a folder another user can rename). Every later operation on it has a
+    deadline (DAEMON_ANSWER_S unless the caller sets another)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(DAEMON_ANSWER_S)  # a connect waits only while the listener's queue is full
     try:
         sock.connect(str(path))
     except (FileNotFoundError, ConnectionRefusedError):
         sock.close()
         return None
+    except TimeoutError:
+        sock.close()
+        raise _silent(path) from None
     uid = peer_uid(sock)
     if uid != os.geteuid():
         sock.close()
@@ -177,6 +215,8 @@ def daemon_usable() -> bool:
                 try:
                     daemon_socket().close()
                     _USABLE[path] = True
+                except DaemonSilent:
+                    _USABLE[path] = True  # PersistentTransport.open bypasses it and says so
                 except (HostUnreachable, OSError):
                     _USABLE[path] = False
     return _USABLE[path]
@@ -190,32 +230,43 @@ def reset(hop: Hop) -> None:
     """Drop the host's kept connection (`meta: reset_connection`): its next session logs in anew. Nothing to do
     where no daemon runs."""
     try:
-        sock = _connect_socket(socket_path())
+        _control(socket_path(), {"reset": hop_to_json(hop)})
     except (HostUnreachable, UserError, OSError):
-        return
+        return  # a daemon that does not answer: its connection stays; the run goes on with its own
+
+
+def _control(path: Path, line: dict) -> bool:
+    """One control line to the daemon at `path` and its answer, within DAEMON_ANSWER_S each: False when none
+    listens there, DaemonSilent when it does not answer in time."""
+    sock = _connect_socket(path)
     if sock is None:
-        return
+        return False
     with sock:
-        sock.sendall((json.dumps({"reset": hop_to_json(hop)}) + "\n").encode())
-        sock.recv(100)
+        try:
+            sock.sendall((json.dumps(line) + "\n").encode())
+            sock.recv(100)
+        except TimeoutError:
+            raise _silent(path) from None
+    return True
+
+
+def stop_all() -> tuple[bool, list[str]]:
+    """Close every kept connection of this user (every daemon in the folder, of any code version): whether one
+    answered, and the daemons that did not (named). Each ends once the runs using it have ended."""
+    stopped, silent = False, []
+    for path in sorted(private_folder().glob("*.sock")):
+        try:
+            stopped = _control(path, {"stop": True}) or stopped
+        except DaemonSilent as exc:
+            silent.append(str(exc.strerror))
+        except (HostUnreachable, OSError):
+            continue
+    return stopped, silent
 
 
 def stop() -> bool:
-    """Close every kept connection of this user (every daemon in the folder, of any code version): True when
-    one was running. Each ends once the runs using it have ended."""
-    stopped = False
-    for path in sorted(private_folder().glob("*.sock")):
-        try:
-            sock = _connect_socket(path)
-        except (HostUnreachable, OSError):
-            continue
-        if sock is None:
-            continue
-        with sock:
-            sock.sendall(b'{"stop": true}\n')
-            sock.recv(100)
-        stopped = True
-    return stopped
+    """stop_all(), saying only whether a daemon answered."""
+    return stop_all()[0]
 
 
 class PersistentTransport(Transport):
@@ -230,15 +281,27 @@ class PersistentTransport(Transport):
         self.reused = False
         self._direct = None
         self._out = self._err = b""
+        self.path: Path | None = None
 
     def open(self) -> None:
+        """A session with the host's worker through the daemon; DaemonSilent (the caller connects directly) when the
+        daemon does not acknowledge it within DAEMON_ANSWER_S, or does not reach the host within silent_s."""
+        self.path = socket_path()
+        if _known_silent(self.path):
+            raise _silent(self.path)
         self.sock = daemon_socket()
+        self._frames = _Frames(self._recv)
         request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
                    "pool": runtime.host_package_hash()}
-        self.sock.sendall((json.dumps(request) + "\n").encode())
-        frames = _Frames(self.sock.recv)
+        wait_s = DAEMON_ANSWER_S
         try:
-            reply = json.loads(frames.line())
+            self._send(json.dumps(request).encode() + b"\n", wait_s)
+            self._frames.line(Wait(wait_s))  # {"accepted": true, "pid"}: the daemon is there
+            wait_s = self.silent_s
+            reply = json.loads(self._frames.line(Wait(wait_s)))  # once it has the host's worker
+        except TimeoutError:
+            self.sock.close()
+            raise _silent(self.path, wait_s) from None
         except (WorkerDied, ValueError, OSError) as exc:
             self.sock.close()
             raise OSError(errno.ECONNABORTED, f"the kept-connection daemon ended the session: {exc}") from None
@@ -246,17 +309,27 @@ class PersistentTransport(Transport):
             self.sock.close()
             raise _refusal(reply)
         self.reused = bool(reply.get("reused"))
-        self._frames = frames
 
-    def _write(self, data: bytes) -> None:
+    def _send(self, data: bytes, wait_s: float) -> None:
+        self.sock.settimeout(wait_s)  # socket.timeout (a TimeoutError) past it
         self.sock.sendall(data)
 
-    def _readline(self) -> bytes:
+    def _recv(self, size: int, wait_s: float) -> bytes:
+        self.sock.settimeout(wait_s)
+        return self.sock.recv(size)
+
+    def _write(self, data: bytes) -> None:
+        self._send(data, self.silent_s)
+
+    def route_note(self) -> str:
+        return f"; the host is reached through {daemon_label(self.path)}" if self.path else ""
+
+    def _readline(self, wait: Wait) -> bytes:
         """The worker's next stdout line; its stderr, which comes in frames of its own, goes to stderr_tail. Frames
         are read only here: the daemon never lets what the worker writes between requests back up onto the host
         (it drops stderr past a cap while the run does not read)."""
         while b"\n" not in self._out:
-            tag, data = self._frames.frame()
+            tag, data = self._frames.frame(wait)
             if tag == b"o":
                 self._out += data
             elif tag == b"e":
@@ -281,7 +354,7 @@ class PersistentTransport(Transport):
 
     def keep(self) -> None:
         """Leave the worker (its `release` answered) to the daemon for the next run."""
-        self.sock.sendall(b'{"mux": "keep"}\n')
+        self._send(b'{"mux": "keep"}\n', DAEMON_ANSWER_S)
 
     def forget(self) -> None:
         """`meta: reset_connection`: the daemon drops the host's connection; the next session logs in anew."""
@@ -299,28 +372,28 @@ class _Frames:
     """The daemon's side of a session: its answer line, then frames of (tag, 4-byte length, bytes)."""
 
     def __init__(self, recv) -> None:
-        self._recv = recv
+        self._recv = recv  # recv(size, wait_s): TimeoutError past wait_s
         self._buf = bytearray()
 
-    def _fill(self, size: int) -> None:
+    def _fill(self, size: int, wait: Wait) -> None:
         while len(self._buf) < size:
-            chunk = self._recv(65536)
+            chunk = self._recv(65536, wait())
             if not chunk:
                 raise WorkerDied("the kept-connection daemon closed the session")
             self._buf += chunk
 
-    def line(self) -> bytes:
+    def line(self, wait: Wait) -> bytes:
         while b"\n" not in self._buf:
-            self._fill(len(self._buf) + 1)
+            self._fill(len(self._buf) + 1, wait)
         end = self._buf.index(b"\n")
         line = bytes(self._buf[:end])
         del self._buf[:end + 1]
         return line
 
-    def frame(self) -> tuple[bytes, bytes]:
-        self._fill(5)
+    def frame(self, wait: Wait) -> tuple[bytes, bytes]:
+        self._fill(5, wait)
         size = struct.unpack(">I", self._buf[1:5])[0]
-        self._fill(5 + size)
+        self._fill(5 + size, wait)
         tag, data = bytes(self._buf[:1]), bytes(self._buf[5:5 + size])
         del self._buf[:5 + size]
         return tag, data

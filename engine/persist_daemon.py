@@ -7,6 +7,7 @@ it listens on a unix socket in a 0700 folder of the user's and answers only its 
 socket connection is one session with one host's worker:
 
   client -> {"hop": HOP, "start": CMD, "pool": KEY, "persist_s": S}   (one line; HOP as engine/persist.py sends it)
+  daemon -> {"accepted": true, "pid": PID}   (at once: the run bypasses a daemon that does not say this in time)
   daemon -> {"ok": true, "reused": bool} | {"error": MSG, "kind": "refused" | "user" | "transient"}
   (or a session of one line: {"stop": true}, `invoke disconnect`; {"reset": HOP}, `meta: reset_connection`)
   then the worker's protocol, relayed: what the client writes goes to the worker's stdin as it is; what the
@@ -271,6 +272,7 @@ class Daemon:
             if self._control(request):
                 conn.sendall(b'{"ok": true}\n')
                 return
+            conn.sendall((json.dumps({"accepted": True, "pid": os.getpid()}) + "\n").encode())
             worker, reused = self.take(request)
         except Exception as exc:
             conn.sendall((json.dumps(_error(exc)) + "\n").encode())

@@ -3,6 +3,11 @@
 Both transports start the same worker (engine/worker.py) with the same fixed bootstrap command, so
 tests of `local` exercise the worker code path too. Over SSH the worker talks on one exec channel of
 the open connection with TCP_NODELAY set: a task costs one JSON round trip, not a new session.
+
+Every wait for the host has a deadline. While a request is out the worker sends a beat line every few seconds;
+a host from which nothing comes for `dfp_silent_s` seconds (SILENT_S by default), or that has not answered a task
+with a `timeout` within it and TIMEOUT_MARGIN_S more, has gone silent (HostSilent): engine/client.py takes it out
+of the run, as a dropped connection. A write that the host takes no byte of for `dfp_silent_s` is the same.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ import hashlib
 import json
 import os
 import queue
+import select
 import shlex
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
@@ -58,11 +65,32 @@ READY_LINE = b"dfp-worker-ready"
 BECOME_BOOTSTRAP = f"import sys;sys.stdout.write('{READY_LINE.decode()}\\n');sys.stdout.flush();" + BOOTSTRAP
 
 
+SILENT_S = 60.0  # dfp_silent_s's default: seconds without a word from a host while a request is out
+BEAT_MAX_S = 5.0  # the worker's beat interval: a quarter of the silence limit, at most this
+TIMEOUT_MARGIN_S = 10.0  # past a task's `timeout`: the worker stops the task at its timeout and answers at once
+
+
+def silent_limit(host: Host) -> float:
+    """The host's silence limit (`dfp_silent_s`): seconds without a line from its worker (a beat, progress, the
+    answer) while a request is out, after which the host has gone silent."""
+    value = host.vars.get("dfp_silent_s", SILENT_S)
+    try:
+        limit = float(value)
+    except (TypeError, ValueError):
+        limit = 0.0
+    if not limit > 0 or isinstance(value, bool):
+        raise HostUnreachable(f"dfp_silent_s of host {host.name} must be a number of seconds above 0, not {value!r}")
+    return limit
+
+
 def chunks(read: Callable[[int], bytes]) -> Iterator[bytes]:
-    """What a stream gives until it ends (or breaks: a closed channel or pipe reads as the end)."""
+    """What a stream gives until it ends (or breaks: a closed channel or pipe reads as the end). A read timeout,
+    which another thread may have set on a shared channel (Transport._recv), is not an end."""
     while True:
         try:
             chunk = read(65536)
+        except TimeoutError:
+            continue
         except Exception:
             return
         if not chunk:
@@ -74,16 +102,61 @@ class WorkerDied(Exception):
     """The worker's stream ended: the process died or the connection dropped."""
 
 
-class _Stream:
-    """Line reader over a byte source with a stderr tail kept for error messages."""
+class HostSilent(WorkerDied):
+    """Nothing came from the host within the silence limit, or no answer within a task's timeout and its margin."""
 
-    def __init__(self, read: Callable[[int], bytes]) -> None:
+
+class DaemonSilent(OSError):
+    """The kept-connection daemon did not answer in time (engine/persist.py): the run connects directly instead."""
+
+
+class Wait:
+    """How long a read may wait for the host's next bytes: the silence limit from the last bytes that came, never
+    past a task's timeout and its margin from the request (TimeoutError once either is spent)."""
+
+    def __init__(self, silent_s: float, timeout_s: float | None = None) -> None:
+        self.silent_s, self.timeout_s = silent_s, timeout_s
+        self.until = time.monotonic() + float(timeout_s) + TIMEOUT_MARGIN_S if timeout_s else None
+        self.by_timeout = False  # whether the task's timeout, not the silence limit, bounds the current wait
+
+    def __call__(self) -> float:
+        to_timeout = float("inf") if self.until is None else self.until - time.monotonic()
+        self.by_timeout = to_timeout < self.silent_s
+        left = min(self.silent_s, to_timeout)
+        if left <= 0:
+            raise TimeoutError
+        return left
+
+    def why(self) -> str:
+        if self.by_timeout:
+            return (f"no answer within the task's timeout of {self.timeout_s:g} s and {TIMEOUT_MARGIN_S:g} s more "
+                    "(a worker stops a task at its timeout and answers at once)")
+        return (f"nothing came from it for {self.silent_s:g} s (dfp_silent_s; a working host sends a line every "
+                f"{beat_interval(self.silent_s):g} s while a request runs)")
+
+
+def beat_interval(silent_s: float) -> float:
+    """How often the worker says it is there while a request runs: four beats fit in the silence limit."""
+    return min(BEAT_MAX_S, silent_s / 4)
+
+
+def ready(fd: int, events: int, wait_s: float) -> bool:
+    """Whether `fd` is ready for `events` (POLLIN, POLLOUT) within wait_s seconds (poll: any descriptor number)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(wait_s * 1000))
+
+
+class _Stream:
+    """Line reader over a byte source whose reads wait at most a given time (TimeoutError past it)."""
+
+    def __init__(self, read: Callable[[int, float], bytes]) -> None:
         self._read = read
         self._buf = b""
 
-    def readline(self) -> bytes:
+    def readline(self, wait: Wait) -> bytes:
         while b"\n" not in self._buf:
-            chunk = self._read(65536)
+            chunk = self._read(65536, wait())
             if not chunk:
                 raise WorkerDied("worker stream closed")
             self._buf += chunk
@@ -101,16 +174,23 @@ class Transport:
         self.stderr_tail: deque[str] = deque(maxlen=200)
         self._next_id = 0
         self._lock = threading.Lock()
+        self.silent_s = silent_limit(host)
+        self.beat_s = beat_interval(self.silent_s)  # sent to the worker in hello
+        self.notes: list[str] = []  # what the run should say about this connection (a daemon bypassed)
 
     # subclass API
     def open(self) -> None: ...
-    def _write(self, data: bytes) -> None: ...
-    def _readline(self) -> bytes:
+    def _write(self, data: bytes) -> None: ...  # gives up (TimeoutError) when no byte is taken for silent_s
+    def _readline(self, wait: Wait) -> bytes:
         raise NotImplementedError
     def close(self) -> None: ...
     def put(self, local: str, remote: str) -> None: ...
     def keep(self) -> None: ...  # a persistent transport: leave the released worker for the next run
     def forget(self) -> None: ...  # a persistent transport: the kept connection is dropped, the next one logs in
+
+    def route_note(self) -> str:
+        """Where the host's words pass besides the connection (a kept-connection daemon), for a silence message."""
+        return ""
 
     persistent = False  # True: the worker is kept for the next run when this one ends (engine/persist.py)
     discovered: str | None = None  # the interpreter the worker reported (hello's executable), once it started
@@ -141,32 +221,41 @@ class Transport:
             for line in lines:
                 self.stderr_tail.append(line.decode("utf-8", "replace"))
 
-    def request(self, payload: dict, progress: Callable[[str], None] | None = None) -> dict:
+    def request(self, payload: dict, progress: Callable[[str], None] | None = None,
+                timeout_s: float | None = None) -> dict:
+        """Send one request and return its answer; HostSilent when the host goes silent (nothing for silent_s, or
+        no answer within `timeout_s`, a task's timeout, and its margin), WorkerDied when its stream ends."""
         with self._lock:
             self._next_id += 1
             rid = self._next_id
-            payload = dict(payload, id=rid)
+            wait = Wait(self.silent_s, timeout_s)
             try:
-                self._write((json.dumps(payload, default=str) + "\n").encode())
-                while True:
-                    line = self._readline()
-                    if not line.strip():
-                        continue
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        self.stderr_tail.append(line.decode("utf-8", "replace"))
-                        continue
-                    if msg.get("id") != rid:
-                        continue
-                    if "progress" in msg:
-                        if progress:
-                            progress(msg["progress"])
-                        continue
-                    return msg
+                self._write((json.dumps(dict(payload, id=rid), default=str) + "\n").encode())
+                return self._answer(rid, wait, progress)
+            except TimeoutError:
+                raise HostSilent(wait.why() + self.route_note()) from None
             except (OSError, EOFError, WorkerDied) as exc:
                 tail = "\n".join(list(self.stderr_tail)[-15:])
                 raise WorkerDied(f"{type(exc).__name__}: {exc}" + (f"\n{tail}" if tail else "")) from None
+
+    def _answer(self, rid: int, wait: Wait, progress: Callable[[str], None] | None) -> dict:
+        """The answer to request `rid`; its progress lines go to `progress`, its beats only restart the wait."""
+        while True:
+            line = self._readline(wait)
+            if not line.strip():
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                self.stderr_tail.append(line.decode("utf-8", "replace"))
+                continue
+            if msg.get("id") != rid or "beat" in msg:
+                continue
+            if "progress" in msg:
+                if progress:
+                    progress(msg["progress"])
+                continue
+            return msg
 
 
 # Interpreter discovery, as Ansible's `auto` (unset ansible_python_interpreter means auto): the system's python3
@@ -202,16 +291,28 @@ class LocalTransport(Transport):
         )
         assert self.proc.stdin and self.proc.stdout and self.proc.stderr  # noqa: S101 - all three are PIPE
         threading.Thread(target=self._drain, args=(self.proc.stderr.read1,), daemon=True).start()  # type: ignore[attr-defined]
-        self._stream = _Stream(self.proc.stdout.read1)  # type: ignore[attr-defined]  # a BufferedReader
+        os.set_blocking(self.proc.stdin.fileno(), False)  # written with a deadline (_write), never through its buffer
+        self._stream = _Stream(self._read)
         self._write(_PAYLOAD)
 
-    def _write(self, data: bytes) -> None:
-        assert self.proc.stdin is not None  # noqa: S101 - opened as PIPE
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+    def _read(self, size: int, wait_s: float) -> bytes:
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]  # opened as PIPE
+        if not ready(fd, select.POLLIN, wait_s):
+            raise TimeoutError
+        return os.read(fd, size)
 
-    def _readline(self) -> bytes:
-        return self._stream.readline()
+    def _write(self, data: bytes) -> None:
+        fd, view = self.proc.stdin.fileno(), memoryview(data)  # type: ignore[union-attr]  # opened as PIPE
+        while view:
+            if not ready(fd, select.POLLOUT, self.silent_s):
+                raise TimeoutError
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+
+    def _readline(self, wait: Wait) -> bytes:
+        return self._stream.readline(wait)
 
     def put(self, local: str, remote: str) -> None:
         remote = os.path.expanduser(remote)
@@ -243,14 +344,19 @@ class SSHTransport(Transport):
         self.chan = transport.open_session()
         self.chan.exec_command(self.start_command())
         threading.Thread(target=self._drain, args=(self.chan.recv_stderr,), daemon=True).start()
-        self._stream = _Stream(self.chan.recv)
+        self._stream = _Stream(self._recv)
         self._write(_PAYLOAD)
 
+    def _recv(self, size: int, wait_s: float) -> bytes:
+        self.chan.settimeout(wait_s)  # socket.timeout (a TimeoutError) past it
+        return self.chan.recv(size)
+
     def _write(self, data: bytes) -> None:
+        self.chan.settimeout(self.silent_s)
         self.chan.sendall(data)
 
-    def _readline(self) -> bytes:
-        return self._stream.readline()
+    def _readline(self, wait: Wait) -> bytes:
+        return self._stream.readline(wait)
 
     def put(self, local: str, remote: str) -> None:
         sftp_put(self.conn, local, remote)
@@ -293,6 +399,7 @@ class SpawnedTransport(Transport):
         if self.name == "ssh":
             self.chan = self.parent.conn.client.get_transport().open_session()  # type: ignore[attr-defined]
             self.chan.exec_command(" ".join(shlex.quote(a) for a in self.argv))
+            self.chan.settimeout(self.silent_s)  # for its writes; the readers (chunks) read on past a timeout
             read_out, read_err, self._send = self.chan.recv, self.chan.recv_stderr, self.chan.sendall
         else:
             env = dict(os.environ)
@@ -344,8 +451,11 @@ class SpawnedTransport(Transport):
         """What the channel printed on stderr before the worker was ready (sudo's prompts and messages)."""
         return bytes(self._err).decode("utf-8", "replace")
 
-    def _next_chunk(self, _size: int) -> bytes:
-        return self._chunks.get()
+    def _next_chunk(self, _size: int, wait_s: float) -> bytes:
+        try:
+            return self._chunks.get(timeout=wait_s)
+        except queue.Empty:
+            raise TimeoutError from None
 
     def send_worker(self) -> None:
         self._write(_PAYLOAD)
@@ -353,8 +463,8 @@ class SpawnedTransport(Transport):
     def _write(self, data: bytes) -> None:
         self._send(data)
 
-    def _readline(self) -> bytes:
-        return self._stream.readline()
+    def _readline(self, wait: Wait) -> bytes:
+        return self._stream.readline(wait)
 
     def put(self, local: str, remote: str) -> None:
         raise NotImplementedError("files reach a become worker through its protocol (engine/client.py)")
@@ -405,5 +515,17 @@ def connect(host: Host) -> Transport:
         t = _ssh_transport(host, resolve(host))
     else:
         raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
-    t.open()
+    try:
+        t.open()
+    except DaemonSilent as exc:
+        return _bypass(host, t, exc)
     return t
+
+
+def _bypass(host: Host, kept: Transport, exc: DaemonSilent) -> Transport:
+    """A kept-connection daemon that does not answer is bypassed: a connection of the run's own to the host, the
+    daemon named among its notes (engine/host_start.py shows them as the host's warnings)."""
+    direct = SSHTransport(host, getattr(kept, "hop", None))
+    direct.notes.append(f"{exc.strerror}; {host.name} was reached by a connection of this run's own instead")
+    direct.open()
+    return direct

@@ -14,7 +14,13 @@ bootstrap command, so nothing is ever interpolated into a shell), then JSON requ
                                                       connection, engine/persist_daemon.py), else it exits
   {"id", "op": "ping"}                             -> {"pong": true}: still here (asked by the daemon only)
 
-and reads one JSON line back per request (plus {"id", "progress": msg} lines for long tasks).
+and reads one JSON line back per request, plus {"id", "progress": msg} lines for long tasks and {"id", "beat": true}
+every `beat_s` (hello's, else BEAT_S) while a request is handled: the control node takes a host that sends nothing
+for its silence limit as gone silent (engine/transport.py), so a long quiet task must still be heard.
+
+stdin is read by a thread of its own: its end while a request is handled means the controlling connection is gone
+(the run died or gave the host up, its ssh session or the kept-connection daemon closed the channel); the worker
+then stops the task's processes (stop_task) and exits at once, so the host lock goes with it.
 A task module's helpers come from the dflash_host package of the runtime KEY (engine/runtime.py),
 never from the sources of a run request. Standard library only: the host needs nothing but python3 >= 3.9.
 """
@@ -23,7 +29,13 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import time
+
+try:
+    from _queue import SimpleQueue  # the C type alone: importing queue costs the worker's start about 1 ms
+except ImportError:  # another python than CPython
+    from queue import SimpleQueue
 
 # Imported where used, not here: base64, io, zipfile (runtime install), ctypes (the subreaper), traceback (a
 # module crash), hashlib and marshal (the code cache). The worker starts on every host in
@@ -32,6 +44,8 @@ import time
 RUNTIME_PACKAGES = ("psutil", "tenacity")
 HOST_PACKAGE = "dflash_host"  # the task modules' helpers, from the runtime folder of this control node's version
 TASK_PREFIX = "dfp_task_"
+BEAT_S = 5.0  # seconds between two beats while a request is handled, unless hello asks for another interval
+TASK_MARK = "DFP_TASK"  # in the environment of every process a task starts: how its processes are found again
 
 
 def load_task(name, source):
@@ -255,6 +269,69 @@ def stop_new_descendants(before, at_expiry):
     return sorted(set(new) | {pid for pid, start in at_expiry.items() if before.get(pid) != start})
 
 
+def boot_ticks():
+    """Now, in the clock ticks since boot in which /proc/PID/stat gives a process's start (0 without /proc)."""
+    try:
+        with open("/proc/uptime", "rb") as fh:
+            return int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def marked(mark):
+    """The pids whose environment holds TASK_MARK=mark: what a task started, wherever it was re-parented since (a
+    shell's `cmd &` whose shell ended). Processes of other users are skipped unless the worker is root."""
+    needle = ("\0" + TASK_MARK + "=" + mark + "\0").encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/" + entry + "/environ", "rb") as fh:
+                    if needle in b"\0" + fh.read() + b"\0":
+                        found.add(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def detached(pid, session):
+    """Whether a process is a daemon its task meant to outlive it (the vLLM server): in another session than the
+    worker's, with nothing of the task's on its stdin, stdout and stderr (no pipe, socket or terminal; /dev/null or
+    files). What still writes into the task's output is the task's."""
+    try:
+        if os.getsid(pid) == session:
+            return False
+        for fd in (0, 1, 2):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except FileNotFoundError:
+                continue  # closed
+            if target.startswith(("pipe:", "socket:", "/dev/pts/", "/dev/tty")):
+                return False
+        return True
+    except OSError:
+        return False
+
+
+def stop_task(mark, since):
+    """SIGKILL what the running task started, its run being gone: every process carrying its mark and every
+    descendant of the worker started since the task began (`since`, boot ticks), but a daemon it left (detached).
+    Three passes, for what forked while the first one killed."""
+    import signal
+
+    me, session = os.getpid(), os.getsid(0)
+    for _ in range(3):
+        found = {pid for pid, start in descendants(me).items() if start >= since} | marked(mark)
+        doomed = [pid for pid in found if pid != me and not detached(pid, session)]
+        if not doomed:
+            return
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class HostLock:
     """flock on a file under the tool's root, held for the worker's whole life (one run per host at a time).
 
@@ -343,16 +420,67 @@ class Worker:
         self.loaded = {}
         self.subreaper = False
         self.lock = HostLock()
+        self.busy = None  # the request being handled: beats carry its id
+        self.ended = False  # stdin ended: no request is started any more
+        self.beat_s = BEAT_S
+        self.nudge = threading.Event()  # set when hello changes beat_s: the beat thread's wait starts anew
+        self.task = None  # (mark, boot ticks at its start) of the module call running now
+        self.tasks = 0
+        self.writing = threading.Lock()  # the protocol loop and the beat thread write lines
 
-    def send(self, obj):
-        self.out.write(json.dumps(obj, default=str) + "\n")
-        self.out.flush()
+    def send(self, obj, answer=False):
+        """One line to the control node; after an `answer` no beat carries the request's id."""
+        line = json.dumps(obj, default=str) + "\n"
+        with self.writing:
+            if answer:
+                self.busy = None
+            self.out.write(line)
+            self.out.flush()
+
+    def beat(self):
+        """A beat line every beat_s while a request is handled (a thread): a long quiet task is still heard, so the
+        control node can take a host that sends nothing at all as silent. A failed write is left to the reader."""
+        while True:
+            if self.nudge.wait(self.beat_s):
+                self.nudge.clear()
+                continue
+            with self.writing:
+                if self.busy is not None:
+                    try:
+                        self.out.write(json.dumps({"id": self.busy.get("id"), "beat": True}) + "\n")
+                        self.out.flush()
+                    except (OSError, ValueError):
+                        pass
+
+    def read(self, stream, lines):
+        """stdin's lines into `lines` (a thread); at its end the controlling connection is gone (gone())."""
+        try:
+            for line in stream:
+                lines.put(line)
+        except (OSError, ValueError):
+            pass
+        self.gone()
+        lines.put(None)
+
+    def gone(self):
+        """The controlling connection ended. Idle: the loop ends after the lines already read. While a request is
+        handled nobody will read its answer and the next run must not wait for it: the task's processes are stopped
+        and the worker exits at once; the kernel drops the host lock (its record stays: the next run says it took
+        over the lock of a run that died)."""
+        self.ended = True
+        if self.busy is None:
+            return
+        if self.task is not None:
+            stop_task(*self.task)
+        os._exit(1)
 
     def progress(self, rid):
         return lambda msg: self.send({"id": rid, "progress": str(msg)})
 
     def op_hello(self, req):
         use_runtime(req.get("runtime", ""))
+        self.beat_s = max(0.2, float(req.get("beat_s") or BEAT_S))
+        self.nudge.set()
         return {
             "python": "{}.{}.{}".format(*sys.version_info[:3]),
             "executable": sys.executable,
@@ -386,7 +514,7 @@ class Worker:
         before = descendants(os.getpid()) if req.get("timeout_s") else None
         try:
             args = req.get("args") or {}
-            with task_environment(req.get("environment")):
+            with task_environment(self._marked(req.get("environment"))):
                 result = run_with_timeout(req.get("timeout_s"), contract.execute, mod.ARGS, mod.run, args, ctx,
                                           req["module"])
         except TaskTimeout as timeout:
@@ -395,8 +523,17 @@ class Worker:
                       "msg": "the task ran past its timeout of {} s (task keyword `timeout`) and was stopped with the {} "
                              "processes it had started; what it had done so far stays".format(req.get("timeout_s"),
                                                                                               len(stopped))}
+        finally:
+            self.task = None
         result["_duration_s"] = round(time.monotonic() - started, 6)
         return {"result": result}
+
+    def _marked(self, environment):
+        """The task's environment with its mark (TASK_MARK), which everything it starts inherits: the task's
+        processes can be found (stop_task) if its run is gone while it runs."""
+        self.tasks += 1
+        self.task = (f"{os.getpid()}.{self.tasks}", boot_ticks())
+        return dict(environment or {}, **{TASK_MARK: self.task[0]})
 
     def op_lock(self, req):
         try:
@@ -465,11 +602,15 @@ class Worker:
             }}
 
     def serve(self, lines):
-        for line in lines:
+        """The requests read from stdin (`lines`, None at its end), each answered before the next one is taken."""
+        for line in iter(lines.get, None):
             if line.strip():
                 req = json.loads(line)
+                self.busy = req
+                if self.ended:  # after busy is set: either this loop or gone() sees the other's flag
+                    return
                 reply = self.handle(req)
-                self.send(reply)
+                self.send(reply, answer=True)
                 if req.get("op") == "exit" or (req.get("op") == "release" and not reply.get("kept")):
                     return
 
@@ -479,7 +620,10 @@ def main():
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    Worker(out).serve(sys.stdin.buffer)
+    worker, lines = Worker(out), SimpleQueue()
+    threading.Thread(target=worker.read, args=(sys.stdin.buffer, lines), daemon=True).start()
+    threading.Thread(target=worker.beat, daemon=True).start()
+    worker.serve(lines)
 
 
 main()
