@@ -6,13 +6,15 @@ Two sources, one path to the hosts:
   repository; every host of the run gets the same commit), verified as a host verifies;
 - `models_source_dir` (air-gapped): a folder on the control node holding ORG/NAME model folders; its files
   are hashed once (a record keyed by size, mtime and inode keeps the digests between runs) and named by a
-  commit made from their digests.
+  commit made from their digests. A symlink leading out of the model's folder is refused, and each file keeps
+  its mode bits on the hosts.
 Then, per host, the host module plans (what its cache lacks, by its own fast verification), the control
 node uploads only those blobs over the host's connection into `<etag>.incomplete`, and the host module
 installs them after checking each digest. A second run sends nothing.
 
-The Hub's code here is the host package's (dflash_host.hub_*), run on the control node; the engine itself
-knows nothing of models beyond this action.
+The Hub's code here is the host package's (dflash_host.models.hub_*), run on the control node, with the same
+checks of what a server sends; the token file is read by the hosts' one reader (dflash_host.host.tokens) and
+the token joins the run's secrets. The engine itself knows nothing of models beyond this action.
 """
 
 from __future__ import annotations

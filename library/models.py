@@ -7,8 +7,10 @@ HF_HUB_OFFLINE=1). Every file is verified against the Hub's metadata (sha256 for
 id for the others); a no-change run only stats the files (models_verify: full re-hashes). A fetch cut
 short resumes; a partial file is never in the snapshot. A local path is left as it is (not fetched).
 
-The token (hf_token, or hf_token_file on the host) stays in this process: it goes only into the requests'
-Authorization header, never onto a command line or into a file.
+The token (hf_token, or hf_token_file on the host, read by dflash_host.host.tokens as the launch reads it)
+stays in this process: it goes only into the Authorization header of requests to hf_endpoint's own origin,
+never onto a command line or into a file. No server is trusted: every request has a deadline, no file is
+written past its declared size, and a name the snapshot cannot hold is refused (dflash_host.models.hub_fetch).
 
 Result: `models` ({target, drafter}: per model repo_id, source, revision, commit, path, files,
 bytes_fetched, bytes_present, seconds, moved_from), `target_path`, `drafter_path`.

@@ -14,6 +14,7 @@ Faults, each until `heal()`:
   until the client hangs up), with a Content-Length for the longer body when asked; `sent[name]` counts bytes;
 - `trickle(kind, part)`: answer `kind` (revision, paths-info or resolve) one byte a second, the whole answer
   (`part="all"`: status line and headers too) or its body only;
+- `misrange(name)`: answer a Range request for the file with a 206 of the whole file (`bytes 0-...`);
 - `redirect(kind, to)`: answer `kind` with a 302 to the same path on `to` (another scheme, host or port),
   unless the request already came to `to` (the scheme and the Host header say where it came);
 - `require_token(token)`: a gated repository (401 without, 403 with another token).
@@ -147,10 +148,14 @@ class HostileHub:
         self.trickled: dict = {}  # kind -> part ("all" or "body")
         self.redirected: dict = {}  # kind -> base URL
         self.token: str | None = None
+        self.misranged: set = set()  # names answered from byte 0 whatever range was asked
         self.rate = 1.0  # bytes a second while trickling
 
     def oversize(self, name: str, extra: int | None = None, content_length: bool = False) -> None:
         self.oversized[name] = (extra, content_length)
+
+    def misrange(self, name: str) -> None:
+        self.misranged.add(name)
 
     def trickle(self, kind: str, part: str = "all", rate: float = 1.0) -> None:
         assert kind in KINDS and part in ("all", "body")
@@ -218,6 +223,8 @@ class HostileHub:
             headers = {"Content-Length": str(len(data) + extra)} if with_length and extra is not None else {}
             return 200, headers, self._longer(name, data, extra)
         start = int(ranged[6:-1]) if ranged.startswith("bytes=") and ranged.endswith("-") else 0
+        if start and name in self.misranged:  # a 206 that says (truthfully) it starts elsewhere than asked
+            return 206, {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}, data
         if start:
             return 206, {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}, data[start:]
         return 200, {}, data

@@ -9,6 +9,7 @@ converges.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -129,6 +130,21 @@ def test_the_relay_stops_a_server_sending_more_than_declared_and_keeps_nothing(h
     again, text = run_role(tmp_path, inventory_file, hub.endpoint, models_via="control_node",
                            models_relay_cache=str(small_disk / "relay"))
     assert again.exit_code == 0, text
+
+
+def test_a_resume_answered_from_another_byte_is_not_appended_and_the_file_starts_again(hub, tmp_path):
+    """A partial file (a fetch cut short) and a server whose 206 starts elsewhere than asked: its bytes would
+    follow the wrong ones; the partial goes and the file is fetched whole."""
+    hf = tmp_path / "hf"
+    weights = FILES["model.safetensors"]
+    blobs = hf / "hub" / "models--dfp--model" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / (hashlib.sha256(weights).hexdigest() + ".incomplete")).write_bytes(weights[:1000])
+    hub.misrange("model.safetensors")
+    res = call({"hf_home": str(hf), "hf_endpoint": hub.endpoint})
+    assert not res["failed"], res["msg"]
+    assert (Path(res["target_path"]) / "model.safetensors").read_bytes() == weights
+    assert [s.headers.get("Range") for s in hub.seen if s.kind == "resolve" and "safetensors" in s.path] == ["bytes=1000-", None]
 
 
 # --------------------------------------------------------------------------- the token
