@@ -140,6 +140,7 @@ class HubClient:
         try:
             answer = self._open(url, label, self.timeout, data=data, headers={"Accept": "application/json"})
         except urllib.error.HTTPError as exc:
+            exc.close()  # its body is never read: the status and X-Error-Code say what went wrong
             raise self._http_error(exc, repo, revision) from None
         with answer:
             body = answer.read_all(MAX_METADATA_BYTES + 1)
