@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.errors import TaskError
 from engine.playbook import Play, Task
 from engine.results import HostState
-from engine.secrets import MASK, has_value, is_secret_name, leaf_strings
+from engine.secrets import MASK, Display, is_secret_name, secret_leaves
+from engine.taint import Taint, union
 
 if TYPE_CHECKING:
     from engine.strategy import TaskExecutor
@@ -37,6 +38,11 @@ class ActionCall:
     view: LazyVars
     check: bool
     target: HostState | None = None  # where its module calls and uploads go (delegate_to); None: `state` itself
+    taints: dict = field(default_factory=dict)  # what each argument's render read (engine/taint.py)
+
+    @property
+    def taint(self) -> Taint:
+        return union(self.taints.values())
 
     @property
     def on(self) -> HostState:
@@ -98,7 +104,10 @@ def assert_(call: ActionCall) -> dict:
     conditions = that if isinstance(that, list) else [that]
     for cond in conditions:
         if not call.truth(cond):
-            msg = call.args.get("fail_msg") or call.args.get("msg") or f"Assertion failed: {cond}"
+            key = "fail_msg" if call.args.get("fail_msg") else "msg"
+            msg = call.args.get(key) or f"Assertion failed: {cond}"
+            masked = shown(call, lambda view, k=key: call.executor.templar.render_value(call.task.args.get(k), view), key)
+            msg = str(masked) if masked is not None and call.args.get(key) else msg
             return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False}
     return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed"}
 
@@ -106,46 +115,45 @@ def assert_(call: ActionCall) -> dict:
 @action("fail")
 def fail(call: ActionCall) -> dict:
     msg = call.args.get("msg") or "failed as requested"
-    masked = shown(call, lambda view: call.executor.templar.render_value(call.task.args.get("msg"), view))
+    masked = shown(call, lambda view: call.executor.templar.render_value(call.task.args.get("msg"), view), "msg")
     return {"failed": True, "changed": False, "msg": str(masked) if masked is not None and call.task.args.get("msg") else msg}
 
 
 TAINTED = f"{MASK} (computed from a secret)"
 
 
-def tainted(call: ActionCall) -> bool:
-    """The task's text was rendered from a secret (however transformed: upper, reverse, a slice, a join)."""
-    return call.executor.variables.secret_touched(call.view, deep=True)
-
-
-def masked_view(call: ActionCall):
-    """The task's variables with every secret it read replaced by the mask (a variable holding secrets by a
-    masked copy), so that a message rendered again shows the mask wherever the secret went; None when a
-    secret came through another host's variables."""
-    if call.view.tainted:  # through hostvars: another host's values are masked by value where shown
-        return None
-    variables, overlay = call.executor.variables, {}
-    for name in list(call.view.touched):
+def display_view(view: LazyVars, display: Display) -> LazyVars:
+    """The task's variables with every secret it read shown as `display` says (a secret-named variable whole, a
+    variable holding secrets inside, another host's through hostvars, a lookup's result): a message rendered again
+    over it shows the mask wherever the secret went, and the rest as it is."""
+    overlay: dict = {"hostvars": view["hostvars"].for_display(display)} if "hostvars" in view else {}
+    for name in list(view.touched):
+        if name == "hostvars":
+            continue
         try:
-            value = call.view[name]
+            taint, value = view.taint_of(name), view[name]
         except Exception:  # noqa: S112 - unrenderable: nothing to mask
             continue
-        if is_secret_name(name) and has_value(value):
-            overlay[name] = MASK
-        elif any(leaf in variables.secrets for leaf in leaf_strings(value)):
-            overlay[name] = variables.secrets.redact_obj(value)
-    return call.view.with_overlay(overlay)
+        if taint.secret or secret_leaves(value):  # `creds` whose `password` the message reads
+            whole = is_secret_name(name) or not isinstance(value, (dict, list))
+            overlay[name] = display.whole(value) if whole else display.inside(value)
+    return view.with_overlay(overlay, masking=display)
 
 
-def shown(call: ActionCall, render) -> Any:
-    """`render(view)` for display: as it is, or again over the masked view when it read a secret."""
-    if not tainted(call):
-        return None
-    view = masked_view(call)
-    if view is None:
-        return None
+def shown(call: ActionCall, render, key: str) -> Any:
+    """`render(view)` for display: None when the argument read no secret, or when rendering it with every secret's
+    characters substituted gives the same (it shows a length, say: readable again); else rendered again with the
+    mask in each secret's place."""
+    taint, value = call.taints.get(key), call.args.get(key)
+    if not (taint and taint.secret) or not isinstance(value, (str, dict, list)):
+        return None  # a number or a truth computed from a secret (a length, a comparison) is not its text
+    secrets = call.executor.variables.secrets
     try:
-        return render(view)
+        if render(display_view(call.view, Display(secrets, substituting=True))) == value:
+            if isinstance(value, str):
+                secrets.forget(value)
+            return None
+        return render(display_view(call.view, Display(secrets, substituting=False)))
     except Exception:  # a filter that cannot take the mask (| int): the whole message is hidden
         return TAINTED
 
@@ -174,39 +182,37 @@ def debug(call: ActionCall) -> dict:
         return {"skipped": True, "changed": False, "msg": "Verbosity threshold not met."}
     if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
         expr = call.task.args["var"]
-        value = templar.evaluate(expr, call.view)
-        masked = shown(call, lambda view: templar.evaluate(expr, view))
-        if masked is not None:
-            value = MASK if masked == TAINTED else masked
+        value, taint = templar.evaluate_tracked(expr, call.view)
+        if taint.secret:
+            try:
+                value = templar.evaluate(expr, display_view(call.view, Display(call.executor.variables.secrets, False)))
+            except Exception:  # a filter that cannot take the mask
+                value = MASK
         return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
     msg = str(call.args.get("msg", "hello"))
-    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view))
+    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view), "msg")
     return {"changed": False, "msg": str(masked) if masked is not None else msg}
 
 
 @action("set_fact")
 def set_fact(call: ActionCall) -> dict:
     variables = call.executor.variables
-    derived = variables.secret_touched(call.view)  # computed from a secret: the values are secrets too
     values = {k: v for k, v in call.args.items() if k != "cacheable"}  # Ansible's fact cache: none here
+    owner = call.facts_owner
     for name, value in values.items():
-        if derived or is_secret_name(name):
+        taint = (call.taints.get(name) or Taint()).copy()  # what the value read is what it carries (engine/taint.py)
+        taint.secret = taint.secret or is_secret_name(name)
+        if taint.secret:
             variables.secrets.add(value)
-    call.facts_owner.facts_set.update(values)
+        owner.provenance[name] = taint
+    owner.facts_set.update(values)
     return {"changed": False, "msg": f"set {', '.join(values)}", "ansible_facts": values}
 
 
-def host_data_read(templar, value: Any, view) -> list[str]:
-    """The names of host data (registered results, facts, set_fact values) a template reads: rendered again
-    through a fresh view of the same variables, noting what it reads."""
-    probe = view.with_overlay({})
-    templar.render_value(value, probe)
-    return sorted(name for name in probe.touched if probe.is_data(name))
-
-
 def from_host_data(call: ActionCall, key: str) -> bool:
-    """The task's argument `key` was rendered from data a host returned."""
-    return bool(host_data_read(call.executor.templar, call.task.args.get(key), call.view))
+    """The task's argument `key` was rendered from data a host returned (engine/taint.py)."""
+    taint = call.taints.get(key)
+    return bool(taint and taint.hosts)
 
 
 def resolve_local(call: ActionCall, src: str, sub: str) -> Path:

@@ -9,12 +9,14 @@ outside the play is reached on first use, as its own host: connection, become fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from engine.errors import HostUnreachable, TaskError
 from engine.playbook import Play, Task
 from engine.results import HostState
+from engine.trust import check_delegate
 
 if TYPE_CHECKING:
     from engine.host_start import HostStart
@@ -26,15 +28,18 @@ class Delegation:
     """Finds (and, the first time, starts) the host a delegated task runs on."""
 
     def __init__(self, inventory: Inventory, state_of: Callable[[str], HostState], hosts: HostStart,
-                 templar: Templar) -> None:
+                 templar: Templar, states: Mapping[str, HostState]) -> None:
         self.inventory, self.state_of, self.hosts, self.templar = inventory, state_of, hosts, templar
+        self.states = states  # the run's hosts: whose answers are the control node's own (engine/trust.py)
 
     def name(self, task: Task, view) -> str:
-        """The delegate's name, rendered with the delegating host's variables (and the loop item)."""
-        rendered = self.templar.render_value(task.delegate_to, view)
+        """The delegate's name, rendered with the delegating host's variables (and the loop item); never chosen by
+        what a host returned (engine/trust.py)."""
+        rendered, taint = self.templar.render_tracked(task.delegate_to, view)
         if not (isinstance(rendered, str) and rendered.strip()):
             raise TaskError(f"{task.source} ('{task.name}'): delegate_to gave {rendered!r}, not a host name; fix the "
                             "template or the variable it reads")
+        check_delegate(task, rendered.strip(), taint, self.states)
         return rendered.strip()
 
     def target(self, state: HostState, play: Play, task: Task, view, connect: bool) -> HostState:

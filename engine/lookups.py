@@ -45,6 +45,7 @@ from jinja2.sandbox import SecurityError
 from engine import vault
 from engine.errors import TaskError, UserError
 from engine.secrets import is_secret_name
+from engine.taint import note_secret
 from engine.templating import LazyVars, Templar, is_template
 from engine.yamlfile import MAX_YAML_BYTES
 
@@ -494,9 +495,8 @@ def _render_template(call: LookupCall, term: str, path: Path, extra: dict) -> An
         raise call.failed(f"{term!r} ({path}): {type(exc).__name__}: {exc}") from None
     finally:
         _depth.n = depth
-        if view is not None and variables is not view and isinstance(variables, LazyVars):  # its reads taint the task
+        if view is not None and variables is not view and isinstance(variables, LazyVars):  # its reads count for the task
             view.touched |= variables.touched - set(extra)
-            view.tainted = view.tainted or variables.tainted
 
 
 def _template_variables(call: LookupCall, extra: dict) -> Mapping:
@@ -593,19 +593,24 @@ def run_lookup(context: Context, args: tuple, options: dict, wantlist: bool) -> 
         if errors == "strict":
             raise
         return [] if wantlist else None  # warn: as ignore (the engine's console is not reachable from a template)
-    _remember_secrets(call, result)
+    if _remember_secrets(call, result) and call.view is not None and call.view.masking is not None:
+        result = [call.view.masking.whole(r) for r in result]  # a message rendered again for display
     return result if wantlist else _one_value(result)
 
 
-def _remember_secrets(call: LookupCall, result: list) -> None:
-    """What a lookup found secret, and all it gave while a secret-named variable renders, join the run's secrets."""
+def _remember_secrets(call: LookupCall, result: list) -> bool:
+    """What a lookup found secret, and all it gave while a secret-named variable renders, join the run's secrets,
+    and the render in progress is a secret's (engine/taint.py: whatever it gives is masked, however transformed)."""
     origin, view = call.origin, call.view
-    if origin is None or view is None:
-        return
-    if any(is_secret_name(n) for n in view.rendering):
-        origin.secrets.add(result)
-    elif call.secrets_found:
-        origin.secrets.add(call.secrets_found)
+    found = call.secrets_found
+    if view is not None and any(is_secret_name(n) for n in view.rendering):
+        found = result
+    if not found:
+        return False
+    note_secret()
+    if origin is not None:
+        origin.secrets.add(found)
+    return True
 
 
 def _one_value(result: list) -> Any:

@@ -47,19 +47,28 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
 }
 
 
+# The engine actions' code arguments (what a module's CODE_ARGS declares: engine/trust.py).
+ENGINE_CODE_ARGS: dict[str, tuple[str, ...]] = {
+    "assert": (), "fail": (), "debug": (), "set_fact": (), "meta": (),
+    "include_tasks": ("file",), "include_role": ("name", "tasks_from"),
+    "template": ("src", "dest", "validate"),
+}
+
+
 @dataclass
 class ModuleSpec:
     name: str
     path: Path | None  # None for engine actions
     args: dict | None  # None = accepts anything
+    code: tuple[str, ...] | None = None  # CODE_ARGS: the arguments that decide what runs or which file is touched
 
 
 _MODULES: dict[str, ModuleSpec] | None = None
 
 
-def _read_args_literal(path: Path) -> dict:
-    """ARGS of a module, read without importing it (modules import host-only packages); from the cache while
-    the file keeps its time and size (as Python's own bytecode cache), else parsed and cached."""
+def _read_args_literal(path: Path) -> tuple[dict, tuple[str, ...]]:
+    """ARGS and CODE_ARGS of a module, read without importing it (modules import host-only packages); from the
+    cache while the file keeps its time and size (as Python's own bytecode cache), else parsed and cached."""
     st = path.stat()
     stamp = (sys.version, str(path), st.st_mtime_ns, st.st_size)
     cache = ARGS_CACHE / f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:16]}.bin"
@@ -71,29 +80,38 @@ def _read_args_literal(path: Path) -> dict:
     return args
 
 
-def _parse_args_literal(path: Path) -> dict:
+def _parse_args_literal(path: Path) -> tuple[dict, tuple[str, ...]]:
     """Parsing a module costs 3-5 ms (a playbook's modules about 20 ms of every run's start): hence the cache."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ARGS" for t in node.targets):
-            try:
-                return ast.literal_eval(node.value)
-            except ValueError:
-                raise UserError(f"{path}: ARGS must be a literal dict (the engine reads it without importing)") from None
-    raise UserError(f"{path}: a module must define ARGS = {{...}}")
+        for name in ("ARGS", "CODE_ARGS"):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+                try:
+                    found[name] = ast.literal_eval(node.value)
+                except ValueError:
+                    kind = "dict" if name == "ARGS" else "tuple"
+                    raise UserError(f"{path}: {name} must be a literal {kind} (the engine reads it without importing)") from None
+    if not isinstance(found.get("ARGS"), dict):
+        raise UserError(f"{path}: a module must define ARGS = {{...}}")
+    code = found.get("CODE_ARGS")
+    if not (isinstance(code, tuple) and all(isinstance(c, str) for c in code)):
+        raise UserError(f"{path}: a module must declare CODE_ARGS = (...), the arguments that decide what runs or which "
+                        "file is touched (a tuple of names, empty when none does): engine/trust.py")
+    return found["ARGS"], code
 
 
-def _cached_args(cache: Path, stamp: tuple) -> dict | None:
+def _cached_args(cache: Path, stamp: tuple) -> tuple | None:
     try:
         data = marshal.loads(cache.read_bytes())  # noqa: S302 - the user's own cache, written below
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if isinstance(data, tuple) and len(data) == 2 and data[0] == stamp and isinstance(data[1], dict):
+    if isinstance(data, tuple) and len(data) == 2 and data[0] == stamp and isinstance(data[1], tuple):
         return data[1]
     return None
 
 
-def _cache_args(cache: Path, stamp: tuple, args: dict) -> None:
+def _cache_args(cache: Path, stamp: tuple, args: tuple) -> None:
     """Best effort: a cache that cannot be written only costs the parse next time."""
     try:
         ARGS_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -110,7 +128,7 @@ def modules() -> dict[str, ModuleSpec]:
             if not p.name.startswith("_"):  # library/__init__.py (and any _*.py) is no task module
                 found[p.stem] = ModuleSpec(p.stem, p, None)
         for name, spec in ENGINE_ACTIONS.items():
-            found[name] = ModuleSpec(name, None, spec)
+            found[name] = ModuleSpec(name, None, spec, ENGINE_CODE_ARGS[name])
         _MODULES = found
     return _MODULES
 
@@ -128,8 +146,17 @@ def linked_vars(name: str) -> dict[str, str]:
 def module_args_spec(name: str) -> dict | None:
     spec = modules()[name]
     if spec.args is None and spec.path is not None:
+        args, spec.code = _read_args_literal(spec.path)
         try:
-            spec.args = resolve_entries(_read_args_literal(spec.path))
+            spec.args = resolve_entries(args)
         except UnknownInclude as exc:
             raise UserError(f"{spec.path}: ARGS {exc.args[0]}; fix the include") from None
     return spec.args
+
+
+def code_args(name: str) -> tuple[str, ...]:
+    """The module's declared code arguments (CODE_ARGS): what decides the program, the interpreter, the
+    environment, or the file, folder or address it touches."""
+    spec = modules()[name]
+    module_args_spec(name)
+    return spec.code or ()

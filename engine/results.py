@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.inventory import Host
+from engine.taint import Taint
 
 STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored", "rescued")
 
@@ -77,6 +78,20 @@ class HostState:
     client_lock: threading.RLock = field(default_factory=threading.RLock)
     delegated_to: str | None = None  # where the current task's module last ran, when delegated
     locked: bool = False  # connected, become checked and the host lock held: ready for tasks (its own or delegated)
+    # What each registered or set_fact name carries (engine/taint.py): whose answers, whether a secret; a name
+    # without a record is this host's answer. loop_taint: what the current loop's items carry.
+    provenance: dict = field(default_factory=dict)
+    shared_provenance: dict = field(default_factory=dict)
+    loop_taint: dict = field(default_factory=dict)
+    task_taint: Taint = field(default_factory=Taint)  # what the current task's arguments read (its register's record)
+
+    @property
+    def host_taint(self) -> Taint:
+        """What this host's own answers carry: its name (made once)."""
+        taint = self.__dict__.get("_host_taint")
+        if taint is None:
+            taint = self.__dict__["_host_taint"] = Taint((self.host.name,))
+        return taint
 
     @property
     def running(self) -> bool:
@@ -93,6 +108,7 @@ class HostState:
         self.shared_facts_set = dict(self.facts_set)
         self.shared_facts = self.facts
         self.shared_hidden = frozenset(self.hidden)
+        self.shared_provenance = dict(self.provenance)
 
 
 def status_of(result: dict) -> str:

@@ -70,7 +70,7 @@ class Runner:
         self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
         self.stops = PlayStops(self.executor, self.variables, self._state, console)
         self.start_at = StartAt(start_at_task)
-        self.executor.delegation = Delegation(inventory, self._delegate_state, self.hosts, self.templar)
+        self.executor.delegation = Delegation(inventory, self._delegate_state, self.hosts, self.templar, self.states)
 
     @property
     def rolls(self) -> list[dict]:

@@ -90,6 +90,7 @@ class Secrets:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: set[str] = set()
+        self._primary: set[str] = set()  # not only computed from a secret: never forgotten
         self._ordered: tuple[str, ...] = ()
         self._vault_version = -1
         self._vault_values: frozenset[str] = frozenset()
@@ -112,15 +113,40 @@ class Secrets:
             self._vault_version, self._vault_values = version, values
             self.add(list(values))
 
-    def add(self, value: Any) -> None:
+    def add(self, value: Any, derived: bool = False) -> None:
         """Remember every scalar inside `value` long enough to be hunted as a substring, with the spellings a
-        message may hold it in (JSON's and Python's escapes of a backslash, a quote, a newline, non-ASCII)."""
-        new = {v for s in leaf_strings(value) for v in spellings(s) if len(v) >= MIN_LENGTH} - self._values
-        if not new:
-            return
+        message may hold it in (JSON's and Python's escapes of a backslash, a quote, a newline, non-ASCII).
+        `derived`: a text computed from a secret (engine/templating.py keep_secret), which `forget` may take back."""
+        forms = {v for s in leaf_strings(value) for v in spellings(s) if len(v) >= MIN_LENGTH}
         with self._lock:
-            self._values |= new
-            self._ordered = tuple(sorted(self._values, key=len, reverse=True))  # longest first
+            if not derived:
+                self._primary |= forms
+            new = forms - self._values
+            if new:
+                self._values |= new
+                self._ordered = tuple(sorted(self._values, key=len, reverse=True))  # longest first
+
+    def forget(self, text: str) -> None:
+        """A text computed from a secret that was shown not to depend on its characters (a length): readable again."""
+        forms = spellings(text) - self._primary
+        with self._lock:
+            if forms & self._values:
+                self._values -= forms
+                self._ordered = tuple(sorted(self._values, key=len, reverse=True))
+
+    def substituted(self, value: Any) -> Any:
+        """A copy with every known secret inside replaced by text of its length whose every character differs."""
+        if isinstance(value, str):
+            for s in self._ordered:
+                if s in value:
+                    value = value.replace(s, substitute(s))
+            return value
+        if isinstance(value, dict):  # a secret-named key's value whole, as redact_obj masks it whole
+            return {k: substitute(v) if is_secret_name(k) and isinstance(v, str) else self.substituted(v)
+                    for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.substituted(v) for v in value]
+        return value
 
     def redact(self, text: str) -> str:
         self._sync_vault()
@@ -153,6 +179,32 @@ class Secrets:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and self._known(str(value)):
             return MASK
         return value
+
+
+def substitute(text: str) -> str:
+    """Text of the same length with every character different: a render that gives the same output with it as with
+    the secret does not show the secret's characters (only, say, its length)."""
+    return "".join("y" if c == "x" else "x" for c in text)
+
+
+class Display:
+    """How a message rendered again for display shows what is secret: the mask, or (to find out whether the message
+    depends on a secret's characters at all) a substitute of the same length."""
+
+    def __init__(self, secrets: Secrets, substituting: bool) -> None:
+        self.secrets, self.substituting = secrets, substituting
+
+    def whole(self, value: Any) -> Any:
+        """A value that is a secret as a whole (a secret-named variable's, what a lookup found secret)."""
+        if isinstance(value, (dict, list, tuple)):
+            return self.inside(value)
+        if self.substituting:
+            return substitute(value) if isinstance(value, str) else value
+        return MASK
+
+    def inside(self, value: Any) -> Any:
+        """A value that holds secrets (a registered result of a no_log task, a mapping with a secret-named key)."""
+        return self.secrets.substituted(value) if self.substituting else self.secrets.redact_obj(value)
 
 
 def mask_vault_values(value: Any) -> Any:

@@ -16,14 +16,16 @@ from jinja2.sandbox import SecurityError
 
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine import become
-from engine.actions import ACTIONS, ActionCall, action_in, handles, host_data_read
+from engine.actions import ACTIONS, ActionCall, action_in, handles
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.modulespec import linked_vars, module_args_spec
 from engine.playbook import Play, Task
 from engine.results import HostState, TaskResult, status_of
 from engine.secrets import is_secret_name
+from engine.taint import Taint, close_frame, open_frame, union
 from engine.template_bounds import render_budget
 from engine.templating import Templar, to_bool, undefined_name
+from engine.trust import check_task
 from engine.variables import Variables
 
 if TYPE_CHECKING:
@@ -110,6 +112,7 @@ class TaskExecutor:
     def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
         started = time.monotonic()
         state.delegated_to = None
+        state.task_taint = Taint()
         try:
             with render_budget(task.timeout):  # the task's timeout covers its rendering on the control node too
                 res = self._run_task(state, play, task)
@@ -143,14 +146,30 @@ class TaskExecutor:
             else:
                 result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
-            items = loop_items(task, self.templar.render_value(task.loop, view))
-            result = self._loop_result([self._run_with_retries(state, play, task, {task.loop_var: i}) for i in items])
+            rendered, loop_taint = self.templar.render_tracked(task.loop, view)
+            state.loop_taint = {task.loop_var: loop_taint}  # an item carries what the list it came from read
+            try:
+                results = [self._run_with_retries(state, play, task, {task.loop_var: i}) for i in loop_items(task, rendered)]
+            finally:
+                state.loop_taint = {}
+            result = self._loop_result(results)
         if task.register:
             state.registered[task.register] = result
+            state.provenance[task.register] = self._result_taint(state, task)
         if task.no_log:  # what it returned is secret wherever it is read, under its own name too
             self.variables.secrets.add(no_log_output(result))
         self._mark_hidden(state, task, result)
         return result
+
+    @staticmethod
+    def _result_taint(state: HostState, task: Task) -> Taint:
+        """What a registered result carries: what its arguments read, the answer of the host its module ran on,
+        a secret when the task is no_log or read one (engine/taint.py)."""
+        taint = state.task_taint.copy()
+        if task.module not in LOCAL_ACTIONS:
+            taint.hosts.add(state.delegated_to or state.host.name)
+        taint.secret = taint.secret or bool(task.no_log)
+        return taint
 
     @staticmethod
     def _mark_hidden(state: HostState, task: Task, result: dict) -> None:
@@ -228,33 +247,44 @@ class TaskExecutor:
         check = self.check if task.check_mode is None else bool(task.check_mode)
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
-        args = self._rendered_args(task, view)
-        if task.module in CODE_ARGS:
-            refuse_host_data_as_code(self.templar, state, task, view)
+        args, taints = self._rendered_args(task, view)
+        environment, env_taint = self.task_environment(task, view)
         action = handles(task.module, args)
         target = self._target(state, play, task, view, action)
+        check_task(task, target, taints, env_taint, self.variables.states)  # engine/trust.py: before anything runs
+        taint = union([*taints.values(), env_taint])
+        state.task_taint.add(taint)
         with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():
             if action:
-                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target))
+                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target, taints))
             else:
                 try:
                     check_args(module_args_spec(task.module) or {}, args, task.module)
                 except ModuleError as exc:
                     raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
-                result = self.module(target, task.module, args, check, task, self.task_environment(task, view))
-        if isinstance(result.get("diff"), dict) and self.variables.secret_touched(view):
+                result = self.module(target, task.module, args, check, task, environment)
+        if isinstance(result.get("diff"), dict) and taint.secret:
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
         return result
 
-    def _rendered_args(self, task: Task, view) -> dict:
-        """The task's arguments rendered for this host, with those its module links to variables; the view then
-        knows what they read (not the `when` nor the linked variables: the secret taint of a diff)."""
-        linked = linked_values(task.module, task.args, view)
-        view.touched.clear()
-        view.tainted = False
-        args = {**linked, **self.templar.render_value(task.args, view)}
-        return {k: v for k, v in args.items() if v is not None or k in ("content",)}
+    def _rendered_args(self, task: Task, view) -> tuple[dict, dict[str, Taint]]:
+        """The task's arguments rendered for this host, with those its module links to variables, and what each
+        one read (engine/taint.py: the trust rule and the secrecy of a diff are judged on it)."""
+        args: dict = {}
+        taints: dict[str, Taint] = {}
+        for arg, var in linked_vars(task.module).items():
+            if arg not in task.args and var in view:
+                frame = open_frame()
+                try:
+                    args[arg] = view[var]
+                finally:
+                    close_frame(frame)
+                taints[arg] = frame
+        for key, value in task.args.items():
+            name = self.templar.render_value(key, view)
+            args[name], taints[name] = self.templar.render_tracked(value, view)
+        return {k: v for k, v in args.items() if v is not None or k in ("content",)}, taints
 
     def _target(self, state: HostState, play: Play, task: Task, view, action: bool) -> HostState:
         """Where the module runs: this host, or its delegate (connected unless the action never leaves here)."""
@@ -284,62 +314,25 @@ class TaskExecutor:
                             "mapping of variable names to values; fix the template or the variable it reads")
         return {str(k): v if isinstance(v, str) else str(v) for k, v in rendered.items()}
 
-    def task_environment(self, task: Task, view) -> dict | None:
+    def task_environment(self, task: Task, view) -> tuple[dict | None, Taint]:
         """The task's `environment` for this host: its layers (play, blocks, task) rendered and merged, values as
-        strings (as Ansible passes them); a secret-named variable's value joins the secrets (masked wherever the
-        module's output shows it)."""
+        strings (as Ansible passes them), and what they read; a secret-named variable's value joins the secrets
+        (masked wherever the module's output shows it)."""
         if not task.environment:
-            return None
+            return None, Taint()
         merged: dict[str, str] = {}
-        kept = (set(view.touched), view.tainted)  # what the arguments read: the diff's secrecy is judged on it
-        try:
-            for layer in task.environment:
-                # a mapping value by value (each one's secrecy its own), a template giving a mapping as a whole
-                parts = list(layer.items()) if isinstance(layer, dict) else [(None, layer)]
-                for name, value in parts:
-                    view.touched.clear()
-                    view.tainted = False
-                    rendered = self.templar.render_value(value, view)
-                    values = self._environment_values(task, name, rendered)
-                    secret = self.variables.secret_touched(view)
-                    for key, text in values.items():
-                        if secret or is_secret_name(key):
-                            self.variables.secrets.add(text)
-                    merged.update(values)
-        finally:
-            view.touched.clear()
-            view.touched.update(kept[0])
-            view.tainted = kept[1]
-        return merged
-
-
-CODE_ARGS = {"shell": ("cmd", "executable")}  # arguments a module runs as code (shell: through /bin/sh -c)
-# Names whose values a host returned: facts, other hosts' data (hostvars), a rescued failure's result, `result`
-# of until/changed_when; registered results and set_fact values are added per host.
-HOST_RETURNED = frozenset({"facts", "hostvars", "ansible_failed_result", "ansible_failed_task", "result"})
-
-
-def host_returned(templar: Templar, value: Any, view, state: HostState, task: Task) -> list[str]:
-    """The names of what a host returned that a template reads (the loop variable too, when the loop's list was
-    built from such data); inventory and play variables, magic names and literal loop items are the playbook's."""
-    returned = HOST_RETURNED | set(state.registered) | set(state.facts_set)
-    read = set(host_data_read(templar, value, view))
-    if task.loop is not None and task.loop_var in read and returned & set(host_data_read(templar, task.loop, view)):
-        returned |= {task.loop_var}
-    return sorted(read & returned)
-
-
-def refuse_host_data_as_code(templar: Templar, state: HostState, task: Task, view) -> None:
-    """What a host returned is data, never code: a shell command built from it could run that host's words on
-    another host or on the control node (delegate_to), so it is refused before anything runs."""
-    for key in CODE_ARGS[task.module]:
-        names = host_returned(templar, task.args[key], view, state, task) if key in task.args else []
-        if names:
-            raise TaskError(
-                f"{task.source} ('{task.name}'): the {task.module} {key} is built from what a host returned "
-                f"({', '.join(names)}), and host data never runs as shell code here. Pass it as an argument "
-                "instead: command with argv: [PROGRAM, '{{ value }}'] (no shell parses it), or write the command "
-                "in the playbook.")
+        taint = Taint()
+        for layer in task.environment:
+            # a mapping value by value (each one's secrecy its own), a template giving a mapping as a whole
+            parts = list(layer.items()) if isinstance(layer, dict) else [(None, layer)]
+            for name, value in parts:
+                rendered, read = self.templar.render_tracked(value, view)
+                taint.add(read)
+                for key, text in self._environment_values(task, name, rendered).items():
+                    if read.secret or is_secret_name(key):
+                        self.variables.secrets.add(text)
+                    merged[key] = text
+        return merged, taint
 
 
 def loop_items(task: Task, value: Any) -> list:

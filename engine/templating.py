@@ -26,6 +26,8 @@ from jinja2 import StrictUndefined, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import TaskError
+from engine.secrets import has_value, is_secret_name, secret_leaves
+from engine.taint import CLEAN, Taint, close_frame, note, note_secret, open_frame
 from engine.template_bounds import (
     BoundedRange,
     TemplateRefused,
@@ -146,7 +148,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 return obj[attribute]
             except (TypeError, LookupError):
                 return self.undefined(obj=obj, name=attribute)
-        return super().getattr(obj, attribute)
+        return _noted(attribute, super().getattr(obj, attribute))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        """`creds['password']`, `creds.password`, map(attribute='password'): a secret-named key's value is a secret."""
+        return _noted(argument, super().getitem(obj, argument))
+
+
+def _noted(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and not isinstance(value, Undefined) and is_secret_name(key) and has_value(value):
+        note_secret()
+    return value
 
 
 def _bounded_range(*args: int) -> BoundedRange:
@@ -241,15 +253,21 @@ class LazyVars(Mapping):
     # What a template may call on a view (engine/templating.Sandbox): the Mapping reads, nothing else.
     SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})
 
-    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple = ()) -> None:
+    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple = (), clean: tuple = ()) -> None:
         self._layers = layers
         self._templar = templar
         self._data_ids = {id(m) for m in data}
+        self._clean_ids = {id(m) for m in clean}  # data layers of the engine's own words (magic names)
         self._done: dict[str, Any] = {}
+        self._done_taint: dict[str, Taint] = {}
         self._busy: set[str] = set()
-        self.touched: set[str] = set()  # every name read through this view (secret taint)
-        self.tainted = False  # a secret was read through a view nested in this one (hostvars[host])
+        self.touched: set[str] = set()  # every name read through this view
         self.origin: Any = None  # the play and task it renders for (engine/lookups.py Origin), set by engine/variables.py
+        # What the data layers carry (engine/taint.py): a name's own record (registered, set_fact, loop item),
+        # else the answer of the host whose data the view holds.
+        self.provenance: Mapping[str, Taint] = {}
+        self.host_taint = Taint(("a host",))
+        self.masking: Any = None  # a message rendered again for display: how a secret shows (engine/secrets.py Display)
 
     @property
     def templar(self) -> Templar:
@@ -260,37 +278,70 @@ class LazyVars(Mapping):
         """The variables whose values are being rendered right now (a lookup inside one of them lands in it)."""
         return frozenset(self._busy)
 
-    def with_overlay(self, overlay: dict) -> LazyVars:
+    def with_overlay(self, overlay: dict, masking: Any = None) -> LazyVars:
         """The same variables with `overlay`'s names (data, never rendered) read first: a message rendered
-        again with its secrets replaced by the mask."""
+        again with its secrets replaced by the mask, the variables a looked-up template is given."""
         maps = getattr(self._layers, "maps", [self._layers])
         view = LazyVars(ChainMap(overlay, *maps), self._templar)
         view._data_ids = self._data_ids | {id(overlay)}
-        view.origin = self.origin
+        view._clean_ids = self._clean_ids | {id(overlay)}
+        view.origin, view.provenance, view.host_taint = self.origin, self.provenance, self.host_taint
+        view.masking = masking or self.masking
         return view
+
+    def _layer(self, key: str) -> Mapping:
+        for m in getattr(self._layers, "maps", (self._layers,)):
+            if key in m:
+                return m
+        raise KeyError(key)
 
     def is_data(self, key: str) -> bool:
         """True when the value that `key` reads comes from a data layer (a host, not a template author)."""
-        for m in getattr(self._layers, "maps", (self._layers,)):
-            if key in m:
-                return id(m) in self._data_ids
-        return False
+        try:
+            return id(self._layer(key)) in self._data_ids
+        except KeyError:
+            return False
+
+    def taint_of(self, key: str) -> Taint:
+        """What reading `key` carries (engine/taint.py)."""
+        frame = open_frame()
+        try:
+            self[key]
+        finally:
+            close_frame(frame)
+        return frame
+
+    def _data_taint(self, key: str, layer: Mapping, raw: Any) -> Taint:
+        taint = self.provenance.get(key)
+        if taint is None:
+            taint = CLEAN if id(layer) in self._clean_ids else self.host_taint
+        if not taint.secret and is_secret_name(key) and has_value(raw):
+            taint = Taint(taint.hosts, True, taint.names)
+        return taint.named(key)
 
     def __getitem__(self, key: str) -> Any:
         self.touched.add(key)
         if key in self._done:
+            note(self._done_taint[key])
             return self._done[key]
-        raw = self._layers[key]
-        if self.is_data(key):
+        layer = self._layer(key)
+        raw = layer[key]
+        if id(layer) in self._data_ids:
+            note(self._data_taint(key, layer, raw))
             return raw
         if key in self._busy:
             raise TaskError(f"variable '{key}' refers to itself (through {', '.join(sorted(self._busy))})")
         self._busy.add(key)
+        frame = open_frame()
         try:
             value = self._templar.render_value(raw, self)
+            if is_secret_name(key) and has_value(value):
+                frame.secret = True
         finally:
             self._busy.discard(key)
+            close_frame(frame)
         self._done[key] = value
+        self._done_taint[key] = frame
         return value
 
     def __contains__(self, key: object) -> bool:
@@ -314,8 +365,8 @@ class Templar:
         self._compiled: dict[str, Any] = {}
         self._exprs: dict[str, Any] = {}
 
-    def view(self, layers: Mapping[str, Any], data: tuple = ()) -> LazyVars:
-        return LazyVars(layers, self, data)
+    def view(self, layers: Mapping[str, Any], data: tuple = (), clean: tuple = ()) -> LazyVars:
+        return LazyVars(layers, self, data, clean)
 
     def _scope(self, variables: Mapping) -> Mapping:
         """Variables first, then the sandbox's globals (range, dict, lipsum...): no copy of the variables."""
@@ -339,13 +390,32 @@ class Templar:
             return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
 
     def render_value(self, value: Any, variables: Mapping) -> Any:
+        """Render strings inside `value`; a string rendered from a secret joins the run's secrets (engine/taint.py)."""
         if isinstance(value, str):
-            return self.render_string(value, variables)
+            if not is_template(value):
+                return value
+            frame = open_frame()
+            try:
+                out = self.render_string(value, variables)
+            finally:
+                close_frame(frame)
+            if frame.secret:
+                keep_secret(variables, out)
+            return out
         if isinstance(value, dict):
             return {self.render_value(k, variables): self.render_value(v, variables) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.render_value(v, variables) for v in value]
         return value
+
+    def render_tracked(self, value: Any, variables: Mapping) -> tuple[Any, Taint]:
+        """`value` rendered, and what the render read: the hosts whose answers, whether a secret."""
+        frame = open_frame()
+        try:
+            out = self.render_value(value, variables)
+        finally:
+            close_frame(frame)
+        return out, frame
 
     def evaluate(self, expression: Any, variables: Mapping) -> Any:
         """Evaluate a bare Jinja2 expression (as in `when:`) and return its native value."""
@@ -366,6 +436,17 @@ class Templar:
             return dict(result)
         return result
 
+    def evaluate_tracked(self, expression: Any, variables: Mapping) -> tuple[Any, Taint]:
+        """A bare expression's value and what it read; a value computed from a secret joins the secrets."""
+        frame = open_frame()
+        try:
+            out = self.evaluate(expression, variables)
+        finally:
+            close_frame(frame)
+        if frame.secret:
+            keep_secret(variables, out)
+        return out, frame
+
     def render_file(self, path: str, variables: Mapping) -> str:
         with open(path, encoding="utf-8") as fh:
             return self.render_text(fh.read(), variables)
@@ -376,6 +457,19 @@ class Templar:
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)
             return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
+
+
+def keep_secret(variables: Mapping, value: Any) -> None:
+    """What a render that read a secret gave is a secret too (masked wherever shown), however it was transformed:
+    the whole text, not only the secret inside it. A mapping's secret-named leaves stand for it when it has some
+    (`creds` shown whole: `user` stays readable); a number or a truth computed from a secret (a length, a
+    comparison) is not its text."""
+    secrets = getattr(getattr(variables, "origin", None), "secrets", None)
+    if secrets is None or not isinstance(value, (str, dict, list, tuple)) or getattr(variables, "masking", False):
+        return
+    if isinstance(value, (dict, list, tuple)):
+        value = secret_leaves(value) or value
+    secrets.add(value, derived=True)
 
 
 def trailing_newlines_kept(source: str, out: str) -> str:

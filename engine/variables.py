@@ -17,7 +17,8 @@ from engine.inventory import Inventory
 from engine.lookups import Origin
 from engine.playbook import Play, Task
 from engine.results import HostState
-from engine.secrets import Secrets, has_value, is_secret_name, leaf_strings, secret_leaves
+from engine.secrets import Display, Secrets, has_value, is_secret_name, secret_leaves
+from engine.taint import close_frame, open_frame
 from engine.templating import LazyVars, Templar
 
 # Names every task may use besides variables: the magic layer, facts, and the `result` bound while
@@ -50,16 +51,19 @@ _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets c
 class HostVars(Mapping):
     """`hostvars`: every inventory host's variables, each host's view built only when a template reads it.
 
-    One per task view (cheap: nothing is built until read). `owner` is the view the task renders with: a
-    secret of another host read here taints it, as reading a secret-named variable does (set_fact)."""
+    One per task view (cheap: nothing is built until read). `masked`: for a message rendered again for display,
+    where what is secret on a host reads as the mask."""
 
     SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})  # a template reads hosts, nothing else
 
-    def __init__(self, variables: Variables, play: Play) -> None:
+    def __init__(self, variables: Variables, play: Play, display: Display | None = None) -> None:
         self._variables = variables
         self._play = play
         self._views: dict[str, LazyVars] = {}
-        self.owner: LazyVars | None = None
+        self.display = display
+
+    def for_display(self, display: Display) -> HostVars:
+        return HostVars(self._variables, self._play, display)
 
     def __getitem__(self, name: str) -> LazyVars:
         view = self._views.get(name)
@@ -83,19 +87,24 @@ class HostView(LazyVars):
     """One host's variables read through hostvars. What is secret on that host (a secret-named variable, a
     no_log task's result or set_fact value) joins the run's secrets when read, so output shows it masked."""
 
-    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple, hidden: frozenset,
-                 hostvars: HostVars, secrets: Secrets) -> None:
-        super().__init__(layers, templar, data)
+    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple, clean: tuple, hidden: frozenset,
+                 secrets: Secrets) -> None:
+        super().__init__(layers, templar, data, clean)
         self._hidden = hidden
-        self._hostvars = hostvars
         self._secrets = secrets
+        self.display: Display | None = None
 
     def __getitem__(self, key: str) -> Any:
-        value = super().__getitem__(key)
-        if (is_secret_name(key) or key in self._hidden) and has_value(value):
-            self._secrets.add(value)
-            if self._hostvars.owner is not None:
-                self._hostvars.owner.tainted = True
+        frame = open_frame()
+        try:
+            value = super().__getitem__(key)
+            if (is_secret_name(key) or key in self._hidden) and has_value(value):
+                self._secrets.add(value)
+                frame.secret = True
+        finally:
+            close_frame(frame)
+        if self.display is not None:
+            return self.display.whole(value) if frame.secret else self.display.inside(value)
         return value
 
 
@@ -165,9 +174,10 @@ class Variables:
             magic,
             play.defaults,
         )
-        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic))
+        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic), (magic,))
         view.origin = Origin(play, task, magic, extra, self.secrets)  # where lookups search, whom they name, what they mask
-        hostvars.owner = view
+        view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
+        view.host_taint = state.host_taint
         return view
 
     def host_view(self, name: str, play: Play, hostvars: HostVars) -> LazyVars:
@@ -180,9 +190,11 @@ class Variables:
         facts = {"facts": state.shared_facts or {}}
         registered, facts_set = state.shared_registered, state.shared_facts_set
         layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
-        view = HostView(layers, self.templar, (registered, facts_set, facts, magic), state.shared_hidden, hostvars,
+        view = HostView(layers, self.templar, (registered, facts_set, facts, magic), (magic,), state.shared_hidden,
                         self.secrets)
         view.origin = Origin(play, None, magic, {}, self.secrets)
+        view.provenance, view.host_taint = state.shared_provenance, state.host_taint
+        view.display = hostvars.display
         return view
 
     def collect_secrets(self, state: HostState, play: Play) -> None:
@@ -207,20 +219,3 @@ class Variables:
             for name, value in layer.items():
                 if not is_secret_name(name) and isinstance(value, (dict, list)):
                     self.secrets.add([v for v in secret_leaves(value) if not (isinstance(v, str) and "{{" in v)])
-
-    def secret_touched(self, view: LazyVars, deep: bool = False) -> bool:
-        """True when rendering with `view` read a secret: a secret-named variable that holds a value, (tainted)
-        another host's secret through hostvars, or with `deep` a variable whose value holds a known secret (a
-        secret-named key inside it, a no_log task's result): what a shown message re-renders masked."""
-        if view.tainted:
-            return True
-        for name in list(view.touched):
-            try:
-                value = view[name]
-            except Exception:  # noqa: S112 - an unrenderable value taints nothing; its task reports the error
-                continue
-            if is_secret_name(name) and has_value(value):
-                return True
-            if deep and name not in _NEVER_SECRET and any(leaf in self.secrets for leaf in leaf_strings(value)):
-                return True
-        return False

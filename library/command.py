@@ -88,6 +88,9 @@ ARGS = {
     "expect_rc": {"include": "command_expect_rc"},
     "check_safe": {"include": "command_check_safe"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("argv", "cmd", "chdir", "creates", "removes", "executable", "env")
 
 
 def command_words(cmd: str | None, argv: object) -> list[str]:

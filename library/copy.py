@@ -122,6 +122,9 @@ ARGS = {
         "help": "folder mode: remove files under dest that the manifest does not list",
     },
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("dest", "src", "validate", "staged", "manifest")
 
 DIFF_LIMIT = 104448  # Ansible's MAX_FILE_SIZE_FOR_DIFF: larger files are not shown in the diff
 ONE_FILE_ONLY = ("content", "content_b64", "src", "remote_src", "validate", "checksum", "directory_mode")

@@ -83,6 +83,9 @@ ARGS = {
         "else 16)",
     },
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("dest", "hf_home", "target", "drafter")
 
 ARCHITECTURE = "DFlashDraftModel"
 # The config fields taken from the drafter's weights (infer_drafter_shape), written as they are.

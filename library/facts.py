@@ -22,6 +22,9 @@ ARGS = {
     "disk_paths": {"type": "list", "default": ["~"], "var": "facts_disk_paths",
                    "help": "paths whose filesystem's free and total MiB are reported (facts.disk)"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("disk_paths", "nvidia_smi")
 
 
 def parse_os_release(text: str) -> dict:

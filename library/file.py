@@ -77,6 +77,9 @@ ARGS = {
                     "help": "preserve, now, or a time in access_time_format; none: preserve (touch: now)"},
     "access_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of access_time"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("path", "dest", "name", "src")
 
 NEW_DIR_MODE = 0o755  # folders the tool creates: the server and the ssh user read them; secrets sit in 0600 files
 NOW = "now"

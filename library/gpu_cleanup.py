@@ -53,6 +53,9 @@ ARGS = {
     "device_prefix": {"type": "str", "default": None,
                       "help": "device node prefix looked for in /proc/*/fd; none: /dev/nvidia"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("nvidia_smi", "pidfile", "unit", "device_prefix")
 
 
 def check_numbers(threshold_mib: int, timeout_s: float, grace_s: float) -> None:

@@ -81,6 +81,9 @@ ARGS = {
     "owner": {"type": "str", "default": None, "help": "user name or uid"},
     "group": {"type": "str", "default": None, "help": "group name or gid"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("path", "dest", "destfile", "name", "validate")
 
 ATTRIBUTES_CHANGED = "ownership, perms or SE linux context changed"
 EXCLUSIVE = (("insertbefore", "insertafter"), ("regexp", "search_string"), ("backrefs", "search_string"))

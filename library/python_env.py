@@ -173,6 +173,9 @@ ARGS = {
         "help": "switched: the folder name under envs/ to make current (a build's `env` result)",
     },
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("python", "root", "tool_dir", "requirements", "wheelhouse", "find_links", "index_url", "extra_index_urls", "fallback_index_urls", "env", "vllm_version")
 
 
 # ---------------------------------------------------------------------------------------------------

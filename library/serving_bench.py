@@ -75,6 +75,9 @@ ARGS = {
                    "help": "check the workload against the server (max_model_len) and measure nothing"},
     "timeout_s": {"type": "float", "default": 1800, "help": "limit per concurrency level, in seconds"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("venv_python", "prompts_file", "pidfile", "baseline_pidfile", "url", "tokenizer")
 
 SETTLE_S = 3.0  # the last steps' counters reach /metrics shortly after the last response
 MAX_SIZE_FACTOR = 50  # a repetition sized from the warm-up sends at most this many times `requests`

@@ -53,6 +53,9 @@ ARGS = {
     "concurrency": {"type": "int", "default": 16, "var": "tune_concurrency",
                     "help": "concurrent requests the server is sized for: tune chooses k and the gate judges at it"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("root", "state_file", "textfile_dir", "pidfile")
 
 
 def _places(args: dict) -> tuple:

@@ -113,6 +113,9 @@ ARGS = {
         "help": "the request changes the server: report changed, and do not send it in check mode",
     },
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("url", "creates", "removes")
 
 CONTENT_LIMIT = 1024 * 1024  # bytes of the body kept in the result
 QUOTE_LIMIT = 500  # characters of the body quoted in a failure message

@@ -182,6 +182,9 @@ ARGS = {
     "only_if_stale": {"type": "bool", "default": False,
                       "help": "restarted: restart only when the running server differs from the launch (the handler)"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("venv_python", "root", "pidfile", "log", "unit_dir", "cache_root", "hf_home", "extra_args", "env", "target_model", "drafter_model", "api_key_file", "hf_token_file", "service_name")
 
 
 # --------------------------------------------------------------------------- rendered

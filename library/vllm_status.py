@@ -43,6 +43,9 @@ ARGS = {
     "state_file": {"type": "path", "default": None, "var": "speed_state_file",
                    "help": "the host's speed record; none: <dfp_root>/state/speed.json"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("pidfile", "root", "state_file", "nvidia_smi")
 
 
 EXIT_WAIT_S = 0.5

@@ -53,6 +53,9 @@ ARGS = {
                 "help": "stopped: restart the configured server if a measurement stopped it (false: leave it stopped for "
                 "the next measurement; a later stopped with restore restarts it)"},
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("log", "nvidia_smi", "pidfile", "root")
 
 
 def _configured(args: dict) -> tuple:

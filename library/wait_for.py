@@ -79,6 +79,9 @@ ARGS = {
         "help": "with state drained: the TCP states that count as a connection",
     },
 }
+# The arguments that decide what runs or which file, folder or address is touched: never built from what a
+# host returned when the task runs on the control node (engine/trust.py).
+CODE_ARGS = ("path", "host")
 
 CARRY_BYTES = 64 * 1024  # already-read bytes kept so a match that straddles two reads is still found
 SOCKET_READ_LIMIT = 1024 * 1024  # bytes read from a port for search_regex before the attempt is given up

@@ -49,7 +49,7 @@ def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(t
     ]
     res = run(tmp_path, tasks)
     assert res.exit_code == 0, res.tasks
-    for name, needle in (("from host", "(probe)"), ("via loop", "(item)"), ("via a variable", "(probe)")):
+    for name, needle in (("from host", "(probe from "), ("via loop", "(item from "), ("via a variable", "(probe from ")):
         msg = next(r.msg for r in res.find(name))
         assert f"the shell cmd is built from what a host returned {needle}" in msg and "argv" in msg, msg
     assert not marker.exists()  # nothing ran the host's words
