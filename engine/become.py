@@ -24,7 +24,7 @@ import re
 import secrets as _random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from jinja2 import TemplateError
 
@@ -54,16 +54,17 @@ class Become:
 
 def identity(become: bool | None, user: Any, method: str | None, view, templar, secrets) -> Become | None:
     """The identity for keywords as said (None: not said, the host's ansible_become* variables decide)."""
-    on = to_bool(_read(view, "ansible_become", False)) if become is None else bool(become)
+    on = to_bool(_read("ansible_become", lambda: view.get("ansible_become", False))) if become is None else bool(become)
     if not on:
         return None
-    method = method or str(_read(view, "ansible_become_method") or "sudo")
+    method = method or str(_read("ansible_become_method", lambda: view.get("ansible_become_method")) or "sudo")
     if method != "sudo":
         raise TaskError(f"ansible_become_method is {method!r}; the only supported method is sudo")
     if user is None:
-        user = _read(view, "ansible_become_user", "root")
+        user = _read("ansible_become_user", lambda: view.get("ansible_become_user", "root"))
     elif isinstance(user, str):
-        user = _read({"become_user": user}, "become_user", render=(templar, view))
+        said = user
+        user = _read("become_user", lambda: templar.render_value(said, view))
     if not isinstance(user, str) or not _USER.match(user.strip()):
         raise TaskError(f"become_user (or ansible_become_user) is {user!r}, which is not a user name; give one such as "
                         "root or vllm")
@@ -73,13 +74,11 @@ def identity(become: bool | None, user: Any, method: str | None, view, templar, 
     return Become(user.strip(), method, password, source)
 
 
-def _read(view, name: str, default: Any = None, render: tuple | None = None) -> Any:
-    """A become variable's value (or with `render`, (templar, view), the keyword's, rendered). A template in it that
-    cannot be rendered is one paragraph naming the variable, not a traceback; a password's text is never quoted."""
+def _read(name: str, value: Callable[[], Any]) -> Any:
+    """`value()`: a become variable's (or keyword's) value, rendered. A template in it that cannot be rendered is
+    one paragraph naming the variable, not a traceback; a password's text and error are never quoted."""
     try:
-        if render is not None:
-            return render[0].render_value(view[name], render[1])
-        return view.get(name, default)
+        return value()
     except TemplateError as exc:
         secret = name in PASSWORD_VARS
         detail = "" if secret else f": {getattr(exc, 'message', None) or type(exc).__name__}"
@@ -115,14 +114,14 @@ def password_of(view) -> tuple[str | None, str]:
     """(password, the variable it came from) or (None, ""). sudo reads one line: a line break inside would be a
     second attempt, one at the end (a YAML `|` value) would reach the worker, so it is refused / dropped."""
     for name in PASSWORD_VARS:
-        value = _read(view, name)
+        value = _read(name, lambda: view.get(name))  # noqa: B023 - called at once, inside this iteration
         if value is not None and str(value) != "":
             text = str(value).rstrip("\r\n")
             if "\n" in text or "\r" in text:
                 raise TaskError(f"{name} holds a line break inside it; sudo reads one line. Write the password on "
                                 "one line (its value is not shown: it is a secret)")
             return text, name
-    path = _read(view, PASSWORD_FILE_VAR)
+    path = _read(PASSWORD_FILE_VAR, lambda: view.get(PASSWORD_FILE_VAR))
     if path is None or str(path) == "":
         return None, ""
     path = os.path.expanduser(str(path))

@@ -108,12 +108,13 @@ def role_tasks(entry: Any, where: str, ctx: ParseContext, key: str = "roles:") -
     tasks: list = []
     if tasks_file:
         label = f"role {name}" + (f" (tasks_from {entry['tasks_from']})" if from_file else "")
-        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file,
-                            enter(inside, tasks_file, label, where, f"{key} {name}"))
+        reading = enter(inside, tasks_file, label, where, f"{key} {name}")
+        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file, reading)
     handlers_file = _role_file(role_dir, "handlers")
-    handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file,
-                           enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where,
-                                 f"{key} {name}")) if handlers_file else []
+    handlers: list = []
+    if handlers_file:
+        reading = enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where, f"{key} {name}")
+        handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file, reading)
     become = become_of(entry, where) if isinstance(entry, dict) else {}
     for t in walk_tasks(tasks) + handlers:
         t.tags |= role_tags | {name}
