@@ -56,7 +56,7 @@ ARGS = {
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/trust.py).
-CODE_ARGS = ("pidfile",)
+CODE_ARGS = ("pidfile", "nvidia_smi")
 
 LOOK_EVERY_S = 0.5
 
