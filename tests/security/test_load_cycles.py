@@ -81,3 +81,13 @@ def test_a_role_used_twice_without_a_cycle_still_loads(tmp_path):
     assert code == 0, out[-3000:]
     assert out.count("ok: [local] common") == 5, out
     assert marker.exists()
+
+
+def test_a_chain_of_roles_deeper_than_the_bound_is_one_paragraph(tmp_path):
+    """The depth bound of task files (20) holds for every kind of import: 25 roles each including the next."""
+    files = {f"roles/r{i}/tasks.yaml": f"- include_role: {{name: r{i + 1}}}\n" for i in range(25)}
+    files["roles/r25/tasks.yaml"] = "- debug: {msg: deep}\n"
+    pb, inv, marker = _write(tmp_path, files, "  roles: [r0]\n")
+    code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
+    _refused(code, out, "roles/r18/tasks.yaml: task 1", "include_role r19", "more than 20 deep", "MAX_IMPORT_DEPTH")
+    assert not marker.exists()
