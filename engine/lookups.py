@@ -32,7 +32,7 @@ import threading
 from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -46,7 +46,7 @@ from engine import vault
 from engine.errors import TaskError, UserError
 from engine.secrets import is_secret_name
 from engine.taint import note_secret
-from engine.templating import LazyVars, Templar, is_template
+from engine.templating import LazyVars, Templar
 from engine.yamlfile import MAX_YAML_BYTES
 
 if TYPE_CHECKING:
@@ -59,9 +59,6 @@ ANY = "*"  # a read that cannot be followed (a computed lookup('vars', ...)): ta
 MAX_FILE_BYTES = MAX_YAML_BYTES  # a lookup reads no larger file than any other input file
 MAX_TEMPLATE_DEPTH = 20  # lookup('template') inside a looked-up template, this deep at most
 ERRORS = ("strict", "warn", "ignore")
-# Magic variables the engine sets from the playbook and the inventory: their values are no host's word.
-ENGINE_WORDS = frozenset({"playbook_dir", "role_path", "inventory_hostname", "group_names", "groups", "omit",
-                          "ansible_play_hosts", "ansible_play_hosts_all", "ansible_check_mode", "ansible_diff_mode"})
 
 _COMMAND = ("it would run a command on the control node",
             "run the command on a host (a `command` task with `register:`) and use the registered result")
@@ -88,12 +85,10 @@ class LookupRefused(LookupFailed):
 @dataclass(frozen=True)
 class Origin:
     """Where a view renders (set by engine/variables.py): the play and task (the folders a lookup searches, the task
-    its errors name), the magic and loop layers (whose words are the engine's, not a host's), the run's secrets."""
+    its errors name), the run's secrets."""
 
     play: Play
     task: Task | None
-    magic: Mapping
-    loop_layer: Mapping
     secrets: Secrets
 
 
@@ -196,66 +191,21 @@ class LookupSites(CodeGenerator):
         super().visit_Template(node, frame)
 
 
-@lru_cache(maxsize=4096)
-def _template_reads(env: jinja2.Environment, source: str) -> frozenset[str]:
-    try:
-        return names_read_in(env.parse(source))
-    except Exception:  # a broken template fails when it renders; until then it may read anything
-        return frozenset({ANY})
-
-
-def _value_reads(env: jinja2.Environment, value: Any) -> frozenset[str]:
-    """The variables a variable's value (a template, or a structure holding templates) reads when it renders."""
-    found: set[str] = set()
-    stack, seen = [value], 0
-    while stack and seen < 10_000:
-        v, seen = stack.pop(), seen + 1
-        if isinstance(v, str) and is_template(v):
-            found |= _template_reads(env, v)
-        elif isinstance(v, dict):
-            stack.extend([*v.keys(), *v.values()])
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-    return frozenset(found) if not stack else frozenset({ANY})
-
-
-def _layer_of(view: LazyVars, name: str) -> Mapping | None:
-    layers = view.raw()
-    return next((m for m in getattr(layers, "maps", [layers]) if name in m), None)
-
-
-def reads_host_data(view: LazyVars, reads: tuple, env: jinja2.Environment) -> bool:
-    """True when a name in `reads`, or a variable their values read in turn, holds what a host returned: a data layer
-    (engine/templating.py), less the engine's own magic words and the items of a loop the playbook wrote."""
-    origin: Origin | None = view.origin
-    stack, seen = list(reads), set()
-    while stack:
-        name = stack.pop()
+def reads_host_data(view: LazyVars, reads: tuple) -> bool:
+    """True when a name in `reads` carries what a host returned (engine/taint.py: a registered result, a fact, a
+    set_fact value computed from one, an item of a loop over them, a variable whose value reads one); the engine's
+    magic words and the items of a loop the playbook wrote carry none."""
+    for name in reads:
         if name == ANY:
             return True
-        if name in seen or name not in view:
-            continue
-        seen.add(name)
-        if not view.is_data(name):
-            stack.extend(_value_reads(env, view.raw()[name]))
-            continue
-        playbooks = _playbooks_data(origin, view, name, env) if origin is not None else None
-        if playbooks is None:
+        if name not in view:
+            continue  # a name the template sets itself: note_reads added everything the template reads
+        try:
+            if view.taint_of(name).hosts:
+                return True
+        except Exception:  # an unrenderable variable: taken as a host's (its own render reports the error)
             return True
-        stack.extend(playbooks)
     return False
-
-
-def _playbooks_data(origin: Origin, view: LazyVars, name: str, env: jinja2.Environment) -> frozenset[str] | None:
-    """What a name of a data layer reads when its value is still the playbook's word: nothing for the engine's magic
-    words, what the loop expression reads for the task's loop item; None when a host returned it."""
-    layer = _layer_of(view, name)
-    if name in ENGINE_WORDS and layer is origin.magic:
-        return frozenset()
-    task = origin.task
-    if task is not None and task.loop is not None and name == task.loop_var and layer is origin.loop_layer:
-        return _value_reads(env, task.loop)
-    return None
 
 
 # -- one call -----------------------------------------------------------------------------------------------------
@@ -293,7 +243,7 @@ class LookupCall:
     @cached_property
     def from_host(self) -> bool:
         view = self.view
-        return view is not None and reads_host_data(view, self.reads, self.context.environment)
+        return view is not None and reads_host_data(view, self.reads)
 
     def where(self) -> str:
         origin = self.origin

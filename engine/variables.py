@@ -175,7 +175,7 @@ class Variables:
             play.defaults,
         )
         view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic), (magic,))
-        view.origin = Origin(play, task, magic, extra, self.secrets)  # where lookups search, whom they name, what they mask
+        view.origin = Origin(play, task, self.secrets)  # where lookups search, whom they name, what they mask
         view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
         view.host_taint = state.host_taint
         return view
@@ -192,7 +192,7 @@ class Variables:
         layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
         view = HostView(layers, self.templar, (registered, facts_set, facts, magic), (magic,), state.shared_hidden,
                         self.secrets)
-        view.origin = Origin(play, None, magic, {}, self.secrets)
+        view.origin = Origin(play, None, self.secrets)
         view.provenance, view.host_taint = state.shared_provenance, state.host_taint
         view.display = hostvars.display
         return view
