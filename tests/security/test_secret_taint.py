@@ -37,15 +37,16 @@ TRANSFORMS = {
 }
 
 
-def run(tmp_path, tasks, inventory=None, play_vars=None, **kw):
-    """The play in process on local hosts; everything shown or written: console at -vvv, JSON report, JUnit."""
+def run(tmp_path, tasks, inventory=None, play_vars=None, verbose=3, **kw):
+    """The play in process on local hosts; everything shown or written: the console (-vvv unless told), the JSON
+    report, JUnit."""
     book = tmp_path / "pb.yaml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "vars": play_vars or {},
                                      "tasks": tasks}], sort_keys=False))
     buf = io.StringIO()
     res = run_playbook(str(book), inventory=inventory or {"all": {"hosts": {"h": dict(LOCAL)}}},
                        report=str(tmp_path / "r.json"), junit=str(tmp_path / "j.xml"),
-                       console=Console(verbose=3, stream=buf), **kw)
+                       console=Console(verbose=verbose, stream=buf), **kw)
     return res, buf.getvalue() + (tmp_path / "r.json").read_text() + (tmp_path / "j.xml").read_text()
 
 
@@ -137,8 +138,10 @@ secrets = st.text(alphabet=string.ascii_letters + string.digits + "\\\"'\n\t \u0
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(secret=secrets, chosen=st.lists(st.sampled_from(sorted(TRANSFORMS)), min_size=1, max_size=3, unique=True))
-def test_property_random_secrets_through_random_transformations_never_reach_an_output(tmp_path_factory, secret, chosen):
+@given(secret=secrets, chosen=st.lists(st.sampled_from(sorted(TRANSFORMS)), min_size=1, max_size=3, unique=True),
+       verbose=st.integers(0, 3))
+def test_property_random_secrets_through_random_transformations_never_reach_an_output(tmp_path_factory, secret, chosen,
+                                                                                      verbose):
     tmp = tmp_path_factory.mktemp("taint")
     dest = tmp / "out.txt"
     tasks = []
@@ -153,6 +156,39 @@ def test_property_random_secrets_through_random_transformations_never_reach_an_o
             {"name": f"copy {i}", "copy": {"content": template + "\n", "dest": str(dest)}},
             {"name": f"error {i}", "stat": {"path": "/nonexistent/" + template}, "ignore_errors": True},
         ]
-    res, text = run(tmp, tasks, play_vars={"api_key": secret}, diff=True)
+    res, text = run(tmp, tasks, play_vars={"api_key": secret}, verbose=verbose, diff=True)
     assert res.exit_code == 0, [r.msg for r in res.results]
     assert_hidden(text, secret, *(TRANSFORMS[name][1](secret) for name in chosen))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_servers_secrets_never_reach_provision_status_or_the_textfile(tmp_path, inventory_file, seed):
+    """The API key and the Hub token of a running server (a stand-in vLLM started by the role), random each time,
+    through the provision's reports, `invoke status` as text and as JSON, the textfile."""
+    import random
+
+    from tests.cli.helpers import invoke
+    from tests.fakes.served import PLAYBOOKS, SERVICE, msgs, paths_of, server_vars
+    from tests.fakes.vllm_processes import kill_leftovers
+    from tests.helpers import play
+
+    rng = random.Random(seed)
+    alphabet = string.ascii_letters + string.digits + "!#$%&()*+,-./:;<=>?@[]^_`{|}~"
+    api_key, hf_token = ("".join(rng.choice(alphabet) for _ in range(24)) for _ in range(2))
+    hv = server_vars(tmp_path, vllm_api_key=api_key, hf_token=hf_token)
+    inv = inventory_file(local=True, host_vars={"local": hv})
+    try:
+        first = play(SERVICE, inv, tmp_path, report=str(tmp_path / "r.json"), junit=str(tmp_path / "j.xml"))
+        assert first.exit_code == 0, msgs(first)
+        text = (tmp_path / "r.json").read_text() + (tmp_path / "j.xml").read_text()
+        for flags in ((), ("--json",)):
+            code, out = invoke("status", "--host", "local", "-i", str(inv), *flags)
+            assert code == 0, out
+            text += out
+        metrics = paths_of(hv)["log"].parent.parent / "metrics"
+        text += "".join(p.read_text() for p in metrics.glob("*")) if metrics.is_dir() else ""
+        assert_hidden(text, api_key, hf_token)
+    finally:
+        play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
+        kill_leftovers([paths_of(hv)["log"].parent])
