@@ -208,18 +208,18 @@ def use_vault_password_file(path: str | None) -> None:
 def host_defaults_of(opts: dict, ask=None) -> dict:
     """The inventory variables -u, --private-key, -b, --become-user and -K stand for (the inventory's own win);
     -K asks once, through `ask` (getpass), before any host is touched. The typed password is data, never a
-    template: it joins the variables quoted (engine/become.py typed), so it reaches sudo exactly as typed."""
+    template: it joins the variables as unsafe text (engine/templating.py Unsafe): it reaches sudo as typed."""
     out = {var: opts[name] for name, var in HOST_DEFAULT_OPTIONS.items() if opts.get(name)}
     if out.get("ansible_ssh_private_key_file"):
         out["ansible_ssh_private_key_file"] = os.path.expanduser(out["ansible_ssh_private_key_file"])
     if opts.get("ask_become_pass"):
-        from engine.become import typed
+        from engine.templating import Unsafe
 
         if ask is None:
             import getpass
 
             ask = getpass.getpass
-        out["ansible_become_password"] = typed(ask("BECOME password: "))
+        out["ansible_become_password"] = Unsafe(ask("BECOME password: "))  # data, never a template
     return out
 
 

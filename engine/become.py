@@ -90,15 +90,6 @@ def _read(name: str, value: Callable[[], Any]) -> Any:
         ) from None
 
 
-def typed(text: str) -> str:
-    """A typed value (the -K password) as a variable's value: one Jinja string literal with every character
-    escaped, which renders to exactly `text`. Variables are templates, rendered when read; quoted this way nothing
-    in the text ({{, {%, quotes, backslashes) is read as template syntax, and no piece of it stands in the
-    variables as typed."""
-    escaped = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
-    return "{{ '" + escaped + "' }}"
-
-
 def for_task(task, view, templar, secrets) -> Become | None:
     return identity(task.become, task.become_user, task.become_method, view, templar, secrets)
 

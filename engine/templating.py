@@ -240,7 +240,14 @@ def environment() -> jinja2.Environment:
 
 
 def is_template(value: str) -> bool:
-    return "{{" in value or "{%" in value
+    return ("{{" in value or "{%" in value) and not isinstance(value, Unsafe)
+
+
+class Unsafe(str):
+    """Text that is data wherever it stands, never a template: what a person typed (the -K password), as Ansible's
+    unsafe text. A variable holding it reads back exactly as typed, `{{`, `{%`, quotes and backslashes included."""
+
+    __slots__ = ()
 
 
 class LazyVars(Mapping):
