@@ -279,6 +279,13 @@ def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, 
     return staged
 
 
+def staging_folder(plan: dict, dest_dir: str) -> str:
+    """dest's .dfp-staging as the host named it in its plan: an absolute path, `~` expanded there for the user the
+    module ran as (become included), as Ansible does. Never the task's text: a `dfp_root: ~/dflash-local` would
+    reach the upload as a literal `~` while the install looked in the home folder."""
+    return f"{str(plan.get('dest') or dest_dir).rstrip('/')}/.dfp-staging"
+
+
 COPY_FOLDER_ARGS = ("delete_extra", "mode", "owner", "group")  # what the host's copy takes beside a manifest
 
 
@@ -296,7 +303,7 @@ def copy_from_control_node(call: ActionCall) -> dict:
     plan = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "plan", **extra})
     if plan.get("failed") or call.check or not plan.get("would_change"):
         return plan
-    stage_root = f"{dest_dir.rstrip('/')}/.dfp-staging"
+    stage_root = staging_folder(plan, dest_dir)
     staged = {}
     if plan.get("needed"):
         by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(entries, manifest)}

@@ -393,7 +393,9 @@ def folder_args(args: dict) -> dict:
         check_delete_extra_dest(dest)
     if os.path.lexists(dest) and not os.path.isdir(dest):
         raise ModuleError(f"module 'copy': dest {dest} exists and is not a directory; with a manifest dest is a folder")
-    staged = {posixpath.normpath(k): v for k, v in (args["staged"] or {}).items()}
+    # uploads named from the task's text (`~/...`) are this host user's, as dest is (module.py expands a path)
+    staged = {posixpath.normpath(k): os.path.expanduser(v) if isinstance(v, str) else v
+              for k, v in (args["staged"] or {}).items()}
     wanted = {e["path"]: e for e in entries}
     unknown = sorted(set(staged) - set(wanted))
     if unknown:
