@@ -311,8 +311,12 @@ class PersistentTransport(Transport):
         self.reused = bool(reply.get("reused"))
 
     def _send(self, data: bytes, wait_s: float) -> None:
-        self.sock.settimeout(wait_s)  # socket.timeout (a TimeoutError) past it
-        self.sock.sendall(data)
+        """All of `data`; TimeoutError when the daemon takes no byte of it for wait_s (not sendall, whose timeout
+        bounds the whole: a large upload through a slow link is not a silent daemon)."""
+        self.sock.settimeout(wait_s)
+        view = memoryview(data)
+        while view:
+            view = view[self.sock.send(view):]
 
     def _recv(self, size: int, wait_s: float) -> bytes:
         self.sock.settimeout(wait_s)

@@ -20,6 +20,7 @@ import queue
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -320,9 +321,12 @@ class LocalTransport(Transport):
         shutil.copyfile(local, remote)
 
     def close(self) -> None:
+        """End the worker by closing its stdin. It is continued first: one given up as silent because it was
+        stopped (SIGSTOP) then sees the end and stops its task's processes before it exits (engine/worker.py)."""
         proc = getattr(self, "proc", None)
         if proc and proc.poll() is None:
             try:
+                proc.send_signal(signal.SIGCONT)
                 proc.stdin.close()
                 proc.wait(timeout=5)
             except Exception:
