@@ -26,8 +26,8 @@ SHARED: dict[str, dict] = {
     "find_links": {"type": "list", "default": None, "var": "find_links",
                    "help": "folders on the host or URLs holding wheels (e.g. /opt/wheels for torch==2.13.0+cpu)"},
     "fallback_index_urls": {"type": "list", "default": None, "var": "fallback_index_urls",
-                            "help": "more package indexes used only when no find_links folder exists on the host "
-                                    "(e.g. PyTorch's CPU index)"},
+                            "help": "more package indexes, asked where no find_links folder exists on the host or "
+                                    "none has a wheel the install needs (e.g. PyTorch's CPU index)"},
     # command and shell (library/command.py, library/shell.py): ansible.builtin.command's options and ours
     "command_chdir": {"type": "path", "default": None,
                       "help": "working folder (relative creates/removes are taken from it)"},

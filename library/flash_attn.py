@@ -23,7 +23,7 @@ import re
 import shutil
 
 from dflash_host.env.flash_attn import FA2, FA4, choose_flash_attn, critical_imports, install_target, plan_actions
-from dflash_host.env.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
+from dflash_host.env.installers import choose_installer, install, run_installer, uninstall_argv
 from dflash_host.env.interpreter import check_imports, probe_env, run_python
 from dflash_host.host.files import atomic_write, read_json
 from dflash_host.module import Context, ModuleError, main
@@ -197,16 +197,15 @@ class Pinning:
             except ModuleError as exc:
                 self.ctx.warn(f"cannot read torch's C++ ABI ({exc.msg}); wheels are not checked for it")
         target, extra_src, desc = install_target(args["wheel"], line, env)
-        src = package_sources(args) + extra_src
         # flash-attn's setup.py imports the env's torch; without allow_build, wheels only
         extra = ["--no-build-isolation"] if args["allow_build"] else ["--only-binary", FA2, "--only-binary", FA4]
         if reinstall:
             extra += ["--force-reinstall", "--no-deps"]  # restore files a removed line shared with it
         verb = "reinstalling" if reinstall else "installing"
         self.ctx.say(f"{verb} {desc}")
-        argv = install_argv(self.kind or "pip", self.uv, self.python, [target], src, True, extra)
         try:
-            run_installer(argv, args, self.ctx, f"{verb} {decision['requirement']} ({desc})", "flash_attn_wheel")
+            install(self.kind or "pip", self.uv, self.python, [target], args, self.ctx,
+                    f"{verb} {decision['requirement']} ({desc})", "flash_attn_wheel", extra=extra, more_sources=extra_src)
         except ModuleError as exc:
             if not args["allow_build"] and not args["wheel"] and line == "fa2":
                 raise ModuleError(

@@ -14,7 +14,7 @@ import re
 import shutil
 import time
 
-from dflash_host.env.installers import choose_installer, install_argv, package_sources, run_installer, uninstall_argv
+from dflash_host.env.installers import choose_installer, install, run_installer, uninstall_argv
 from dflash_host.env.interpreter import (
     ENV_MARKER,
     IMPORT_EACH,
@@ -344,10 +344,9 @@ def install_into(path: str, plan: dict, py: dict, installer: tuple, args: dict, 
     kind, uv = installer
     env_python = os.path.join(path, "bin", "python")
     create_env(path, py, kind, uv, args, ctx, lock)
-    src = package_sources(args)
     ctx.say(f"installing {', '.join(plan['specs'])} ({plan['from']}) with {kind}")
-    argv = install_argv(kind, uv, env_python, plan["install"], src, args["compile_bytecode"])
-    run_step(argv, args, ctx, lock, "building the serving environment")
+    install(kind, uv, env_python, plan["install"], args, ctx, "building the serving environment", FIX_WHERE,
+            args["compile_bytecode"], cwd=args["root"], pass_fds=(lock.fd,))
     fixes = apply_cpu_fixups(env_python, kind, uv, args, ctx, lock) if args["cpu_fixups"] else []
     packages = write_env_lock(env_python, path, os.path.basename(path))
     ctx.say("verifying the new environment by import")

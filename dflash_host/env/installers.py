@@ -14,8 +14,9 @@ import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from typing import NamedTuple
 
-from dflash_host.env.interpreter import DEFAULT_TOOL_DIR, ENV_MARKER, run_cmd
+from dflash_host.env.interpreter import DEFAULT_TOOL_DIR, ENV_MARKER, Output, run_cmd
 from dflash_host.host.files import read_json
 from dflash_host.module import Context, ModuleError
 
@@ -122,15 +123,8 @@ def _installer_for_build(args: dict, tool_dir: str, ctx: Context, build_python: 
     return "pip", None
 
 
-def run_installer(
-    argv: list, args: dict, ctx: Context, what: str, fix_where: str, cwd: str | None = None, pass_fds: Iterable[int] = ()
-) -> str:
-    """Run an installer command line, its progress lines said live; returns its output.
-
-    args: the module's timeout_s, wheelhouse and index_url. A run past timeout_s is stopped; a failure is a
-    ModuleError naming the package and the fix (explain_failure; `what` is the step, `fix_where` the variables
-    that set the requirements), with the output's last lines.
-    """
+def _run_live(argv: list, args: dict, ctx: Context, what: str, cwd: str | None, pass_fds: Iterable[int]) -> Output:
+    """Run an installer command line, its progress lines said live; a run past timeout_s is a ModuleError."""
 
     def progress(line: str) -> None:
         if line.lstrip().startswith(PROGRESS):
@@ -139,11 +133,61 @@ def run_installer(
     out = run_cmd(argv, timeout=args["timeout_s"], on_line=progress, cwd=cwd, pass_fds=pass_fds)
     if out.timed_out:
         raise ModuleError(f"{what} took longer than timeout_s={args['timeout_s']} s and was stopped; raise timeout_s")
+    return out
+
+
+def _failed(out: Output, args: dict, src: list, what: str, fix_where: str) -> ModuleError:
+    return ModuleError(
+        explain_failure(out.text, source_names(args, src, out.text), what, fix_where),
+        output_tail=out.text.strip().splitlines()[-30:],
+    )
+
+
+def run_installer(
+    argv: list, args: dict, ctx: Context, what: str, fix_where: str, cwd: str | None = None, pass_fds: Iterable[int] = ()
+) -> str:
+    """Run an installer command line, its progress lines said live; returns its output.
+
+    args: the module's timeout_s and package sources. A run past timeout_s is stopped; a failure is a
+    ModuleError naming the package and the fix (explain_failure; `what` is the step, `fix_where` the variables
+    that set the requirements), with the output's last lines.
+    """
+    out = _run_live(argv, args, ctx, what, cwd, pass_fds)
     if out.rc != 0:
-        raise ModuleError(
-            explain_failure(out.text, args["wheelhouse"], args["index_url"], what, fix_where),
-            output_tail=out.text.strip().splitlines()[-30:],
-        )
+        raise _failed(out, args, package_sources(args), what, fix_where)
+    return out.text
+
+
+def install(
+    kind: str, uv: str | None, python: str, specs: list, args: dict, ctx: Context, what: str, fix_where: str,
+    compile_bytecode: bool = True, extra: Iterable[str] = (), more_sources: Iterable[str] = (),
+    cwd: str | None = None, pass_fds: Iterable[int] = (),
+) -> str:
+    """Install specs into python's environment from the module's package sources (and more_sources); returns
+    the installer's output.
+
+    Where a find_links folder exists, fallback_index_urls are held back (the folder's wheels are preferred, and
+    a host with the folder needs no network to the fallback); when the install then lacks a package that none
+    of the folders and indexes has, it runs again with fallback_index_urls added, saying so. A failure is one
+    paragraph naming the package, each source that was asked (and which did not answer) and the fix.
+    """
+    more = list(more_sources)
+    src = package_sources(args) + more
+    out = _run_live(install_argv(kind, uv, python, specs, src, compile_bytecode, extra), args, ctx, what, cwd, pass_fds)
+    held = held_back_fallback(args)
+    if out.rc != 0 and held:
+        pkg = _missing_package(out.text)[0]
+        if pkg and not _CONNECT.search(out.text):
+            folders = [str(link) for link in present_links(args.get("find_links")) if is_local_link(link)]
+            ctx.warn(
+                f"find_links {', '.join(folders)}: no wheel for {pkg} there; asked fallback_index_urls "
+                f"({', '.join(held)}) for it"
+            )
+            src = package_sources(args, fallback=True) + more
+            argv = install_argv(kind, uv, python, specs, src, compile_bytecode, extra)
+            out = _run_live(argv, args, ctx, what, cwd, pass_fds)
+    if out.rc != 0:
+        raise _failed(out, args, src, what, fix_where)
     return out.text
 
 
@@ -161,23 +205,33 @@ def present_links(find_links: Iterable[str] | None) -> list:
     return [link for link in find_links or () if not is_local_link(link) or os.path.isdir(os.path.expanduser(str(link)))]
 
 
-def package_sources(args: dict, wheelhouse: str | None = None) -> list:
+def held_back_fallback(args: dict) -> list:
+    """The fallback_index_urls that package_sources leaves out at first: those of a module whose find_links name a
+    folder that exists on this host (install() asks them only when no folder has a wheel the install needs)."""
+    if args.get("wheelhouse") or not any(is_local_link(link) for link in present_links(args.get("find_links"))):
+        return []
+    return [str(url) for url in args.get("fallback_index_urls") or ()]
+
+
+def package_sources(args: dict, wheelhouse: str | None = None, fallback: bool = False) -> list:
     """Index options for a module's package-source arguments (index_url, extra_index_urls, find_links,
-    fallback_index_urls, wheelhouse); wheelhouse overrides args' own when given."""
+    fallback_index_urls, wheelhouse); wheelhouse overrides args' own when given; fallback: add
+    fallback_index_urls even where a find_links folder exists."""
     return source_args(
         args.get("index_url"), args.get("extra_index_urls"), args.get("find_links"),
-        wheelhouse if wheelhouse is not None else args.get("wheelhouse"), args.get("fallback_index_urls"),
+        wheelhouse if wheelhouse is not None else args.get("wheelhouse"), args.get("fallback_index_urls"), fallback,
     )
 
 
 def source_args(
     index_url: str | None, extra_index_urls: Iterable[str] | None, find_links: Iterable[str] | None,
-    wheelhouse: str | None, fallback_index_urls: Iterable[str] | None = None,
+    wheelhouse: str | None, fallback_index_urls: Iterable[str] | None = None, fallback: bool = False,
 ) -> list:
     """Index options understood alike by pip and uv. A wheelhouse means offline: --no-index.
 
-    fallback_index_urls are added only when none of the find_links folders exists on the host: the
-    local torch wheel folder where there is one, PyTorch's index elsewhere.
+    fallback_index_urls are added when none of the find_links folders exists on the host (the local torch
+    wheel folder where there is one, PyTorch's index elsewhere), or when `fallback` says so (install(): no
+    folder has the wheel).
     """
     args: list = []
     links = present_links(find_links)
@@ -188,12 +242,46 @@ def source_args(
             args += ["--index-url", index_url]
         for url in extra_index_urls or ():
             args += ["--extra-index-url", url]
-        if not any(is_local_link(link) for link in links):
+        if fallback or not any(is_local_link(link) for link in links):
             for url in fallback_index_urls or ():
                 args += ["--extra-index-url", url]
     for link in links:
         args += ["--find-links", link]
     return args
+
+
+class Source(NamedTuple):
+    """A package source an installer run was given: an index or a find-links folder/URL, and the argument
+    (the inventory variable of the same name) that set it."""
+
+    kind: str  # "index" or "links"
+    location: str
+    field: str
+
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+
+
+def source_names(args: dict, src: list, text: str = "") -> list:
+    """The Sources in an installer's source options (source_args), each with the argument that set it; the
+    installer's default index (pip's "Looking in indexes" in text, else PyPI) when no --index-url replaces it."""
+    out: list = []
+    fields = [("index_url", [args.get("index_url")]), ("extra_index_urls", args.get("extra_index_urls") or []),
+              ("fallback_index_urls", args.get("fallback_index_urls") or []), ("wheelhouse", [args.get("wheelhouse")]),
+              ("find_links", args.get("find_links") or [])]
+
+    def field_of(value: str) -> str:
+        return next((name for name, values in fields if value in [str(v) for v in values if v]), "")
+
+    if "--no-index" not in src and "--index-url" not in src:
+        seen = re.search(r"Looking in indexes: (\S+)", text)
+        out.append(Source("index", seen.group(1).rstrip(",") if seen else DEFAULT_INDEX, "the default index"))
+    for opt, value in zip(src, src[1:]):
+        if opt in ("--index-url", "--extra-index-url"):
+            out.append(Source("index", value, field_of(value)))
+        elif opt == "--find-links":
+            out.append(Source("links", value, field_of(value)))
+    return out
 
 
 def install_argv(
@@ -269,17 +357,31 @@ def _missing_package(text: str) -> tuple[str | None, str | None, str | None]:
     return pkg, versions, required_by
 
 
-def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, what: str, fix_where: str) -> str:
+def _named(sources: Iterable[Source]) -> str:
+    return ", ".join(f"{s.location} ({s.field})" if s.field else s.location for s in sources)
+
+
+def _failed_fetch(text: str) -> str | None:
+    """The URL a connection failure names (uv: "Failed to fetch: URL"; pip: "Could not fetch URL URL")."""
+    for line in text.splitlines():
+        if _CONNECT.search(line):
+            m = re.search(r"https?://[^\s)'\"`]+", line)
+            if m:
+                return m.group(0).rstrip(":.,")
+    return None
+
+
+def explain_failure(text: str, sources: list, what: str, fix_where: str) -> str:
     """One paragraph for an installer failure: which package, what is wrong, and the fix.
 
-    what: a few words for the step ("building the serving environment"); fix_where: where the user
-    sets the requirements ("vllm_version / extra_requirements").
+    sources: the Sources the run was given (source_names); an index among them that does not answer is named
+    with the argument that set it, never one that answered. what: a few words for the step ("building the
+    serving environment"); fix_where: where the user sets the requirements ("vllm_version / extra_requirements").
     """
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    index = index_url or "https://pypi.org/simple"
-    m = re.search(r"Looking in indexes: (\S+)", text)
-    if m and not index_url:
-        index = m.group(1).rstrip(",")
+    indexes = [s for s in sources if s.kind == "index"]
+    folders = [s for s in sources if s.kind == "links"]
+    wheelhouse = next((s.location for s in folders if s.field == "wheelhouse"), None)
     pkg, versions, required_by = _missing_package(text)
     via = f" (required by {required_by})" if required_by else ""
 
@@ -289,33 +391,59 @@ def explain_failure(text: str, wheelhouse: str | None, index_url: str | None, wh
             f"with --no-index); add it on a machine with network: `python3 -m pip download '{pkg}' -d "
             f"WHEELHOUSE` for the host's python version and platform, and push the wheelhouse again"
         )
-    offline = bool(_CONNECT.search(text))
-    if pkg and versions == "none" and not offline and not index_reachable(index):
-        offline = True
-    if offline:
-        subject = f" for {pkg}{via}" if pkg else ""
+    connect = _CONNECT.search(text)
+    down = [s for s in indexes if not index_reachable(s.location)] if connect or pkg else []
+    subject = f" for {pkg}{via}" if pkg else ""
+    if down:
+        up = [s for s in indexes if s not in down]
+        answered = f", while {_named(up)} answered" if up else ""
+        why = ""
+        if any(s.field == "fallback_index_urls" for s in down):
+            why = (
+                f"; fallback_index_urls are asked where no find_links folder "
+                f"({', '.join(s.location for s in folders) or 'none given'}) is on this host or has the wheel: "
+                f"putting the wheel into such a folder needs no network"
+            )
+        fields = " / ".join(dict.fromkeys(s.field if s.field != "the default index" else "index_url" for s in down))
         return (
-            f"{what} failed: the package index {index} cannot be reached{subject} (no network, a proxy or a "
-            f"wrong index_url); give the role a wheelhouse (variable `wheelhouse`: a folder of wheels on the "
-            f"control node, pushed to the host and installed with --no-index) or fix index_url / the proxy"
+            f"{what} failed: the package index {_named(down)} cannot be reached{subject}{answered} (no network "
+            f"to it, a proxy or a wrong URL){why}; fix {fields or 'index_url'} or the proxy, or give the role a "
+            f"wheelhouse (variable `wheelhouse`: a folder of wheels on the control node, pushed to the host and "
+            f"installed with --no-index)"
         )
-    if pkg and "+" in pkg:
+    if connect:
+        failed = _failed_fetch(text)
+        cause = next((ln for ln in lines if ln.startswith(("cause:", "ERROR"))), lines[-1] if lines else "")
         return (
-            f"{what} failed: {pkg}{via} was not found: a local build such as '+{pkg.split('+', 1)[1]}' comes "
-            f"from its own index or folder, not from {index}; add it with find_links (a folder of wheels on "
-            f"the host, e.g. /opt/wheels) or extra_index_urls (e.g. https://download.pytorch.org/whl/cpu)"
+            f"{what} failed: fetching {failed or 'a package'} failed ({cause}), though the package indexes "
+            f"{_named(indexes)} answer now (a proxy, a flaky network, or a file host other than the index); run "
+            f"it again, fix the proxy, or give the role a wheelhouse (variable `wheelhouse`: a folder of wheels on "
+            f"the control node, pushed to the host and installed with --no-index)"
+        )
+    where = _named(indexes)
+    searched = f"{where}" + (f" and the find_links {_named(folders)}" if folders else "")
+    if pkg and "+" in pkg:
+        asked_folders = [s.location for s in folders if is_local_link(s.location)]
+        more_indexes = [s for s in indexes if s.field in ("extra_index_urls", "fallback_index_urls")]
+        put = (f"put its wheel into {' or '.join(asked_folders)}" if asked_folders
+               else "add a folder holding its wheel to find_links (e.g. /opt/wheels)")
+        add = ("or the index that has it to extra_index_urls" if more_indexes
+               else "or add the index that has it to extra_index_urls (e.g. https://download.pytorch.org/whl/cpu)")
+        return (
+            f"{what} failed: {pkg}{via} was not found in any package source asked ({searched}): a local build "
+            f"such as '+{pkg.split('+', 1)[1]}' comes from its own index or folder; {put}, {add}"
         )
     if pkg and versions not in ("none", "some"):
         shown = ", ".join(v.strip() for v in (versions or "").split(",")[-8:])
         return (
-            f"{what} failed: {pkg}{via} does not exist in that version on {index} (latest versions there: "
+            f"{what} failed: {pkg}{via} does not exist in that version on {searched} (latest versions there: "
             f"{shown}); fix the version in {fix_where}"
         )
     if pkg and versions == "some":
-        return f"{what} failed: {pkg}{via} does not exist in that version on {index}; fix the version in {fix_where}"
+        return f"{what} failed: {pkg}{via} does not exist in that version on {searched}; fix the version in {fix_where}"
     if pkg:
         return (
-            f"{what} failed: no package {pkg}{via} was found on {index}; fix its name in {fix_where}, or add "
+            f"{what} failed: no package {pkg}{via} was found on {searched}; fix its name in {fix_where}, or add "
             f"the index or folder that has it (index_url, extra_index_urls, find_links)"
         )
     if "ResolutionImpossible" in text or "conflicting dependencies" in text or "No solution found" in text:

