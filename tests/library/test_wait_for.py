@@ -303,8 +303,13 @@ def test_search_regex_on_a_port_reads_what_it_sends():
         port = s.getsockname()[1]
         res = call({"port": port, "search_regex": "OpenSSH", "timeout": 3})
         assert res["search_regex"] == "OpenSSH" and res["match_groups"] == []
+    # The failure names what the last whole look found, so the timeout must leave room for one: a connection, a
+    # thread's accept and 21 bytes on loopback take milliseconds, but seconds on a busy 2-core machine (0.5 s
+    # was too short there: "waited 0.503 s of timeout 0.5 s: no match in 0 bytes read"). The wait is the timeout.
+    with banner_server(b"SSH-2.0-OpenSSH_9.6\r\n") as s:
+        port = s.getsockname()[1]
         with pytest.raises(ModuleError) as err:
-            call({"port": port, "search_regex": "nginx", "timeout": 0.5})
+            call({"port": port, "search_regex": "nginx", "timeout": 5})
     assert err.value.msg.startswith(f"Timeout when waiting for search string nginx in 127.0.0.1:{port} (")
     assert "closed the connection after 21 bytes without a match" in err.value.msg
 
