@@ -18,7 +18,7 @@ from typing import Any
 
 from invoke import Exit
 
-from dflash_host.speed.speedup import by_concurrency, larger_k_cannot_pay, speedups
+from dflash_host.speed.speedup import by_concurrency, larger_k_cannot_pay, speedup_by_level
 from dflash_host.speed.workload import WorkloadError, parse_prompts
 from dfp_cli.commands import DEFAULT_INVENTORY, fail_user
 from dfp_cli.options import PLAYBOOK_OPTIONS, Option, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
@@ -26,7 +26,7 @@ from dfp_cli.speed_html import figure_text, workload_words
 from engine.errors import UserError
 
 DEFAULT_K = "1,2,3,5,7"
-DEFAULT_HTML_DIR = "dflash-speed"
+DEFAULT_HTML_DIR = "~/.cache/dflash-provision/speed"  # as shown; default_html_dir() honours XDG_CACHE_HOME
 _SHARED = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "lock_wait")
 _MEASURE = (
     Option("concurrency", None, "closed-loop concurrency levels, e.g. 1,16 (serving-bench default 1,16; tune: "
@@ -37,7 +37,8 @@ _MEASURE = (
            "default: the built-in mixed workload"),
     Option("repetitions", None, "measured repetitions per level, after a warm-up (default 3)"),
     Option("json", None, "write the figures as JSON to this file ('-': print them)"),
-    Option("html", DEFAULT_HTML_DIR, f"folder for the HTML pages (default ./{DEFAULT_HTML_DIR}/)"),
+    Option("html", None, f"folder for the HTML pages (default {DEFAULT_HTML_DIR}/, the tool's own folder: never the "
+           "working folder)"),
 )
 SERVING_BENCH_OPTIONS = (*(o for o in PLAYBOOK_OPTIONS if o.name in _SHARED), *_MEASURE,
                          Option("compare_baseline", False, "also measure the same launch without the drafter"),
@@ -112,8 +113,11 @@ def bench_figures(registered: dict) -> dict:
     figures = record.get("figures") or {}
     runs = record.get("runs") or []
     base_runs = record.get("baseline_runs") or []
-    return {"runs": runs, "baseline_runs": base_runs, "speedup": speedups(runs, base_runs) if base_runs else {},
-            "comparison": figures.get("comparison") or {}, "interleaved": figures.get("interleaved"),
+    comparison = figures.get("comparison") or {}
+    # the figure the host recorded (status and the textfile show it): one speed-up per level, everywhere
+    speedup = figures.get("speedup") or (speedup_by_level(runs, base_runs, comparison) if base_runs else {})
+    return {"runs": runs, "baseline_runs": base_runs, "speedup": speedup,
+            "comparison": comparison, "interleaved": figures.get("interleaved"),
             "load_generator": figures.get("load_generator"), "workload": figures.get("workload")}
 
 
@@ -197,8 +201,7 @@ def serving_bench(c: Any = None, **opts: Any) -> None:
                                                                         if ln.startswith(f"{h} ")]) for h, f in per_host.items()}
     write_json(opts.get("json"), by_host_or_one(per_host, opts))
     if opts.get("compare_baseline") and per_host:
-        pages = write_html(opts.get("html") or DEFAULT_HTML_DIR, {h: {"bench": _with_time(f, registered.get(h, {}))}
-                                                                 for h, f in per_host.items()})
+        pages = write_html(html_dir(opts), {h: {"bench": _with_time(f, registered.get(h, {}))} for h, f in per_host.items()})
         print(f"HTML: {', '.join(pages)}")
     if code:
         raise Exit(code=code)
@@ -229,6 +232,20 @@ def bench_table(host: str, figures: dict) -> str:
 
 
 # --------------------------------------------------------------------------- output files
+
+
+def default_html_dir() -> str:
+    """Where the pages go when --html is not given: the tool's own folder on the control node (beside its other
+    files, `~/.cache/dflash-provision`), never the folder the command was run from (a checkout would show them
+    as untracked files)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "dflash-provision", "speed")
+
+
+def html_dir(opts: dict) -> str:
+    """The folder the user gave with --html (a `~` in it is theirs), else default_html_dir()."""
+    given = opts.get("html")
+    return os.path.expanduser(str(given)) if given else default_html_dir()
 
 
 def write_json(target: str | None, data: dict) -> None:
@@ -514,6 +531,6 @@ def tune(c: Any = None, **opts: Any) -> None:
     write_json(opts.get("json"), by_host_or_one(per_host, opts))
     pages = {h: {"tune": t} for h, t in per_host.items() if t.get("choice")}
     if pages:
-        print(f"HTML: {', '.join(write_html(opts.get('html') or DEFAULT_HTML_DIR, pages))}")
+        print(f"HTML: {', '.join(write_html(html_dir(opts), pages))}")
     if code:
         raise Exit(code=code)

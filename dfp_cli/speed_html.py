@@ -10,7 +10,7 @@ text that comes from a host is escaped: it is data, never markup.
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import Any, Callable
 
 WIDTH, HEIGHT, PAD = 640, 260, 48
 STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:60em}table{border-collapse:collapse}"
@@ -42,7 +42,24 @@ def readable(value: Any) -> str:
         return f"{number:,.0f}"
     if abs(number) >= 1:
         return f"{number:,.2f}"
+    if number and abs(number) < 0.001:
+        return "< 0.001" if number > 0 else "> -0.001"  # never "0.000" for what is not 0
     return f"{number:.3f}"
+
+
+def share_text(value: Any) -> str:
+    """A share as a percentage: 87.5 %, 0.01 % for a sliver (never "0.0 %" for what is not 0), < 0.001 % below."""
+    number = _as_float(value)
+    if number is None:
+        return readable(value)
+    pct = number * 100
+    if pct == 0:
+        return "0 %"
+    if abs(pct) >= 0.1:
+        return f"{pct:.1f} %"
+    if abs(pct) >= 0.001:
+        return f"{pct:.3f}".rstrip("0") + " %"
+    return "< 0.001 %"
 
 
 def _as_float(value: Any) -> float | None:
@@ -54,10 +71,12 @@ def _as_float(value: Any) -> float | None:
         return None
 
 
-def bar_chart(title: str, bars: list, unit: str, reference: float | None = None) -> str:
+def bar_chart(title: str, bars: list, unit: str, reference: float | None = None, scale: float | None = None,
+              figure: Callable[[Any], str] = readable) -> str:
     """An SVG bar chart of (label, value) or (label, value, low, high) bars: low-high draws an error bar (the 95 %
     interval). `reference` draws a dashed line (the baseline's value, or 1.0 for speed-ups). A value that is not a
-    number (host data) draws no bar."""
+    number (host data) draws no bar. `scale`: the top of a fixed scale (1.0 for shares: a share of 0.0001 is a
+    sliver, where a scale fitted to the bars would draw it full height); `figure` writes each bar's value."""
     whiskers = {b[0]: (_as_float(b[2]), _as_float(b[3])) for b in bars if len(b) == 4}
     bars = [(b[0], _as_float(b[1])) for b in bars]
     reference = _as_float(reference)
@@ -65,6 +84,8 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
     highs = [h for _, h in whiskers.values() if h is not None]
     # the scale is the bars': an interval reaching far above them is cut at the top (an open end, its value said)
     top = max(values + [min(h, 1.8 * max(values, default=1.0)) for h in highs], default=1.0) * 1.1 or 1.0
+    if scale:
+        top = float(scale)
     slot = (WIDTH - 2 * PAD) / max(len(bars), 1)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" role="img" '
              f'aria-label="{escape(title)}"><title>{escape(title)}</title>',
@@ -72,7 +93,7 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
              f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" stroke="#333"/>']
     for i, (label, value) in enumerate(bars):
         x = PAD + i * slot + slot * 0.15
-        h = 0 if value is None else (HEIGHT - 2 * PAD) * value / top
+        h = 0 if value is None else (HEIGHT - 2 * PAD) * max(min(value, top), 0.0) / top
         parts.append(f'<rect x="{x:.1f}" y="{HEIGHT - PAD - h:.1f}" width="{slot * 0.7:.1f}" height="{h:.1f}" '
                      f'fill="{"#999" if label == "baseline" else "#3b6fb6"}"/>')
         parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD + 16}" font-size="12" '
@@ -88,7 +109,7 @@ def bar_chart(title: str, bars: list, unit: str, reference: float | None = None)
             parts.append(f'<text x="{mid + 9:.1f}" y="{y_high + 10:.1f}" font-size="10">{escape(readable(low))}-'
                          f'{escape(readable(high))}</text>')
         parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{HEIGHT - PAD - h - 4:.1f}" font-size="11" '
-                     f'text-anchor="middle">{escape(readable(value))}</text>')
+                     f'text-anchor="middle">{escape(figure(value))}</text>')
     if reference:
         y = HEIGHT - PAD - (HEIGHT - 2 * PAD) * reference / top
         parts.append(f'<line x1="{PAD}" y1="{y:.1f}" x2="{WIDTH - PAD}" y2="{y:.1f}" stroke="#b00020" '
@@ -178,7 +199,8 @@ def _acceptance_chart(label: str, runs: list[dict]) -> str:
     if not rates:
         return ""
     bars: list[tuple[str, float | None]] = [(f"pos {i}", float(r)) for i, r in enumerate(rates)]
-    return bar_chart(f"acceptance per draft position, {label}", bars, "share of drafts accepted")
+    return bar_chart(f"acceptance per draft position, {label}", bars, "share of drafts accepted", scale=1.0,
+                     figure=share_text)
 
 
 def index_page(rows: list[dict]) -> str:

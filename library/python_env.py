@@ -82,6 +82,14 @@ ARGS = {
         "var": "extra_requirements",
         "help": "more requirement strings installed beside vLLM (`six==1.17.0`, or a wheel path on the host)",
     },
+    "bench_requirements": {
+        "type": "list",
+        "default": ["pandas"],
+        "var": "vllm_bench_requirements",
+        "help": "with a vLLM flavor, what `vllm bench serve` needs beside vLLM to replay the operator's traffic (its "
+        "custom dataset reads JSONL with pandas); [] leaves them out (serving-bench then sends the traffic with its "
+        "built-in client, and says so); a requirement also named in `requirements` is taken from there",
+    },
     "index_url": {
         "type": "str",
         "default": None,
@@ -175,7 +183,7 @@ ARGS = {
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/trust.py).
-CODE_ARGS = ("python", "root", "tool_dir", "requirements", "wheelhouse", "find_links", "index_url", "extra_index_urls", "fallback_index_urls", "env", "vllm_version")
+CODE_ARGS = ("python", "root", "tool_dir", "requirements", "bench_requirements", "wheelhouse", "find_links", "index_url", "extra_index_urls", "fallback_index_urls", "env", "vllm_version")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -351,7 +359,7 @@ def ensure_present(args: dict, ctx: Context) -> dict:
     check_inputs(args, ctx)
     root, fresh = args["root"], bool(args["fresh"])
     args["fresh"] = fresh
-    specs = resolve_specs(args["flavor"], args["vllm_version"], args["requirements"])
+    specs = resolve_specs(args["flavor"], args["vllm_version"], args["requirements"], args["bench_requirements"])
     py = python_info(args["python"])
     h = env_hash(specs, py, args["flavor"], args["cpu_fixups"], args["cpu_remove_triton"], args["system_site_packages"])
     exists = os.path.isdir(root)

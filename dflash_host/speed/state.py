@@ -17,7 +17,7 @@ from typing import Any
 from dflash_host.host.files import atomic_write, read_bytes, read_json
 from dflash_host.module import ModuleError
 from dflash_host.speed import prom_textfile
-from dflash_host.speed.speedup import by_concurrency, speedups
+from dflash_host.speed.speedup import by_concurrency, speedup_by_level
 
 TOOL_TAG = "dflash-provision speed figures"
 TEXTFILE_NAME = "dflash.prom"
@@ -60,15 +60,16 @@ def _at(runs: list, concurrency: int | None) -> dict:
 
 
 def figures(runs: list, baseline_runs: list, k: int | None, generator: str | None, concurrency: int | None,
-            source: str, now: float | None = None) -> dict:
-    """The last figures of a host: what speed.json and the Prometheus textfile hold."""
+            source: str, now: float | None = None, comparison: dict | None = None) -> dict:
+    """The last figures of a host: what speed.json and the Prometheus textfile hold; the speed-up per level is the
+    one its comparison (the interval) is centred on (speedup_by_level)."""
     now = time.time() if now is None else now
     at = _at(runs, concurrency)
     base = by_concurrency(baseline_runs)
     tps = {str(c): {"drafter": r.get("output_tokens_per_s"), **({"baseline": base[c].get("output_tokens_per_s")}
                                                                 if c in base else {})}
            for c, r in sorted(by_concurrency(runs).items())}
-    return {"speedup": speedups(runs, baseline_runs) if baseline_runs else {}, "tokens_per_s": tps,
+    return {"speedup": speedup_by_level(runs, baseline_runs, comparison), "tokens_per_s": tps,
             "num_speculative_tokens": k, "acceptance_rate": at.get("acceptance_rate"),
             "mean_acceptance_length": at.get("mean_acceptance_length"),
             "per_position_acceptance": at.get("per_position_acceptance") or [], "load_generator": generator,

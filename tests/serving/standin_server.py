@@ -17,8 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class StandIn:
-    def __init__(self, model="tiny", k=3, agree=True, api_key=None, max_model_len=512, mode="normal") -> None:
+    def __init__(self, model="tiny", k=3, agree=True, api_key=None, max_model_len=512, mode="normal",
+                 tokenize=False) -> None:
         self.model, self.k, self.agree, self.api_key = model, k, agree, api_key
+        self.tokenize = tokenize  # True: /tokenize counts words (a chat's: each message's, +2 per message), as vLLM answers
         self.max_model_len, self.mode = max_model_len, mode
         self.lock = threading.Lock()
         self.drafts = self.draft_tokens = self.accepted = 0
@@ -95,6 +97,12 @@ class StandIn:
                 if not self.authorized():
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize" and standin.tokenize:
+                    count = (len(body["prompt"].split()) if "prompt" in body else
+                             sum(len(m["content"].split()) + 2 for m in body["messages"]))
+                    self.send(200, json.dumps({"count": count, "max_model_len": standin.max_model_len,
+                                               "tokens": list(range(count))}).encode())
+                    return
                 if self.path == "/tokenize":  # like a server without the endpoint: the length check is skipped
                     self.send(404, b'{"detail": "Not Found"}')
                     return
