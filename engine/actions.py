@@ -201,8 +201,8 @@ def set_fact(call: ActionCall) -> dict:
     owner = call.facts_owner
     for name, value in values.items():
         taint = (call.taints.get(name) or Taint()).copy()  # what the value read is what it carries (engine/taint.py)
-        taint.secret = taint.secret or is_secret_name(name)
-        if taint.secret:
+        if is_secret_name(name):  # a value computed from a secret was kept by its render already
+            taint.secret = True
             variables.secrets.add(value)
         owner.provenance[name] = taint
     owner.facts_set.update(values)

@@ -163,11 +163,13 @@ class TaskExecutor:
 
     @staticmethod
     def _result_taint(state: HostState, task: Task) -> Taint:
-        """What a registered result carries: what its arguments read, the answer of the host its module ran on,
-        a secret when the task is no_log or read one (engine/taint.py)."""
+        """What a registered result carries (engine/taint.py): an engine action's (set_fact, debug, assert) what its
+        arguments read, a secret included; a module's the answer of the host it ran on and the hosts its arguments
+        read (a secret it echoes is masked by its value: its other output is no secret); a no_log task's a secret."""
         taint = state.task_taint.copy()
         if task.module not in LOCAL_ACTIONS:
             taint.hosts.add(state.delegated_to or state.host.name)
+            taint.secret = False
         taint.secret = taint.secret or bool(task.no_log)
         return taint
 
