@@ -258,7 +258,7 @@ def length_problem(lengths: dict, workload: dict, max_tokens: int) -> str | None
     if not (too_long or own or over):
         return None
     what = workload["description"].get("file") or "the built-in workload"
-    fixes, need = [], max(c + (m or max_tokens) for _, c, m in rows if c is not None) if rows else limit
+    fixes, need = [], max((c + (m or max_tokens) for _, c, m in rows if c is not None), default=limit)
     if too_long:
         fixes.append(f"shorten {_some(too_long)}: {'its prompt is' if len(too_long) == 1 else 'their prompts are'} "
                      f"{limit} tokens or longer, beyond max_model_len whatever max_tokens")

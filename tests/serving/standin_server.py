@@ -100,6 +100,10 @@ class StandIn:
                 if self.path == "/tokenize" and standin.tokenize:
                     count = (len(body["prompt"].split()) if "prompt" in body else
                              sum(len(m["content"].split()) + 2 for m in body["messages"]))
+                    if count > standin.max_model_len:  # as vLLM refuses a prompt longer than its context
+                        self.send(400, json.dumps({"error": {"message": "This model's maximum context length is "
+                                                             f"{standin.max_model_len} tokens"}}).encode())
+                        return
                     self.send(200, json.dumps({"count": count, "max_model_len": standin.max_model_len,
                                                "tokens": list(range(count))}).encode())
                     return

@@ -74,3 +74,11 @@ def test_the_built_in_workload_names_its_longest_request_and_a_max_tokens_that_f
         n = advised(res["msg"])
         ok = check(srv.url, max_tokens=n)
     assert not ok.get("failed"), ok["msg"]
+
+
+def test_a_file_whose_every_prompt_the_server_refuses_is_one_message_naming_the_lines(tmp_path):
+    path = prompts(tmp_path, {"prompt": "w " * 700}, {"prompt": "w " * 900})
+    with StandIn(tokenize=True) as srv:
+        res = check(srv.url, prompts_file=path)
+    assert res["failed"] and f"shorten {path} line 1, {path} line 2: their prompts are 512 tokens or longer" in res["msg"]
+    assert "Traceback" not in res["msg"] and res["msg"].count("serving_bench:") == 1
