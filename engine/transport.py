@@ -391,7 +391,9 @@ class SpawnedTransport(Transport):
         self.parent = parent
         self.argv = argv
         self.ready = threading.Event()  # READY_LINE seen on stdout
-        self.ended = threading.Event()  # stdout closed: the process (sudo or the worker) is gone
+        self.ended = threading.Event()  # stdout and stderr closed: the process (sudo or the worker) is gone
+        self._open_streams = 2
+        self._ends = threading.Lock()
         self.activity = threading.Event()  # set on any output; the caller waits on it
         self._chunks: queue.Queue[bytes] = queue.Queue()
         self._err = bytearray()
@@ -439,8 +441,7 @@ class SpawnedTransport(Transport):
                 self._chunks.put(chunk)
             self.activity.set()
         self._chunks.put(b"")
-        self.ended.set()
-        self.activity.set()
+        self._stream_ended()
 
     def _pump_err(self, read: Callable[[int], bytes]) -> None:
         """stderr kept whole until the worker is ready (sudo's prompt has no newline), then as a tail of lines."""
@@ -450,6 +451,15 @@ class SpawnedTransport(Transport):
             else:
                 self._err += chunk
             self.activity.set()
+        self._stream_ended()
+
+    def _stream_ended(self) -> None:
+        """`ended` once both streams have: what sudo said on stderr is all read before its end is judged."""
+        with self._ends:
+            self._open_streams -= 1
+            if self._open_streams == 0:
+                self.ended.set()
+        self.activity.set()
 
     def stderr_text(self) -> str:
         """What the channel printed on stderr before the worker was ready (sudo's prompts and messages)."""

@@ -46,12 +46,13 @@ def test_a_killed_cli_leaves_no_task_process_and_a_free_lock(tmp_path, shared_tm
     run.send_signal(sig)
     finish(run, 30)
     try:
-        wait_until("the task's processes to be stopped", lambda: [p.info["cmdline"] for p in alive(token)] == [
-            ["sleep", f"33{token}"]], 20)
+        wait_until("the task's processes to be stopped", lambda: left(token) == [["sleep", f"33{token}"]], 30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left: {left(token)}") from None
     finally:
         for p in alive(f"sleep 33{token}"):
             p.kill()
-    wait_until("the host lock to be let go", lambda: lock_free(root / LOCK), 20)
+    wait_until("the host lock to be let go", lambda: lock_free(root / LOCK), 30)
 
     quick = tmp_path / "quick.yaml"
     quick.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
@@ -59,3 +60,7 @@ def test_a_killed_cli_leaves_no_task_process_and_a_free_lock(tmp_path, shared_tm
     again = cli(["play", str(quick), "-i", str(inv), "--lock-wait", "0"])
     out = finish(again, 120)
     assert again.returncode == 0 and "is locked by another run" not in out, out
+
+
+def left(token: str) -> list[list[str]]:
+    return [p.info["cmdline"] for p in alive(token)]
