@@ -25,15 +25,15 @@ A task module's helpers come from the dflash_host package of the runtime KEY (en
 never from the sources of a run request. Standard library only: the host needs nothing but python3 >= 3.9.
 """
 
+import _thread  # _thread and _queue, the C modules alone: threading and queue cost the worker's start a few ms
 import importlib.util
 import json
 import os
 import sys
-import threading
 import time
 
 try:
-    from _queue import SimpleQueue  # the C type alone: importing queue costs the worker's start about 1 ms
+    from _queue import SimpleQueue
 except ImportError:  # another python than CPython
     from queue import SimpleQueue
 
@@ -423,10 +423,11 @@ class Worker:
         self.busy = None  # the request being handled: beats carry its id
         self.ended = False  # stdin ended: no request is started any more
         self.beat_s = BEAT_S
-        self.nudge = threading.Event()  # set when hello changes beat_s: the beat thread's wait starts anew
+        self.nudge = _thread.allocate_lock()  # released when hello changes beat_s: the beat's wait starts anew
+        self.nudge.acquire()
         self.task = None  # (mark, boot ticks at its start) of the module call running now
         self.tasks = 0
-        self.writing = threading.Lock()  # the protocol loop and the beat thread write lines
+        self.writing = _thread.allocate_lock()  # the protocol loop and the beat thread write lines
 
     def send(self, obj, answer=False):
         """One line to the control node; after an `answer` no beat carries the request's id."""
@@ -441,9 +442,8 @@ class Worker:
         """A beat line every beat_s while a request is handled (a thread): a long quiet task is still heard, so the
         control node can take a host that sends nothing at all as silent. A failed write is left to the reader."""
         while True:
-            if self.nudge.wait(self.beat_s):
-                self.nudge.clear()
-                continue
+            if self.nudge.acquire(timeout=self.beat_s):
+                continue  # nudged (and held again): wait anew with the new interval
             with self.writing:
                 if self.busy is not None:
                     try:
@@ -480,7 +480,10 @@ class Worker:
     def op_hello(self, req):
         use_runtime(req.get("runtime", ""))
         self.beat_s = max(0.2, float(req.get("beat_s") or BEAT_S))
-        self.nudge.set()
+        try:
+            self.nudge.release()
+        except RuntimeError:  # released already, not yet taken back by the beat thread
+            pass
         return {
             "python": "{}.{}.{}".format(*sys.version_info[:3]),
             "executable": sys.executable,
@@ -621,8 +624,8 @@ def main():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     worker, lines = Worker(out), SimpleQueue()
-    threading.Thread(target=worker.read, args=(sys.stdin.buffer, lines), daemon=True).start()
-    threading.Thread(target=worker.beat, daemon=True).start()
+    _thread.start_new_thread(worker.read, (sys.stdin.buffer, lines))
+    _thread.start_new_thread(worker.beat, ())
     worker.serve(lines)
 
 
