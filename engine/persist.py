@@ -130,11 +130,11 @@ def daemon_label(path: Path) -> str:
     return f"the kept-connection daemon (pid {pid}, socket {path})"
 
 
-def _silent(path: Path, wait_s: float = DAEMON_ANSWER_S) -> DaemonSilent:
+def _silent(path: Path) -> DaemonSilent:
     """The error of a daemon that did not answer in time; this process does not ask it again for SILENT_MEMORY_S."""
     _SILENT[path] = time.monotonic()
-    return DaemonSilent(errno.ETIMEDOUT, f"{daemon_label(path)} did not answer within {wait_s:g} s (stopped or "
-                                         "hung; `invoke disconnect` cannot end it either: kill that pid)")
+    return DaemonSilent(errno.ETIMEDOUT, f"{daemon_label(path)} did not answer within {DAEMON_ANSWER_S:g} s "
+                                         "(stopped or hung; `invoke disconnect` cannot end it either: kill that pid)")
 
 
 def _known_silent(path: Path) -> bool:
@@ -291,24 +291,33 @@ class PersistentTransport(Transport):
             raise _silent(self.path)
         self.sock = daemon_socket()
         self._frames = _Frames(self._recv)
-        request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
-                   "pool": runtime.host_package_hash()}
-        wait_s = DAEMON_ANSWER_S
         try:
-            self._send(json.dumps(request).encode() + b"\n", wait_s)
-            self._frames.line(Wait(wait_s))  # {"accepted": true, "pid"}: the daemon is there
-            wait_s = self.silent_s
-            reply = json.loads(self._frames.line(Wait(wait_s)))  # once it has the host's worker
-        except TimeoutError:
-            self.sock.close()
-            raise _silent(self.path, wait_s) from None
+            reply = self._session(self.path)
         except (WorkerDied, ValueError, OSError) as exc:
             self.sock.close()
+            if isinstance(exc, DaemonSilent):
+                raise
             raise OSError(errno.ECONNABORTED, f"the kept-connection daemon ended the session: {exc}") from None
         if not reply.get("ok"):
             self.sock.close()
             raise _refusal(reply)
         self.reused = bool(reply.get("reused"))
+
+    def _session(self, path: Path) -> dict:
+        """The session's request, the daemon's `accepted` within DAEMON_ANSWER_S (else it is silent: _silent), then
+        its answer once it has the host's worker, within silent_s (else DaemonSilent for this host only)."""
+        request = {"hop": hop_to_json(self.hop), "start": self.start_command(), "persist_s": self.hop.persist_s,
+                   "pool": runtime.host_package_hash()}
+        try:
+            self._send(json.dumps(request).encode() + b"\n", DAEMON_ANSWER_S)
+            self._frames.line(Wait(DAEMON_ANSWER_S))  # {"accepted": true, "pid"}: the daemon is there
+        except TimeoutError:
+            raise _silent(path) from None
+        try:
+            return json.loads(self._frames.line(Wait(self.silent_s)))
+        except TimeoutError:
+            raise DaemonSilent(errno.ETIMEDOUT, f"{daemon_label(path)} accepted the session but did not reach "
+                                                f"{self.host.name} within {self.silent_s:g} s (dfp_silent_s)") from None
 
     def _send(self, data: bytes, wait_s: float) -> None:
         """All of `data`; TimeoutError when the daemon takes no byte of it for wait_s (not sendall, whose timeout
