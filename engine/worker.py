@@ -452,13 +452,28 @@ class Worker:
                     except (OSError, ValueError):
                         pass
 
-    def read(self, stream, lines):
-        """stdin's lines into `lines` (a thread); at its end the controlling connection is gone (gone())."""
-        try:
-            for line in stream:
-                lines.put(line)
-        except (OSError, ValueError):
-            pass
+    def read(self, fd, head, lines):
+        """stdin's lines into `lines` (a thread), `head` first; at its end the controlling connection is gone
+        (gone()). Read from the descriptor: a thread blocked in sys.stdin's buffered read would make the
+        interpreter's exit abort (its buffer's lock is held)."""
+        buf, chunk = bytearray(), head
+        while True:
+            buf += chunk
+            end = buf.find(b"\n", len(buf) - len(chunk))  # a long line is searched once, chunk by chunk
+            while end >= 0:
+                lines.put(bytes(buf[:end + 1]))
+                del buf[:end + 1]
+                end = buf.find(b"\n")
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:  # a process that shares stdin made it non-blocking: not its end
+                chunk = b""
+                time.sleep(0.05)
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
         self.gone()
         lines.put(None)
 
@@ -618,13 +633,26 @@ class Worker:
                     return
 
 
+def buffered(stream):
+    """What the bootstrap's readline left in the stream's buffer (the next requests may have come with the
+    source), taken without waiting; stdin is read from its descriptor from then on (Worker.read)."""
+    fd = stream.fileno()
+    os.set_blocking(fd, False)
+    try:
+        return stream.read1(1 << 20) or b""
+    except (BlockingIOError, OSError):
+        return b""
+    finally:
+        os.set_blocking(fd, True)
+
+
 def main():
     out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     # Anything a module or its children print goes to stderr, never into the protocol stream.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     worker, lines = Worker(out), SimpleQueue()
-    _thread.start_new_thread(worker.read, (sys.stdin.buffer, lines))
+    _thread.start_new_thread(worker.read, (0, buffered(sys.stdin.buffer), lines))
     _thread.start_new_thread(worker.beat, ())
     worker.serve(lines)
 
