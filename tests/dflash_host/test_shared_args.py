@@ -37,7 +37,7 @@ def test_an_unknown_include_is_a_clear_error_on_both_sides(tmp_path):
     with pytest.raises(ModuleError, match="includes 'no_such', which dflash_host/shared_args.py does not define"):
         check_args({"x": {"include": "no_such"}}, {}, "demo")
     bad = tmp_path / "demo.py"
-    bad.write_text('ARGS = {"x": {"include": "no_such"}}\n')
+    bad.write_text('ARGS = {"x": {"include": "no_such"}}\nCODE_ARGS = ()\n')
     modules()["demo_bad_include"] = ModuleSpec("demo_bad_include", bad, None)
     try:
         with pytest.raises(UserError, match=r"demo.py: ARGS argument 'x' includes 'no_such'.*fix the include"):
