@@ -1,6 +1,7 @@
 """A `local` host whose worker is stopped (SIGSTOP) mid-task: given up after `dfp_silent_s` like a remote one (exit 3,
 named as silent), and closing it continues it first, so it sees its connection end and stops its task's processes
-(a shell, a child in the background) before it exits. The real CLI in a subprocess."""
+(a shell, a child in the background) before it exits. The real CLI in a subprocess. And a worker whose stdin reader
+waits while it exits ends cleanly."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import time
 
 import yaml
 
+from engine.inventory import Host
+from engine.transport import LocalTransport
 from tests.faults.faultlib import alive, cli, finish, report_rows, wait_until
 
 
@@ -40,3 +43,16 @@ def test_a_stopped_local_worker_is_given_up_and_its_task_stopped(tmp_path):
             p.kill()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGCONT)
+
+
+def test_a_worker_ends_cleanly_while_its_reader_waits_on_stdin():
+    """`exit` answered while stdin is still open (its reader thread blocked in a read): the worker's own end is
+    clean, exit status 0 (a thread in sys.stdin's buffered read made the interpreter's exit abort)."""
+    transport = LocalTransport(Host("local", {"ansible_connection": "local"}))
+    transport.open()
+    try:
+        transport.request({"op": "hello", "runtime": ""})
+        assert transport.request({"op": "exit"})["bye"]
+        assert transport.proc.wait(30) == 0, list(transport.stderr_tail)
+    finally:
+        transport.close()
