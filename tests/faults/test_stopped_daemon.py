@@ -16,7 +16,6 @@ import time
 import pytest
 import yaml
 
-from engine import persist
 from tests.faults.faultlib import alive, cli, finish, lock_free, report_rows, wait_until
 from tests.helpers import daemon_pid
 
@@ -48,7 +47,7 @@ def test_a_stopped_daemon_is_bypassed_and_named_and_disconnect_returns(tmp_path,
     first = tmp_path / "first.json"
     finish(cli(["play", book, "-i", inv], first), 120)
     kept = worker_of(first)
-    pid, sock = daemon_pid(kept_connections), persist.socket_path()
+    pid, [sock] = daemon_pid(kept_connections), list(kept_connections.glob("*.sock"))
     os.kill(pid, signal.SIGSTOP)
     try:
         second = tmp_path / "second.json"
