@@ -31,7 +31,8 @@ class Option:
 
 
 PLAYBOOK_OPTIONS = (
-    Option("host", None, "run on this host only (a name from the inventory)", ("h",)),
+    # -H as Fabric spells a host: -h is help, in Invoke, Fabric and ansible-playbook alike (`invoke provision -h`)
+    Option("host", None, "run on this host only (a name from the inventory)", ("H",)),
     Option("group", None, "run on the hosts of this group only", ("g",)),
     Option("limit", None, "Ansible-style host pattern (e.g. 'gpu*:!gpu3')", ("l",)),
     Option("check", False, "report what would change, change nothing (as ansible-playbook -C)", ("C", "c")),
@@ -170,6 +171,9 @@ def invoke_task(body: Callable, options: tuple[Option, ...], name: str, doc: str
     params += [inspect.Parameter(o.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=o.default) for o in options]
 
     def run(c, *args, **kwargs):
+        if any(a in HELP_FLAGS for a in (*args, *(kwargs.get(p) for p in positional))):
+            print_help(name)
+            return None
         try:
             kwargs = numbers_of(options, kwargs)
         except UserError as exc:
@@ -181,6 +185,20 @@ def invoke_task(body: Callable, options: tuple[Option, ...], name: str, doc: str
     run.__name__ = run.__qualname__ = name.replace("-", "_")
     run.__doc__ = doc
     return OptionTask(run, options, positional, name=name)
+
+
+HELP_FLAGS = ("-h", "--help")
+
+
+def print_help(name: str) -> None:
+    """`invoke play -h`: Invoke hands a task's positional argument whatever word comes next, its own -h/--help
+    included (`invoke play --help` answered "playbook '--help' not found"), so the task prints its help itself."""
+    from invoke.main import program
+
+    try:
+        program.print_task_help(name)
+    except (AttributeError, KeyError):  # not the `invoke` program (an in-process caller): no parser to ask
+        print(f"{name}: `invoke --help {name}` lists its options")
 
 
 def limit_of(host: str | None, group: str | None, limit: str | None) -> str | None:

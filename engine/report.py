@@ -114,12 +114,7 @@ class Console:
                 elapsed = now - self._started
                 if elapsed < self.LIVE_AFTER_S:
                     continue
-                waiting = sorted(self._pending)
-                note = ""
-                if len(waiting) == 1 and waiting[0] in self._last_progress:
-                    note = f": {self._last_progress[waiting[0]]}"
-                hosts = ", ".join(waiting[:4]) + (f" +{len(waiting) - 4}" if len(waiting) > 4 else "")
-                line = f"  ... {self._task} still running after {elapsed:.0f}s on {hosts}{note}"
+                line = live_line(elapsed, sorted(self._pending), self._last_progress, self._task or "")
                 if self.tty:
                     cols = shutil.get_terminal_size((100, 20)).columns
                     self.out.write("\r\033[K" + line[: cols - 1])
@@ -172,6 +167,15 @@ class Console:
             line = f"{host:<{width}} : " + "  ".join(f"{s}={counts[s]}" for s in STATUSES)
             self._write(self._color(line, status))
         self._write(f"\n{elapsed:.2f}s")
+
+
+def live_line(elapsed: float, waiting: list[str], notes: dict[str, str], task: str) -> str:
+    """The line a long task shows while it runs: what changes (the seconds, the hosts, the task's last note)
+    first and the task's name last, so that a terminal narrower than the line cuts the name (shown in the
+    TASK banner above it) and never the seconds or the note, which are what says that the task is not frozen."""
+    hosts = ", ".join(waiting[:4]) + (f" +{len(waiting) - 4}" if len(waiting) > 4 else "")
+    note = f": {notes[waiting[0]]}" if len(waiting) == 1 and waiting[0] in notes else ""
+    return f"  ... {elapsed:.0f}s on {hosts}{note} | still running: {task}"
 
 
 def format_diff(diff: dict) -> str:
