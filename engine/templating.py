@@ -399,16 +399,7 @@ class Templar:
     def render_value(self, value: Any, variables: Mapping) -> Any:
         """Render strings inside `value`; a string rendered from a secret joins the run's secrets (engine/taint.py)."""
         if isinstance(value, str):
-            if not is_template(value):
-                return value
-            frame = open_frame()
-            try:
-                out = self.render_string(value, variables)
-            finally:
-                close_frame(frame)
-            if frame.secret:
-                keep_secret(variables, out)
-            return out
+            return self._tracked(self.render_string, value, variables, True)[0] if is_template(value) else value
         if isinstance(value, dict):
             return {self.render_value(k, variables): self.render_value(v, variables) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
@@ -417,11 +408,19 @@ class Templar:
 
     def render_tracked(self, value: Any, variables: Mapping) -> tuple[Any, Taint]:
         """`value` rendered, and what the render read: the hosts whose answers, whether a secret."""
+        return self._tracked(self.render_value, value, variables, False)
+
+    @staticmethod
+    def _tracked(render, value: Any, variables: Mapping, keep: bool) -> tuple[Any, Taint]:
+        """render(value, variables) in a taint frame of its own (engine/taint.py); with `keep`, what it gives joins
+        the secrets when it read one."""
         frame = open_frame()
         try:
-            out = self.render_value(value, variables)
+            out = render(value, variables)
         finally:
             close_frame(frame)
+        if keep and frame.secret:
+            keep_secret(variables, out)
         return out, frame
 
     def evaluate(self, expression: Any, variables: Mapping) -> Any:
@@ -445,14 +444,7 @@ class Templar:
 
     def evaluate_tracked(self, expression: Any, variables: Mapping) -> tuple[Any, Taint]:
         """A bare expression's value and what it read; a value computed from a secret joins the secrets."""
-        frame = open_frame()
-        try:
-            out = self.evaluate(expression, variables)
-        finally:
-            close_frame(frame)
-        if frame.secret:
-            keep_secret(variables, out)
-        return out, frame
+        return self._tracked(self.evaluate, expression, variables, True)
 
     def render_file(self, path: str, variables: Mapping) -> str:
         with open(path, encoding="utf-8") as fh:

@@ -93,3 +93,18 @@ def wait_gone(pid: int, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def install_uv(tool: Path) -> str:
+    """A real uv in `tool`, installed the way the modules do it (pip --target into a tool folder), this machine's
+    pip configuration kept out; the uv binary's path."""
+    import pytest
+
+    from dflash_host.env.installers import bootstrap_uv
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_CONFIG_FILE", os.devnull)
+        mp.delenv("PIP_FIND_LINKS", raising=False)
+        uv, why = bootstrap_uv(str(tool), sys.executable, [], timeout=300)
+    assert uv, f"uv could not be installed from PyPI: {why}"
+    return uv

@@ -4,7 +4,6 @@ path run for real in environments holding locally built fake flash-attn / flash-
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from dflash_host.env.flash_attn import choose_flash_attn, choose_wheel, parse_compute_capability, plan_actions, wheel_problems  # noqa: E402
-from dflash_host.env.installers import bootstrap_uv  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import flash_attn  # noqa: E402
 from tests.fakes.wheels import PY_TAG, fa2_sdist, fa2_wheel, fa4_wheel, simple_wheel, vllm_wheel  # noqa: E402
+from tests.helpers import install_uv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
@@ -29,12 +28,7 @@ TORCH = {"torch_version": "2.6.0+cu124", "cuda_version": "12.4", "cxx11_abi": Fa
 @pytest.fixture(scope="module")
 def uv(tmp_path_factory):
     tool = tmp_path_factory.mktemp("tools")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PIP_CONFIG_FILE", os.devnull)
-        mp.delenv("PIP_FIND_LINKS", raising=False)
-        path, why = bootstrap_uv(str(tool), PY, [], timeout=300)
-    assert path, f"uv could not be installed from PyPI: {why}"
-    return {"path": path, "tool_dir": str(tool)}
+    return {"path": install_uv(tool), "tool_dir": str(tool)}
 
 
 @pytest.fixture(scope="module")

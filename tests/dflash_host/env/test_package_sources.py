@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host.env.installers import Source, bootstrap_uv, explain_failure, source_args
+from dflash_host.env.installers import Source, explain_failure, source_args
 from dflash_host.module import Context, execute
 from library import python_env
 from tests.fakes.wheels import simple_wheel
+from tests.helpers import install_uv
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup (/opt/wheels) stays out
 
@@ -71,11 +72,7 @@ def closed_index_url() -> str:
 def uv_tool(tmp_path_factory):
     """A real uv, installed the way the module does it (pip --target into a tool folder)."""
     tool = tmp_path_factory.mktemp("tools")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PIP_CONFIG_FILE", os.devnull)
-        mp.delenv("PIP_FIND_LINKS", raising=False)
-        uv, why = bootstrap_uv(str(tool), PY, [], timeout=300)
-    assert uv, f"uv could not be installed from PyPI: {why}"
+    install_uv(tool)
     return str(tool)
 
 
