@@ -57,7 +57,8 @@ def inspect_play(playbook: str, opts: dict, more_vars: dict | None = None) -> No
 
 
 def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
-    """Run a playbook with the shared options; exit with the run's code (0, 2, 3, 4)."""
+    """Run a playbook with the shared options; exit with the run's code (0, 2, 3, 4). After a playbook that
+    starts the server, each host's last line says where it listens and how to talk to it."""
     if opts.get("syntax_check") or any(opts.get(flag) for flag in LISTING_OPTIONS):
         inspect_play(playbook, opts, more_vars)
         return
@@ -85,8 +86,23 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     if result.error:
         print(f"ERROR: {result.error}", file=sys.stderr)
         raise Exit(code=result.exit_code or 4)
+    if playbook in SERVING_PLAYBOOKS:
+        print_endpoints(result)
     if result.exit_code:
         raise Exit(code=result.exit_code)
+
+
+SERVING_PLAYBOOKS = ("provision", "restart-server", "rebuild")  # their vllm-service role registers `vllm_server`
+
+
+def print_endpoints(result) -> None:
+    """One line per host whose server runs after the play: the address, the served model and a curl to try."""
+    from dfp_cli.summaries import endpoint_text
+
+    for host, registered in result.registered.items():
+        server = registered.get("vllm_server")
+        if isinstance(server, dict) and isinstance(server.get("endpoint"), dict) and not server.get("failed"):
+            print(f"{host}: {endpoint_text(host, server['endpoint'])}")
 
 
 def playbook_command(playbook: str):
@@ -129,7 +145,7 @@ def _reports(kind: str, result) -> dict[str, dict]:
 # `invoke status` exits as `systemctl status` does (LSB status codes), the worst host deciding.
 STATUS_RUNNING = 0  # running, and /health answers 200
 STATUS_NOT_RUNNING = 3  # not running, or running without a healthy /health (starting, hung)
-STATUS_UNKNOWN = 4  # never provisioned there (no launch files: systemctl's "no such unit"), unreachable, failed
+STATUS_UNKNOWN = 4  # never provisioned there (no launch files, no teardown record: "no such unit"), unreachable, failed
 
 
 def status_exit_code(reports: dict[str, dict]) -> int:
@@ -142,7 +158,7 @@ def status_exit_code(reports: dict[str, dict]) -> int:
 def _host_status_code(data: dict) -> int:
     if not isinstance(data, dict) or data.get("unreachable") or data.get("failed"):
         return STATUS_UNKNOWN
-    if not data.get("provisioned"):  # vllm_status: False when no launch was ever rendered there
+    if not data.get("provisioned"):  # vllm_status: False with neither a launch nor teardown's record there
         return STATUS_UNKNOWN
     if data.get("running") and data.get("health") == "ok":
         return STATUS_RUNNING

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shlex
 from typing import Any
 
 
@@ -48,16 +50,38 @@ def render_summary(kind: str, host: str, data: Any) -> str:
         lines += [
             f"  pid {data.get('pid')}  port {data.get('port')}  up {data.get('uptime_s')} s  health {data.get('health')}",
             f"  serves:  {data.get('served_model')}",
-            f"  acceptance rate: {'n/a' if ar is None else f'{ar:.1%}'}   mean acceptance length: {'n/a' if mal is None else f'{mal:.2f}'}",
+            *([f"  {endpoint_text(host, data['endpoint'])}"] if data.get("endpoint") else []),
+            f"  acceptance rate: {'n/a' if ar is None else f'{ar:.1%}'}   mean acceptance length: {'n/a' if mal is None else f'{mal:.2f}'}"
+            + _unjudged(data),
         ]
         lines += _worker_lines(data)
     if data.get("gpu_used_mib") is not None:
         lines.append(f"  GPU memory used: {data.get('gpu_used_mib')} MiB")
-    if data.get("role") != "worker":  # a headless node serves no API: its cluster is measured at the head
+    # a headless node serves no API (its cluster is measured at the head); a torn-down host serves nothing
+    if data.get("role") != "worker" and not data.get("torn_down"):
         lines += _speed_lines(data.get("speed") or {}, cluster=data.get("role") == "head")
     if data.get("msg"):
         lines.append(f"  {data['msg']}")
     return "\n".join(lines)
+
+
+def _unjudged(data: dict) -> str:
+    """A rate no min_acceptance_rate judges says so (the local random pair's ~0% is expected, not a fault)."""
+    if data.get("acceptance_rate") is None or "min_acceptance_rate" not in data or data["min_acceptance_rate"] is not None:
+        return ""
+    return "   (not judged: no min_acceptance_rate here)"
+
+
+def endpoint_text(host: str, endpoint: dict) -> str:
+    """Where the server listens and how to talk to it, as one line a person can paste: the address, the served
+    model's name and a curl of a completion, run on the host (a server on a loopback address answers only there)."""
+    name = endpoint.get("served_model_name")
+    body = json.dumps({"model": name, "prompt": "Hello", "max_tokens": 16})
+    auth = ' -H "Authorization: Bearer $VLLM_API_KEY"' if endpoint.get("api_key_set") else ""
+    key = " (VLLM_API_KEY: the host's vllm_api_key)" if auth else ""
+    return (f"vLLM listens on {endpoint.get('listen')} and serves {name!r} (OpenAI API at {endpoint.get('url')}); "
+            f"try it on {host}: curl -s {endpoint.get('url')}/completions -H 'Content-Type: application/json'{auth} "
+            f"-d {shlex.quote(body)}{key}")
 
 
 def _node_label(data: dict) -> str:

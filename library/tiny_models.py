@@ -14,6 +14,10 @@ generated safetensors: every hidden state reaching the shared lm_head is 0, so a
 picks token 0 on both sides and every draft is accepted (acceptance 1.0, every position equal). A test
 fixture showing the top end of a drafter's speed-up, not a model anyone serves. The pair kind is part of
 the recipe, so switching it regenerates both models.
+
+The drafter is made for the target layers of the reference spacing (its fc fuses k of them; random weights
+are trained for none, so these are its layers by construction): the result's `target_layer_ids`, which the
+tiny-models role hands to drafter-config, so that they are given there, not guessed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import shutil
 import subprocess
 
 from dflash_host.host.files import atomic_write, read_json
+from dflash_host.models.drafter_choices import reference_layer_ids
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -284,7 +289,8 @@ def run(args: dict, ctx: Context) -> dict:
     marker = marker_path(r["target_dir"])
     digest = recipe_digest(r)
     recorded = read_json(marker) or {}
-    where = {"target_dir": r["target_dir"], "drafter_dir": r["drafter_dir"]}
+    where = {"target_dir": r["target_dir"], "drafter_dir": r["drafter_dir"],
+             "target_layer_ids": reference_layer_ids(r["num_layers"], r["fused_layers"])}
     if recorded.get("digest") == digest and models_present(r):
         msg = f"tiny models ({r['pair']} pair) are in place ({r['target_dir']}, {r['drafter_dir']})"
         return {"changed": False, "msg": msg, **where, **recorded.get("made", {})}

@@ -44,6 +44,7 @@ from dflash_host.vllm import (
     check_places,
     check_settings,
     choose_mode,
+    endpoint,
     files_to_remove,
     files_wanted,
     is_headless,
@@ -52,6 +53,7 @@ from dflash_host.vllm import (
     load_launch,
     models_to_come,
     paths,
+    record_teardown,
     refuse_foreign_targets,
     refuse_leaving_cluster,
     remove_tool_file,
@@ -177,6 +179,9 @@ ARGS = {
                               "help": "`Resolved architecture:` the log must show for the target; none: from its config.json"},
     "fingerprint": {"type": "str", "default": None,
                     "help": "started/restarted: the launch wanted (the render task's; in check mode it may differ from the file)"},
+    "start_reason": {"type": "str", "default": None, "var": "vllm_start_reason",
+                     "help": "why a server is started where none runs, when the play knows better than 'no server "
+                     "was running' (restart-server: it stopped the running one a moment before)"},
     "restart_stale": {"type": "bool", "default": True,
                       "help": "started: restart a running server whose launch differs (false: report it `stale`, for the handler)"},
     "only_if_stale": {"type": "bool", "default": False,
@@ -238,12 +243,16 @@ def _apply_gate(out: dict, ctx: Context) -> None:
         ctx.warn(out["acceptance_msg"])
 
 
-def _summary(out: dict) -> str:
+def _summary(out: dict, launch: dict) -> str:
+    """PID, smoke and acceptance in a few words; a rate no min_acceptance_rate judges says so (the local random
+    pair accepts ~0%, as expected: a bare 0.0% would read as a fault)."""
     if "headless_launch" in out:
         return f"PID {out.get('pid')}, headless: {out['headless_launch']}"
     rate = out.get("acceptance_rate")
     mal = out.get("mean_acceptance_length")
     acc = f", acceptance {rate:.1%}, mean acceptance length {mal:.2f}" if rate is not None else ""
+    if acc and (launch.get("acceptance") or {}).get("min_rate") is None:
+        acc += " (not judged: no min_acceptance_rate here)"
     return f"PID {out.get('pid')}, smoke {out.get('smoke_tokens')} tokens{acc}"
 
 
@@ -252,7 +261,10 @@ def _restart_reason(now: dict, fresh: bool) -> str:
         return "forced restart" if fresh else "the running server's launch differs from the rendered one"
     if now["procs"]:
         return f"leftovers of a dead server ({len(now['procs'])} process(es)) hold on"
-    return "no server was running"
+    return NOTHING_RAN
+
+
+NOTHING_RAN = "no server was running"
 
 
 def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, now: dict, fresh: bool,
@@ -275,7 +287,7 @@ def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, 
             return reason
         _apply_gate(out, ctx)
         doing = "running headless" if is_headless(launch) else "serving"
-        out.update(changed=False, msg=f"vLLM is running with the rendered launch and {doing}: {_summary(out)}")
+        out.update(changed=False, msg=f"vLLM is running with the rendered launch and {doing}: {_summary(out, launch)}")
         return out
     if now["alive"] and not fresh and not force and not args["restart_stale"]:
         return {"changed": False, "stale": True, "pid": pid,
@@ -300,7 +312,7 @@ def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str, refu
     if stopped:
         out["stopped"] = stopped
     _apply_gate(out, ctx)
-    out.update(changed=True, msg=f"started vLLM ({reason}), ready in {out['ready_s']} s: {_summary(out)}")
+    out.update(changed=True, msg=f"started vLLM ({reason}), ready in {out['ready_s']} s: {_summary(out, launch)}")
     return out
 
 
@@ -314,8 +326,19 @@ def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     now, fresh = state["now"], state["fresh"]
     kept = _keep_running(args, ctx, force, launch, p, now, fresh, state["running"].get("started_at"))
     if isinstance(kept, dict):
-        return kept
-    return _restart(launch, p, ctx, state["server"], kept or _restart_reason(now, fresh), now.get("refused") or [])
+        return _with_endpoint(kept, launch)
+    reason = kept or _restart_reason(now, fresh)
+    if reason == NOTHING_RAN and args.get("start_reason"):
+        reason = args["start_reason"]
+    return _with_endpoint(_restart(launch, p, ctx, state["server"], reason, now.get("refused") or []), launch)
+
+
+def _with_endpoint(out: dict, launch: dict) -> dict:
+    """A running server's result says where clients reach it (`endpoint`: invoke provision prints it last)."""
+    where = endpoint(launch)
+    if out.get("pid") and not out.get("stale") and where:
+        out["endpoint"] = where
+    return out
 
 
 def _with_refused(exc: ModuleError, refused: list) -> ModuleError:
@@ -370,7 +393,7 @@ def _stop_msg(ctx: Context, would_stop: bool, stopped: dict | None, removed: lis
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
     """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
-    launch = rendered_launch(p)
+    launch = rendered = rendered_launch(p)
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
     check_places(p, None, args["root"] or launch.get("root"))
@@ -383,6 +406,9 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
     if would_stop and not ctx.check:
         stopped = server.stop(ctx, float(launch.get("stop_grace_s", args["stop_grace_s"])))
     removed = [f for f, kind in files if remove_tool_file(f, kind, ctx.check, foreign)]
+    recorded = absent and not ctx.check and rendered is not None and p["launch"] in removed
+    if recorded:
+        record_teardown(p, rendered)
     _left_alone(foreign, ctx)
     _warn_reused_pid(now, p["pidfile"], removed, ctx)
     if absent and not ctx.check and launch.get("unit_path") in removed:
@@ -390,6 +416,8 @@ def stop(args: dict, ctx: Context, absent: bool) -> dict:
         systemd.systemctl(["daemon-reload"], check=False)
     out = {"changed": (would_stop if ctx.check else bool(stopped)) or bool(removed),
            "msg": _stop_msg(ctx, would_stop, stopped, removed), "removed": removed, "foreign": foreign}
+    if recorded:
+        out["msg"] += f"; recorded the teardown in {os.path.basename(p['torndown'])} (invoke status: torn down)"
     if not ctx.check:
         out["stopped"] = stopped
     return out

@@ -8,6 +8,8 @@ is judged by them instead: `health` is "ok" when all its local workers run, each
 A server that dies while it is being read is reported as not running (the probes are a snapshot; the
 process is looked at again after them). A log deleted under a running server is reported (log_present
 false) with the descriptor through which the server still writes it (log_open_fd, /proc/PID/fd/N).
+A host torn down (no launch, teardown's NAME.torndown.json beside the pidfile) is provisioned and not running;
+one with neither was never provisioned (`provisioned` false: `invoke status` exits 4 for it, 3 for the other).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dflash_host.speed.state import last_speed, state_file_for
 from dflash_host.vllm import (
     acceptance,
     base_url,
+    endpoint,
     is_headless,
     local_workers,
     missing_workers,
@@ -33,6 +36,7 @@ from dflash_host.vllm import (
     served_models,
     server_for,
     spec_decode_counters,
+    torn_down,
 )
 
 ARGS = {
@@ -205,6 +209,19 @@ def run(args: dict, ctx: Context) -> dict:
     return out
 
 
+def _without_launch(p: dict, out: dict) -> dict:
+    """No launch here: torn down (teardown's record says when; not running, as a stopped unit is) or never
+    provisioned (systemctl's "no such unit")."""
+    record = torn_down(p)
+    if record is None:
+        out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
+        return out
+    out.update(provisioned=True, torn_down=record, port=record.get("port"))
+    out["msg"] = (f"torn down at {record['torn_down_at']} (invoke teardown; it served {record['served_model_name']} on "
+                  f"port {record['port']}): `invoke provision` starts it again")
+    return out
+
+
 def _status(args: dict) -> dict:
     p = paths(args["pidfile"])
     launch = read_json(p["launch"])
@@ -212,9 +229,9 @@ def _status(args: dict) -> dict:
                  "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None,
                  "provisioned": launch is not None}  # invoke status: "no such unit" (exit 4) when False
     if launch is None:
-        out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
-        return out
-    out.update(port=launch.get("port"), mode=launch.get("mode"), log=launch.get("log"))
+        return _without_launch(p, out)
+    out.update(port=launch.get("port"), mode=launch.get("mode"), log=launch.get("log"), endpoint=endpoint(launch),
+               min_acceptance_rate=(launch.get("acceptance") or {}).get("min_rate"))
     try:
         now = server_for(launch, p).inspect()
     except ModuleError as exc:

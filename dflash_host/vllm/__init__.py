@@ -27,7 +27,7 @@ from dflash_host.vllm.cluster import (
 from dflash_host.vllm.launch import resolve
 from dflash_host.vllm.log import check_log, find_fatal, lines_after_marker, root_cause
 from dflash_host.vllm.metrics import acceptance, delta, spec_decode_counters
-from dflash_host.vllm.probe import base_url, request, served_models
+from dflash_host.vllm.probe import base_url, endpoint, request, served_models
 from dflash_host.vllm.process import ProcessServer, ServerFailed, server_for
 from dflash_host.vllm.ready import verify_headless, verify_running
 from dflash_host.vllm.records import (
@@ -37,8 +37,10 @@ from dflash_host.vllm.records import (
     load_launch,
     paths,
     read_env,
+    record_teardown,
     remove_tool_file,
     rendered_launch,
+    torn_down,
 )
 from dflash_host.vllm.render import (
     check_places,
@@ -55,10 +57,10 @@ from dflash_host.vllm.systemd_unit import SERVICE_NAME, choose_mode, unsupervise
 
 __all__ = [
     "SERVICE_NAME", "ProcessServer", "ServerFailed", "acceptance", "base_url", "check_log", "check_places",
-    "check_settings", "choose_mode", "delta", "dump", "files_to_remove", "files_wanted", "find_fatal", "group_name",
-    "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_launch", "local_workers",
-    "missing_workers", "models_to_come", "node_name", "node_processes", "paths", "read_env", "refuse_foreign_targets",
-    "refuse_leaving_cluster", "refuse_node", "remove_tool_file", "render_files", "rendered_launch", "request",
-    "resolve", "root_cause", "served_models", "server_for", "spec_decode_counters", "start", "unsupervised_note",
-    "verify_headless", "verify_running",
+    "check_settings", "choose_mode", "delta", "dump", "endpoint", "files_to_remove", "files_wanted", "find_fatal",
+    "group_name", "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_launch",
+    "local_workers", "missing_workers", "models_to_come", "node_name", "node_processes", "paths", "read_env",
+    "record_teardown", "refuse_foreign_targets", "refuse_leaving_cluster", "refuse_node", "remove_tool_file",
+    "render_files", "rendered_launch", "request", "resolve", "root_cause", "served_models", "server_for",
+    "spec_decode_counters", "start", "torn_down", "unsupervised_note", "verify_headless", "verify_running",
 ]

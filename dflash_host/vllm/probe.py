@@ -48,6 +48,16 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"
 
 
+def endpoint(launch: dict) -> dict | None:
+    """Where a client reaches the server and by which name (what `invoke provision` and `invoke status` print, so
+    that the first thing a person does next needs no guessing); None for a headless node, which serves no API."""
+    host, port = launch.get("host"), launch.get("port")
+    if host is None or port is None:
+        return None
+    return {"listen": f"[{host}]:{port}" if ":" in host else f"{host}:{port}", "url": base_url(host, port) + "/v1",
+            "served_model_name": launch.get("served_model_name"), "api_key_set": bool(launch.get("api_key_set"))}
+
+
 def request(url: str, data: dict | None = None, timeout: float = 2.0, api_key: str | None = None) -> HttpResult:
     headers = {"Accept": "application/json"}
     body = None

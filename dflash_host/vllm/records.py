@@ -2,7 +2,8 @@
 
 NAME.pid (the pidfile, dflash_host.host.processes), NAME.launch.json (the rendered launch), NAME.running.json
 (what was started, when), NAME.env (the 0600 environment file) and the systemd unit: vllm_server
-writes and removes them, vllm_status reads them. Only a file the tool provably wrote (by its content:
+writes and removes them, vllm_status reads them. NAME.torndown.json is what teardown leaves in their place
+(when, what was served where): a torn-down host is a known state, not "never provisioned". Only a file the tool provably wrote (by its content:
 a valid record, the record's fields, the header line) is ever overwritten or removed.
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
-from dflash_host.host.files import read_bytes, read_json
+from dflash_host.host.files import atomic_write, read_bytes, read_json
 from dflash_host.host.processes import read_pidfile
 from dflash_host.module import ModuleError
 from dflash_host.vllm.process import server_for
@@ -25,6 +27,7 @@ def paths(pidfile: str) -> dict:
         "launch": os.path.join(folder, f"{stem}.launch.json"),
         "running": os.path.join(folder, f"{stem}.running.json"),
         "env": os.path.join(folder, f"{stem}.env"),
+        "torndown": os.path.join(folder, f"{stem}.torndown.json"),
     }
 
 
@@ -38,6 +41,7 @@ TOOL_HEADER = b"# Managed by dflash-provision"
 RECORD_KEYS = {
     "launch": {"fingerprint", "launch_id", "argv", "env_file", "mode"},
     "running": {"fingerprint", "pid", "mode", "started_at"},
+    "torndown": {"torn_down_at", "served_model_name", "port"},
 }
 
 
@@ -97,6 +101,19 @@ def launch_state(launch: dict, p: dict, want: str | None = None) -> dict:
     want = want or launch["fingerprint"]
     fresh = bool(now["alive"] and running.get("fingerprint") == want and running.get("pid") == now["pid"])
     return {"server": server, "now": now, "running": running, "want": want, "fresh": fresh}
+
+
+def record_teardown(p: dict, launch: dict) -> None:
+    """Leave NAME.torndown.json where teardown removed the launch files, so that `invoke status` can tell a host
+    torn down (not running: 3, as systemctl says of a stopped unit) from one never provisioned (unknown: 4)."""
+    record = {"torn_down_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "served_model_name": launch.get("served_model_name"),
+              "port": launch.get("port"), "host": launch.get("host"), "mode": launch.get("mode")}
+    atomic_write(p["torndown"], dump(record))
+
+
+def torn_down(p: dict) -> dict | None:
+    """The teardown record beside the pidfile when it is the tool's, else None."""
+    return read_json(p["torndown"]) if is_tool_file(p["torndown"], "torndown") else None
 
 
 def read_env(p: dict) -> dict:

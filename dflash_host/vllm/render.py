@@ -22,7 +22,7 @@ from dflash_host.module import ModuleError
 from dflash_host.vllm.cluster import refuse_node, wants_cluster
 from dflash_host.vllm.launch import located, masked_env
 from dflash_host.vllm.log import check_log
-from dflash_host.vllm.records import dump, is_tool_file, render_env_file
+from dflash_host.vllm.records import dump, is_tool_file, remove_tool_file, render_env_file
 from dflash_host.vllm.systemd_unit import render_unit
 
 if TYPE_CHECKING:  # annotations only
@@ -167,6 +167,7 @@ def write_launch(p: dict, launch: dict, want: dict) -> bool:
     os.makedirs(os.path.dirname(p["launch"]), exist_ok=True)
     atomic_write(p["env"], want[p["env"]], mode=0o600)
     atomic_write(p["launch"], want[p["launch"]], mode=0o600)
+    remove_tool_file(p["torndown"], "torndown", False)  # provisioned again: the teardown record is history
     if unit_path and old_unit != want[unit_path]:
         atomic_write(unit_path, want[unit_path], mode=0o644)
         systemd.systemctl(["daemon-reload"])

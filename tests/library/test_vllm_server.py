@@ -219,7 +219,8 @@ def test_absent_removes_launch_and_env_files_but_keeps_logs(fake):
     fake.up()
     res = fake.call("absent")
     assert res["changed"]
-    assert sorted(os.listdir(fake.tmp / "run")) == []
+    assert sorted(os.listdir(fake.tmp / "run")) == ["vllm.torndown.json"]  # for invoke status: torn down, not unknown
+    assert json.loads((fake.tmp / "run" / "vllm.torndown.json").read_text())["port"] == fake.port
     assert fake.log.exists()
     assert not fake.call("absent")["changed"]
 
