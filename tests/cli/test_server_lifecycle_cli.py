@@ -37,40 +37,50 @@ def test_a_teardown_of_a_host_never_provisioned_leaves_it_unknown_4(tmp_path, in
     assert code == 4 and "not provisioned" in out, out
 
 
-@pytest.mark.slow
-def test_restart_says_why_and_where_then_teardown_leaves_status_3(tmp_path, inventory_file):
+@pytest.fixture
+def served(tmp_path, inventory_file):
+    """The stand-in server started through the vllm-service role on `local`: (inventory, host variables)."""
     hv = server_vars(tmp_path)
     inv = inventory_file(local=True, host_vars={"local": hv})
     try:
         first = play(SERVICE, inv, tmp_path)
         assert first.exit_code == 0, msgs(first)
-
-        code, out = cli("restart-server", inv)
-        assert code == 0, out
-        assert "restart-server stopped the running server first" in out and "no server was running" not in out, out
-        said = endpoint_line(out)
-        assert out.rstrip().endswith(said), "the last thing restart-server prints is where to reach the server"
-        assert said.startswith(f"local: vLLM listens on 127.0.0.1:{hv['vllm_port']} and serves 'tiny' "), said
-        curl = said.split("try it on local: ", 1)[1]
-        answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
-        assert answer.returncode == 0 and json.loads(answer.stdout)["choices"], answer
-
-        code, out = cli("status", inv)
-        assert code == 0 and endpoint_line(out).strip() == said.split(": ", 1)[1], out
-
-        code, out = cli("teardown", inv)
-        assert code == 0, out
-        code, out = cli("status", inv)
-        assert code == 3, out
-        assert "NOT RUNNING" in out and "torn down at" in out and "invoke provision" in out, out
-        code, out = cli("teardown", inv)  # a second teardown changes nothing and keeps the record
-        assert code == 0 and "changed=0" in out, out
-        assert cli("status", inv)[0] == 3
-
-        again = play(SERVICE, inv, tmp_path)  # provisioned again: the record is history
-        assert again.exit_code == 0, msgs(again)
-        assert not (paths_of(hv)["pidfile"].parent / "vllm.torndown.json").exists()
-        assert cli("status", inv)[0] == 0
+        yield inv, hv
     finally:
         play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
         kill_leftovers([paths_of(hv)["logs"]])
+
+
+@pytest.mark.slow
+def test_restart_server_says_why_it_starts_and_ends_with_where_it_serves(served):
+    inv, hv = served
+    code, out = cli("restart-server", inv)
+    assert code == 0, out
+    assert "restart-server stopped the running server first" in out and "no server was running" not in out, out
+    said = endpoint_line(out)
+    assert out.rstrip().endswith(said), "the last thing restart-server prints is where to reach the server"
+    assert said.startswith(f"local: vLLM listens on 127.0.0.1:{hv['vllm_port']} and serves 'tiny' "), said
+    curl = said.split("try it on local: ", 1)[1]
+    answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
+    assert answer.returncode == 0 and json.loads(answer.stdout)["choices"], answer
+
+    code, out = cli("status", inv)
+    assert code == 0 and endpoint_line(out).strip() == said.split(": ", 1)[1], out
+
+
+@pytest.mark.slow
+def test_status_of_a_torn_down_host_is_3_not_running(served, tmp_path):
+    inv, hv = served
+    code, out = cli("teardown", inv)
+    assert code == 0, out
+    code, out = cli("status", inv)
+    assert code == 3, out
+    assert "NOT RUNNING" in out and "torn down at" in out and "invoke provision" in out, out
+    code, out = cli("teardown", inv)  # a second teardown changes nothing and keeps the record
+    assert code == 0 and "changed=0" in out, out
+    assert cli("status", inv)[0] == 3
+
+    again = play(SERVICE, inv, tmp_path)  # provisioned again: the record is history
+    assert again.exit_code == 0, msgs(again)
+    assert not (paths_of(hv)["pidfile"].parent / "vllm.torndown.json").exists()
+    assert cli("status", inv)[0] == 0
