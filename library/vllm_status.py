@@ -209,6 +209,12 @@ def run(args: dict, ctx: Context) -> dict:
     return out
 
 
+def _again(record: dict) -> str:
+    """The command that brings a torn-down server back: a cluster node's is its group's serving-cluster."""
+    group = record.get("cluster_group")
+    return f"invoke serving-cluster --group {group}" if group else "invoke provision"
+
+
 def _without_launch(p: dict, out: dict) -> dict:
     """No launch here: torn down (teardown's record says when; not running, as a stopped unit is) or never
     provisioned (systemctl's "no such unit")."""
@@ -217,8 +223,9 @@ def _without_launch(p: dict, out: dict) -> dict:
         out["msg"] = f"no vLLM launch rendered here ({p['launch']} is missing): not provisioned"
         return out
     out.update(provisioned=True, torn_down=record, port=record.get("port"))
-    out["msg"] = (f"torn down at {record['torn_down_at']} (invoke teardown; it served {record['served_model_name']} on "
-                  f"port {record['port']}): `invoke provision` starts it again")
+    where = f" on port {record['port']}" if record.get("port") else ""  # a headless node listened nowhere
+    out["msg"] = (f"torn down at {record['torn_down_at']} (invoke teardown; it served {record['served_model_name']}"
+                  f"{where}): `{_again(record)}` starts it again")
     return out
 
 

@@ -107,7 +107,8 @@ def record_teardown(p: dict, launch: dict) -> None:
     """Leave NAME.torndown.json where teardown removed the launch files, so that `invoke status` can tell a host
     torn down (not running: 3, as systemctl says of a stopped unit) from one never provisioned (unknown: 4)."""
     record = {"torn_down_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "served_model_name": launch.get("served_model_name"),
-              "port": launch.get("port"), "host": launch.get("host"), "mode": launch.get("mode")}
+              "port": launch.get("port"), "host": launch.get("host"), "mode": launch.get("mode"),
+              "cluster_group": (launch.get("cluster") or {}).get("group")}
     atomic_write(p["torndown"], dump(record))
 
 

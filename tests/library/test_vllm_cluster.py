@@ -208,6 +208,8 @@ def test_stop_and_absent_stop_a_running_worker_node_and_its_workers(nodes):
     res = worker.server("absent")
     assert res["changed"] and not res["failed"], res["msg"]
     assert not alive(members) and sorted(os.listdir(worker.dir / "run")) == ["vllm.torndown.json"]  # teardown's record
+    st = worker.status()  # torn down, not unknown; brought back by its group's command
+    assert st["provisioned"] and not st["running"] and "`invoke serving-cluster --group gpus` starts it" in st["msg"], st
 
 
 # --------------------------------------------------------------------------- failures, named by the node's rank
