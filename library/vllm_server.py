@@ -256,15 +256,15 @@ def _summary(out: dict, launch: dict) -> str:
     return f"PID {out.get('pid')}, smoke {out.get('smoke_tokens')} tokens{acc}"
 
 
+NOTHING_RAN = "no server was running"  # replaced by start_reason where the play knows why (restart-server)
+
+
 def _restart_reason(now: dict, fresh: bool) -> str:
     if now["alive"]:
         return "forced restart" if fresh else "the running server's launch differs from the rendered one"
     if now["procs"]:
         return f"leftovers of a dead server ({len(now['procs'])} process(es)) hold on"
     return NOTHING_RAN
-
-
-NOTHING_RAN = "no server was running"
 
 
 def _keep_running(args: dict, ctx: Context, force: bool, launch: dict, p: dict, now: dict, fresh: bool,
