@@ -42,9 +42,6 @@ MAGIC_VARS = {
 }
 
 
-# Magic variables a template reads all the time; hostvars taints through HostView when a secret is read.
-_NEVER_SECRET = frozenset({"hostvars", "groups", "group_names", "inventory_hostname", "ansible_play_hosts",
-                           "ansible_play_hosts_all", "playbook_dir", "role_path", "omit"})
 _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
 
 

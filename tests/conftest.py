@@ -132,3 +132,13 @@ def kept_connections(monkeypatch):
     if pid:
         wait_gone(pid)
     shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def uv_tool(tmp_path_factory):
+    """A real uv, installed the way the module does it (pip --target into a tool folder)."""
+    tool = tmp_path_factory.mktemp("tools")
+    from tests.helpers import install_uv
+
+    install_uv(tool)
+    return str(tool)

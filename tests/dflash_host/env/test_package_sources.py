@@ -25,7 +25,6 @@ from dflash_host.env.installers import Source, explain_failure, source_args
 from dflash_host.module import Context, execute
 from library import python_env
 from tests.fakes.wheels import simple_wheel
-from tests.helpers import install_uv
 
 pytestmark = pytest.mark.usefixtures("clean_pip_config")  # this machine's pip setup (/opt/wheels) stays out
 
@@ -66,14 +65,6 @@ def closed_index_url() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"http://127.0.0.1:{port}/simple"
-
-
-@pytest.fixture(scope="module")
-def uv_tool(tmp_path_factory):
-    """A real uv, installed the way the module does it (pip --target into a tool folder)."""
-    tool = tmp_path_factory.mktemp("tools")
-    install_uv(tool)
-    return str(tool)
 
 
 @pytest.fixture(scope="module")
