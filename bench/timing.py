@@ -81,7 +81,7 @@ def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
 def stop_daemons() -> None:
     """Close the connections this user's runs kept (the tool's default), as a pool of hosts goes away: idle, they
     would still cost the daemon CPU inside a later section's runs."""
-    from engine import persist
+    from engine.connection import persist
     from engine.errors import UserError
 
     try:
@@ -91,17 +91,16 @@ def stop_daemons() -> None:
 
 
 def _daemons() -> list:
-    """This user's kept-connection daemons (engine/persist_daemon.py) as psutil processes, found by their pid
+    """This user's kept-connection daemons (engine/connection/persist_daemon.py) as psutil processes, found by their pid
     files and checked by their command line (not a PID reused since)."""
     import psutil
 
-    from engine import persist
-
+    from engine.connection import persist
     found = []
     for pidfile in persist.folder().glob("*.pid"):
         try:
             proc = psutil.Process(int(pidfile.read_text()))
-            if "engine.persist_daemon" in proc.cmdline():
+            if "engine.connection.persist_daemon" in proc.cmdline():
                 found.append(proc)
         except (OSError, ValueError, psutil.Error):
             continue

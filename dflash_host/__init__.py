@@ -12,6 +12,6 @@ atomic_write`); a module is imported whole only under its own name (`from dflash
 no aliases. The vLLM task modules import the server's names from the front only.
 
 Standard library, psutil and tenacity only. The engine ships this package to each host inside the
-runtime zip (engine/runtime.py), keyed by a hash of its files, so a host always runs the version the
-control node has; the control node imports it directly (engine/preflight.py).
+runtime zip (engine/connection/runtime.py), keyed by a hash of its files, so a host always runs the version the
+control node has; the control node imports it directly (engine/run/preflight.py).
 """

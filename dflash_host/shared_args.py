@@ -2,7 +2,7 @@
 
 A module's ARGS entry `{"include": NAME, ...}` is SHARED[NAME] with the entry's own keys over it (a module
 makes it required, or says in its own help what it does with it). Both sides resolve includes from this one
-literal table: the engine after reading a module's ARGS without importing it (engine/modulespec.py), the
+literal table: the engine after reading a module's ARGS without importing it (engine/playbook/modulespec.py), the
 host in check_args (dflash_host/module.py). Standard library only.
 """
 

@@ -59,7 +59,7 @@ PLAYBOOK_OPTIONS = (
     Option("start_at_task", None, "start at the first task of this name (a glob; 'ROLE : NAME' for a role's task), "
            "as ansible-playbook does"),
     # Connection and become defaults, as ansible-playbook's: a host's inventory variables and the playbook's
-    # keywords win over them (engine/inventory.py set_defaults).
+    # keywords win over them (engine/inventory/manager.py set_defaults).
     Option("user", None, "connect as this user where the inventory sets no ansible_user", ("u",)),
     Option("private_key", None, "ssh key file where the inventory sets no ansible_ssh_private_key_file"),
     Option("become", False, "run tasks with become (sudo) where neither playbook nor inventory says otherwise", ("b",)),
@@ -217,21 +217,20 @@ def inventories_of(value: list[str] | str | None, default: str) -> list[str]:
 
 
 def use_vault_password_file(path: str | None) -> None:
-    """--vault-password-file for this process; without it engine.vault reads ANSIBLE_VAULT_PASSWORD_FILE."""
-    from engine import vault
-
+    """--vault-password-file for this process; without it engine.parsing.vault reads ANSIBLE_VAULT_PASSWORD_FILE."""
+    from engine.parsing import vault
     vault.use_password_file(path or None)
 
 
 def host_defaults_of(opts: dict, ask=None) -> dict:
     """The inventory variables -u, --private-key, -b, --become-user and -K stand for (the inventory's own win);
     -K asks once, through `ask` (getpass), before any host is touched. The typed password is data, never a
-    template: it joins the variables as unsafe text (engine/templating.py Unsafe): it reaches sudo as typed."""
+    template: it joins the variables as unsafe text (engine/template/templar.py Unsafe): it reaches sudo as typed."""
     out = {var: opts[name] for name, var in HOST_DEFAULT_OPTIONS.items() if opts.get(name)}
     if out.get("ansible_ssh_private_key_file"):
         out["ansible_ssh_private_key_file"] = os.path.expanduser(out["ansible_ssh_private_key_file"])
     if opts.get("ask_become_pass"):
-        from engine.templating import Unsafe
+        from engine.template.templar import Unsafe
 
         if ask is None:
             import getpass
@@ -280,7 +279,7 @@ def _json_value(raw: str, where: str) -> Any:
 
 
 def _extra_var(item: str, where: str) -> tuple[str, Any]:
-    from engine.yamlfile import check_nesting
+    from engine.parsing.yamlfile import check_nesting
 
     if "=" not in item:
         raise UserError(f"{where}: extra variables are KEY=VALUE, a JSON mapping or @file.yaml, and this one has no "
@@ -300,7 +299,7 @@ def _mapping_arg(item: str, where: str) -> dict:
     """-e '{"a": 1, "b": [2]}': a JSON object or YAML flow mapping whose keys are the variables (as in Ansible)."""
     from pathlib import Path
 
-    from engine.yamlfile import check_nesting, check_variable_names, parse_text
+    from engine.parsing.yamlfile import check_nesting, check_variable_names, parse_text
 
     try:
         data = parse_text(item, Path(where), "extra variables")
@@ -318,7 +317,7 @@ def _mapping_arg(item: str, where: str) -> dict:
 def parse_extra_vars(items: list[str] | None) -> dict:
     """-e KEY=VALUE, -e '{JSON}' and -e @file.yaml, in order (later wins). Errors name the -e by position,
     never its text: a mistyped -e may be a secret (a token pasted without its KEY=)."""
-    from engine.yamlfile import check_variable_names, load_yaml
+    from engine.parsing.yamlfile import check_variable_names, load_yaml
 
     out: dict = {}
     for number, item in enumerate(items or [], start=1):

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import UserError
-from engine.inventory import Inventory
-from engine.playbook import PROJECT_ROOT, load_playbook
-from engine.preflight import check_tags
-from engine.report import Console, json_report, load_sections, recap_of, write_json
-from engine.results import TaskResult
-from engine.runner import Runner
-from engine.start_at import check_start_at_task
-from engine.yamlfile import check_variable_names
+from engine.inventory.manager import Inventory
+from engine.parsing.yamlfile import check_variable_names
+from engine.playbook.loader import PROJECT_ROOT, load_playbook
+from engine.report.console import Console, json_report, load_sections, recap_of, write_json
+from engine.run.preflight import check_tags
+from engine.run.results import TaskResult
+from engine.run.runner import Runner
+from engine.run.start_at import check_start_at_task
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -132,7 +132,7 @@ def run_playbook(
         if report:
             write_json(report, json_report(results, recap, meta, sections, secrets))
         if junit:
-            from engine.junit import write_junit
+            from engine.report.junit import write_junit
 
             write_junit(junit, results, path.stem, sections)
     except OSError as exc:
@@ -179,7 +179,7 @@ def inspect_playbook(
     """ansible-playbook's --list-hosts/--list-tasks/--list-tags (`listings`: hosts, tasks, tags) and
     --syntax-check: (exit code, what to print). No host is contacted. The syntax check runs every check a run
     makes before it touches a host (modules, arguments, types, undefined variables, ssh settings)."""
-    from engine.listing import listing
+    from engine.playbook.listing import listing
 
     try:
         _path, plays, runner, _hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags,

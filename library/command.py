@@ -89,7 +89,7 @@ ARGS = {
     "check_safe": {"include": "command_check_safe"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("argv", "cmd", "chdir", "creates", "removes", "executable", "env")
 
 

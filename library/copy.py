@@ -123,7 +123,7 @@ ARGS = {
     },
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("dest", "src", "validate", "staged", "manifest")
 
 DIFF_LIMIT = 104448  # Ansible's MAX_FILE_SIZE_FOR_DIFF: larger files are not shown in the diff
@@ -519,7 +519,7 @@ def install_folder(plan: dict, f: dict) -> tuple:
     return installed, deleted
 
 
-STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/actions.py)
+STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/run/actions.py)
 _STAGED_NAME = r"[0-9a-f]{64}"  # compiled (and cached by re) when a staged folder is checked
 
 

@@ -84,7 +84,7 @@ ARGS = {
     },
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("dest", "hf_home", "target", "drafter")
 
 ARCHITECTURE = "DFlashDraftModel"

@@ -23,7 +23,7 @@ ARGS = {
                    "help": "paths whose filesystem's free and total MiB are reported (facts.disk)"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("disk_paths", "nvidia_smi")
 
 

@@ -78,7 +78,7 @@ ARGS = {
     "access_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of access_time"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("path", "dest", "name", "src")
 
 NEW_DIR_MODE = 0o755  # folders the tool creates: the server and the ssh user read them; secrets sit in 0600 files

@@ -92,7 +92,7 @@ ARGS = {
     "timeout_s": {"type": "int", "default": 3600, "help": "seconds one installer run may take"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("python", "tool_dir", "wheel", "wheelhouse", "find_links", "index_url", "extra_index_urls", "fallback_index_urls")
 
 STATE_FILE = ".dfp-flash-attn.json"

@@ -54,7 +54,7 @@ ARGS = {
                       "help": "device node prefix looked for in /proc/*/fd; none: /dev/nvidia"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("nvidia_smi", "pidfile", "unit", "device_prefix")
 
 

@@ -82,7 +82,7 @@ ARGS = {
     "group": {"type": "str", "default": None, "help": "group name or gid"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("path", "dest", "destfile", "name", "validate")
 
 ATTRIBUTES_CHANGED = "ownership, perms or SE linux context changed"

@@ -77,7 +77,7 @@ ARGS = {
                   "help": "set by the control node's relay: {target, drafter} commits and files it resolved"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("hf_home", "source_dir", "relay_cache", "hf_endpoint", "hf_token_file", "manifests")
 
 

@@ -182,7 +182,7 @@ ARGS = {
     },
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("python", "root", "tool_dir", "requirements", "bench_requirements", "wheelhouse", "find_links", "index_url", "extra_index_urls", "fallback_index_urls", "env", "vllm_version")
 
 

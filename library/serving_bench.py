@@ -76,7 +76,7 @@ ARGS = {
     "timeout_s": {"type": "float", "default": 1800, "help": "limit per concurrency level, in seconds"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("venv_python", "prompts_file", "pidfile", "baseline_pidfile", "url", "tokenizer")
 
 SETTLE_S = 3.0  # the last steps' counters reach /metrics shortly after the last response

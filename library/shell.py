@@ -9,7 +9,7 @@ are the differences from Ansible that its docstring lists. Ansible's one-line fo
 
 The shell string is the playbook's word. A shell parses `cmd` as code, so what it says must come from the
 playbook and its variables, never from what a host returned: the engine refuses a `cmd` (or `executable`)
-rendered from facts, registered results, hostvars or set_fact values before anything runs (engine/strategy.py,
+rendered from facts, registered results, hostvars or set_fact values before anything runs (engine/run/task_executor.py,
 CODE_ARGS); pass such a value as an argument instead, with command's `argv`, which no shell parses. A variable
 in the line is still spliced in as shell code: quote it (`{{ path | quote }}`).
 
@@ -43,7 +43,7 @@ ARGS = {
     "check_safe": {"include": "command_check_safe"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("cmd", "chdir", "creates", "removes", "executable", "env")
 
 SHOWN_CHARS = 60  # of the command line, in messages

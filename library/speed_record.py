@@ -54,7 +54,7 @@ ARGS = {
                     "help": "concurrent requests the server is sized for: tune chooses k and the gate judges at it"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("root", "state_file", "textfile_dir", "pidfile")
 
 

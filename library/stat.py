@@ -78,7 +78,7 @@ ARGS = {
                    "help": "alias of get_attributes"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("path", "dest", "name")
 
 ALGORITHMS = ARGS["checksum_algorithm"]["choices"]

@@ -97,7 +97,7 @@ ARGS = {
     "timeout_s": {"type": "float", "default": 600, "help": "limit for the generator, in seconds"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("python", "target_dir", "drafter_dir")
 
 MARKER = ".dflash-tiny-models.json"

@@ -114,7 +114,7 @@ ARGS = {
     },
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("url", "creates", "removes")
 
 CONTENT_LIMIT = 1024 * 1024  # bytes of the body kept in the result

@@ -55,7 +55,7 @@ ARGS = {
                "help": "verify: keep looking this long for the node's workers to be up and connected (0: one look)"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("pidfile", "nvidia_smi")
 
 LOOK_EVERY_S = 0.5

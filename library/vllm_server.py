@@ -188,7 +188,7 @@ ARGS = {
                       "help": "restarted: restart only when the running server differs from the launch (the handler)"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("venv_python", "root", "pidfile", "log", "unit_dir", "cache_root", "hf_home", "extra_args", "env", "target_model", "drafter_model", "api_key_file", "hf_token_file", "service_name")
 
 

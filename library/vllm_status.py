@@ -48,7 +48,7 @@ ARGS = {
                    "help": "the host's speed record; none: <dfp_root>/state/speed.json"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("pidfile", "root", "state_file", "nvidia_smi")
 
 

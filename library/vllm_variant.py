@@ -54,7 +54,7 @@ ARGS = {
                 "the next measurement; a later stopped with restore restarts it)"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("log", "nvidia_smi", "pidfile", "root")
 
 

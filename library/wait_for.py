@@ -80,7 +80,7 @@ ARGS = {
     },
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
-# host returned when the task runs on the control node (engine/trust.py).
+# host returned when the task runs on the control node (engine/run/trust.py).
 CODE_ARGS = ("path", "host")
 
 CARRY_BYTES = 64 * 1024  # already-read bytes kept so a match that straddles two reads is still found

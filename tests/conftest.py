@@ -38,8 +38,7 @@ def sshd_pool():
     pool = SshdPool(count=9).start()
     yield pool
     pool.stop()
-    from engine import persist
-
+    from engine.connection import persist
     persist.stop()  # the connections the runs kept (the default) to the hosts just stopped
 
 
@@ -118,7 +117,7 @@ def kept_connections(monkeypatch):
     import shutil
     import tempfile
 
-    from engine import persist
+    from engine.connection import persist
     from tests.helpers import daemon_pid, wait_gone
 
     base = Path(tempfile.mkdtemp(prefix="dfp-rt-", dir="/tmp"))

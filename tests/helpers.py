@@ -75,7 +75,7 @@ def required_ansible_tool(name: str) -> Path:
 
 
 def daemon_pid(folder: Path) -> int | None:
-    """The PID of the kept-connection daemon whose socket folder is `folder` (engine/persist.py), if one runs."""
+    """The PID of the kept-connection daemon whose socket folder is `folder` (engine/connection/persist.py), if one runs."""
     found = list(folder.glob("*.pid")) if folder.is_dir() else []
     return int(found[0].read_text()) if found else None
 

@@ -211,7 +211,7 @@ def test_sudo_missing_on_the_host_is_named(tmp_path):
     """What a shell without sudo prints (taken from a real sh with an empty PATH) reads as 'not installed'."""
     import subprocess
 
-    from engine.become import Become, refusal
+    from engine.connection.become import Become, refusal
 
     said = subprocess.run(["/bin/sh", "-c", "sudo -n true"], env={"PATH": str(tmp_path)}, capture_output=True,
                           text=True).stderr

@@ -10,7 +10,7 @@ import pytest
 from dflash_host.module import ModuleError, check_args
 from dflash_host.shared_args import SHARED, resolve_entries
 from engine.errors import UserError
-from engine.modulespec import ModuleSpec, module_args_spec, modules
+from engine.playbook.modulespec import ModuleSpec, module_args_spec, modules
 
 
 def task_modules() -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from engine.report import Console
+from engine.report.console import Console
 
 
 def touch(marks, what: str, fail_on: str | None = None) -> dict:

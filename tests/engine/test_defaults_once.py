@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dfp_cli.module_docs import DOC, render
-from engine.modulespec import ENGINE_ACTIONS, LIBRARY, linked_vars, module_args_spec, modules
+from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, linked_vars, module_args_spec, modules
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_MODULES = sorted(n for n, m in modules().items() if m.path is not None and n not in ENGINE_ACTIONS)

@@ -9,7 +9,7 @@ import json
 import yaml
 
 from engine.api import run_playbook
-from engine.report import Console
+from engine.report.console import Console
 
 SECRET = "tok-7e1b9c-secret"  # an inventory value of a host no play targets
 HIDDEN = "hid-4c2d8a-value"  # what a no_log task registers

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from engine.transport import PYTHON_CANDIDATES
+from engine.connection.transport import PYTHON_CANDIDATES
 
 SYSTEM_PYTHON = next(filter(None, map(shutil.which, PYTHON_CANDIDATES)), None)
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from engine.errors import UserError
-from engine.inventory import Inventory
+from engine.inventory.manager import Inventory
 
 
 def _write(tmp_path, data, files=None):

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from engine.results import TaskResult
+from engine.run.results import TaskResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_no_engine_module_imports_the_cli():
     offenders = []
-    for path in sorted((ROOT / "engine").glob("*.py")):
+    for path in sorted((ROOT / "engine").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
             if isinstance(node, ast.Import):

@@ -1,4 +1,4 @@
-"""lookup() and query()/q() in templates (engine/lookups.py): file, env, template, vars and first_found as
+"""lookup() and query()/q() in templates (engine/template/lookups.py): file, env, template, vars and first_found as
 ansible-core gives them (compared with real ansible-playbook on the same files), real playbook runs for the trust
 rules (a lookup's result is data; a path from a host's answer stays inside the playbook's and role's folders;
 commands, the network and writes on the control node refused by name, before any host when the name is written
@@ -155,8 +155,7 @@ def test_a_roles_lookups_search_the_role_first_as_ansible(project):
 @pytest.fixture
 def vault_password(tmp_path):
     """A vault password file the engine uses for the test (as --vault-password-file), forgotten afterwards."""
-    from engine import vault
-
+    from engine.parsing import vault
     path = tmp_path / "vault-pass"
     path.write_text("lookup-test-password\n")
     vault.use_password_file(str(path))

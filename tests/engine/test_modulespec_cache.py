@@ -1,4 +1,4 @@
-"""The cache of module ARGS (engine/modulespec.py): what it returns is what parsing returns, a changed file is
+"""The cache of module ARGS (engine/playbook/modulespec.py): what it returns is what parsing returns, a changed file is
 parsed again, a broken or unwritable cache only costs the parse."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from engine import modulespec
+from engine.playbook import modulespec
 
 MODULE = 'import psutil  # host-only: never imported by the engine\n\nARGS = {"path": {"type": "path", "required": True}, "n": {"type": "int", "default": %d}}\nCODE_ARGS = ("path",)\n'
 

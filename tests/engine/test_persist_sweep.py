@@ -12,7 +12,7 @@ import socket
 import time
 from pathlib import Path
 
-from engine import persist
+from engine.connection import persist
 
 
 def _dead_socket(path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from engine import runtime
 from engine.api import run_playbook
+from engine.connection import runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = (

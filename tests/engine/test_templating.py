@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from engine.errors import TaskError
-from engine.templating import Templar
+from engine.template.templar import Templar
 
 
 def test_variables_render_lazily_in_any_order():

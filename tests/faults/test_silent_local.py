@@ -12,8 +12,8 @@ import time
 
 import yaml
 
-from engine.inventory import Host
-from engine.transport import LocalTransport
+from engine.connection.transport import LocalTransport
+from engine.inventory.manager import Host
 from tests.faults.faultlib import alive, cli, finish, report_rows, wait_until
 
 

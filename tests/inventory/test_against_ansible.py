@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine import vault
-from engine.inventory import Inventory
-from engine.secrets import MASK
+from engine.inventory.manager import Inventory
+from engine.parsing import vault
+from engine.template.secrets import MASK
 from tests.helpers import required_ansible_tool
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import UserError
-from engine.hostranges import expand, split_port
-from engine.inventory import Inventory
+from engine.inventory.manager import Inventory
+from engine.inventory.ranges import expand, split_port
 
 
 def write(tmp_path, name: str, text: str, mode: int = 0o644):
@@ -142,7 +142,7 @@ def test_yaml_without_suffix_is_read_as_yaml(tmp_path):
 def test_a_range_product_too_large_is_refused_before_it_is_built():
     import time
 
-    from engine.hostranges import expand
+    from engine.inventory.ranges import expand
 
     started = time.monotonic()
     with pytest.raises(UserError, match="more than 100,000 hosts"):
@@ -151,7 +151,7 @@ def test_a_range_product_too_large_is_refused_before_it_is_built():
 
 
 def test_letter_bounds_are_single_letters():
-    from engine.hostranges import expand
+    from engine.inventory.ranges import expand
 
     with pytest.raises(UserError, match=r"\[ab:cd\]"):
         expand("n[ab:cd]", "inv.ini")

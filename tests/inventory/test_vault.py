@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine import vault
 from engine.errors import UserError
-from engine.inventory import Inventory
-from engine.yamlfile import load_yaml
+from engine.inventory.manager import Inventory
+from engine.parsing import vault
+from engine.parsing.yamlfile import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CASE = ROOT / "tests" / "inventory" / "cases" / "vault"

@@ -1,11 +1,11 @@
-"""Batch sizes and the stop rule of a rolling play (engine/batches.py), as Ansible computes them."""
+"""Batch sizes and the stop rule of a rolling play (engine/run/batches.py), as Ansible computes them."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.batches import batch_sizes, resolve_serial, roll_stops, roll_summary, split_batches
 from engine.errors import UserError
+from engine.run.batches import batch_sizes, resolve_serial, roll_stops, roll_summary, split_batches
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_split_batches_keeps_the_inventory_order():
 
 def render_with(values: dict):
     """A renderer for resolve_serial: the real Templar over plain variables."""
-    from engine.templating import Templar
+    from engine.template.templar import Templar
 
     templar = Templar()
     return lambda item: templar.render_value(item, templar.view(values))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.batches import batch_sizes
-from engine.inventory import Inventory
-from engine.playbook import PROJECT_ROOT, load_playbook
-from engine.runner import Runner
+from engine.inventory.manager import Inventory
+from engine.playbook.loader import PROJECT_ROOT, load_playbook
+from engine.run.batches import batch_sizes
+from engine.run.runner import Runner
 
 
 def plan(playbook: str, hosts: int, extra_vars: dict | None = None) -> list[int]:

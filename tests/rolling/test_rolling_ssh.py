@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from engine.hostlock import LOCK_NAME
-from engine.report import Console
+from engine.connection.hostlock import LOCK_NAME
+from engine.report.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ssh

@@ -8,7 +8,7 @@ import io
 import yaml
 
 from engine.api import run_playbook
-from engine.report import Console, printable
+from engine.report.console import Console, printable
 
 FORGE = "\x1b]0;owned\x07\x1b[2K\rok: [h1] all good\nok: [h9] forged\x1b[1A"
 

@@ -1,4 +1,4 @@
-"""What a host returns never chooses what runs on the control node (engine/trust.py), for every module.
+"""What a host returns never chooses what runs on the control node (engine/run/trust.py), for every module.
 
 A hostile host (tests/security/hostile_host.py, a real sshd host) answers attacker-chosen strings; each module's
 every declared code argument (CODE_ARGS), the task's `environment` and `delegate_to` are built from those answers
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from engine.modulespec import LIBRARY, code_args, module_args_spec, modules
+from engine.playbook.modulespec import LIBRARY, code_args, module_args_spec, modules
 from tests.security.hostile_host import answers, payloads, shell_payload
 
 pytestmark = pytest.mark.ssh
@@ -29,7 +29,7 @@ CODE_LIKE = {"argv", "cmd", "chdir", "creates", "removes", "executable", "env", 
 
 
 def test_every_module_declares_its_code_arguments():
-    """A module without CODE_ARGS is refused at load (engine/modulespec.py); each declared name is an argument,
+    """A module without CODE_ARGS is refused at load (engine/playbook/modulespec.py); each declared name is an argument,
     and every argument named like code is declared."""
     for path in sorted(LIBRARY.glob("*.py")):
         if path.name.startswith("_"):
@@ -98,7 +98,7 @@ def test_no_code_argument_of_any_module_is_built_from_a_hosts_answer_on_the_cont
             (r,) = res.find(task["name"])
             module, arg = task["name"].split(".")
             assert r.status == "failed" and r.ignored, (task["name"], r.status, r.msg)
-            shell = f"the shell {arg} is built from what a host returned"  # refused on any host (engine/trust.py)
+            shell = f"the shell {arg} is built from what a host returned"  # refused on any host (engine/run/trust.py)
             assert (f"argument '{arg}' is built from what" in r.msg and "runs on the control node" in r.msg) \
                 or shell in r.msg, r.msg
         assert not canary.exists() and not (canary.parent / "canary.sh").exists()

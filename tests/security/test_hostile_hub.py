@@ -23,7 +23,7 @@ import yaml
 
 from dflash_host.module import Context, ModuleError, execute
 from dflash_host.vllm import launch
-from engine.report import Console
+from engine.report.console import Console
 from library import models
 from library.vllm_server import ARGS as VLLM_ARGS
 from tests.fakes.hostile_hub import HostileHub, self_signed_cert

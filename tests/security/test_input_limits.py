@@ -202,9 +202,9 @@ def test_one_file_imported_again_and_again_counts_each_time(tmp_path):
 def test_limits_leave_the_projects_files_alone():
     """The real inventory, playbooks and roles load, and far under the bounds: each playbook's whole load (its
     roles and task files) under a hundredth of the load's budget (a guard against limits set too tight)."""
-    from engine.inventory import Inventory
-    from engine.playbook import load_playbook
-    from engine.yamlfile import MAX_LOAD_BYTES, MAX_LOAD_TASKS, MAX_LOAD_VALUES, LoadBudget
+    from engine.inventory.manager import Inventory
+    from engine.parsing.yamlfile import MAX_LOAD_BYTES, MAX_LOAD_TASKS, MAX_LOAD_VALUES, LoadBudget
+    from engine.playbook.loader import load_playbook
 
     Inventory(ROOT / "inventory.yaml")
     for playbook in sorted((ROOT / "playbooks").glob("*.yaml")):

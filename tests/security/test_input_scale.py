@@ -13,9 +13,9 @@ import time
 import pytest
 
 from engine.errors import UserError
-from engine.inventory import Inventory
-from engine.inventory_ini import split_line
-from engine.yamlfile import load_yaml
+from engine.inventory.ini import split_line
+from engine.inventory.manager import Inventory
+from engine.parsing.yamlfile import load_yaml
 
 
 def test_a_flat_yaml_of_millions_of_values_is_refused_while_parsing(tmp_path):

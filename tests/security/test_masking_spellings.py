@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.api import run_playbook
-from engine.report import Console
+from engine.report.console import Console
 from tests.security.test_secrets import run_cli, show
 
 SECRET = "ab\\cd\"e'f\nghi-\u00e9\u4e2d-" + "Zq9w"

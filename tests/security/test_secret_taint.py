@@ -1,4 +1,4 @@
-"""The mask follows the value (engine/taint.py): whatever is rendered from a secret, from any source and through any
+"""The mask follows the value (engine/template/taint.py): whatever is rendered from a secret, from any source and through any
 transformation, is masked wherever it is shown.
 
 Sources: a secret-named variable, a secret-named key inside an ordinary one, an environment variable and a file
@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.api import run_playbook
-from engine.report import Console
+from engine.report.console import Console
 
 LOCAL = {"ansible_connection": "local"}
 

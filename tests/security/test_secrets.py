@@ -114,7 +114,7 @@ def test_every_value_type(tmp_path, value):
 
 def test_secret_names_and_counts():
     """Keys named like a secret are hidden even when the run knows no secret value; counts of tokens are not secrets."""
-    from engine.secrets import Secrets, is_secret_name
+    from engine.template.secrets import Secrets, is_secret_name
 
     assert all(map(is_secret_name, ["hf_token", "session_token", "vllm_api_key", "db_password"]))
     assert not any(map(is_secret_name, ["smoke_tokens", "num_speculative_tokens", "tokenizer", "hf_token_file", "mask_token_id"]))

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from engine.template_bounds import TemplateRefused
-from engine.templating import Templar
+from engine.template.bounds import TemplateRefused
+from engine.template.templar import Templar
 
 WIDE = [
     "{{ '%900000000s' | format('x') }}",

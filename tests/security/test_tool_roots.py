@@ -59,7 +59,7 @@ def test_a_plain_root_is_fine(tmp_path):
 @pytest.mark.parametrize("kind", ["host", "group"])
 def test_a_name_with_a_control_character_is_refused_at_load(name, kind):
     from engine.errors import UserError
-    from engine.inventory import Inventory
+    from engine.inventory.manager import Inventory
 
     data = {"all": {"hosts": {name: {}}}} if kind == "host" else {"all": {"children": {name: {"hosts": {"a": {}}}}}}
     with pytest.raises(UserError, match="control characters"):

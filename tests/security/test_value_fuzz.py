@@ -18,7 +18,7 @@ from jinja2 import TemplateError
 
 from engine.api import run_playbook
 from engine.errors import TaskError
-from engine.templating import Templar
+from engine.template.templar import Templar
 
 FRAGMENTS = ["{{", "}}", "{%", "%}", "{#", "#}", "__class__", "__mro__", "range(", "99999999", "*", "**", "|length",
              "x", "'", '"', "\n", "\x00", "~", "[", "]", "(", ")", "lipsum", "self", ".", "for c in", "endfor", "-"]

@@ -160,6 +160,6 @@ def jump_lab():
 @pytest.fixture
 def host_from():
     """host_from(name, vars) -> an engine Host, as the inventory would give it."""
-    from engine.inventory import Host
+    from engine.inventory.manager import Host
 
     return lambda name, vars: Host(name, dict(vars), ["all"])

@@ -1,4 +1,4 @@
-"""A transient connect failure is retried (engine/client.py: the first attempt without tenacity, the later
+"""A transient connect failure is retried (engine/connection/client.py: the first attempt without tenacity, the later
 ones through it), and dfp_connect_retries: 1 means one attempt. Real sshd; the transient failure is a real
 ProxyCommand that fails its first time (as a bastion still booting would) and relays the connection after."""
 

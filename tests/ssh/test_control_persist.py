@@ -1,4 +1,4 @@
-"""ControlPersist (engine/persist.py, engine/persist_daemon.py): by default (60 s, as Ansible's ssh_args) or with
+"""ControlPersist (engine/connection/persist.py, engine/connection/persist_daemon.py): by default (60 s, as Ansible's ssh_args) or with
 `-o ControlMaster=auto -o ControlPersist=N` a run leaves the host's connection and an idle worker to a daemon, and
 the next run uses them: no login and no python start on the host. Real sshd, real daemon; the worker is seen from the host (the PID of the process that
 runs a task's command is the worker's)."""
@@ -16,9 +16,9 @@ import psutil
 import pytest
 import yaml
 
-from engine import persist
-from engine.client import WorkerClient
-from engine.inventory import Host
+from engine.connection import persist
+from engine.connection.client import WorkerClient
+from engine.inventory.manager import Host
 from tests.helpers import daemon_pid as _daemon_pid
 from tests.helpers import play
 from tests.helpers import wait_gone as _wait_gone

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
+from engine.connection.ssh_connect import open_connection
+from engine.connection.ssh_options import SshOptionError
 from engine.errors import HostUnreachable
-from engine.ssh_connect import open_connection
-from engine.ssh_options import SshOptionError
 
 pytestmark = pytest.mark.ssh
 

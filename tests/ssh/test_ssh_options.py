@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from engine.connection.ssh_options import Hop, ProxyCommandSpec, SshOptionError, check_ssh_settings, resolve
 from engine.errors import UserError
-from engine.inventory import Host
-from engine.ssh_options import Hop, ProxyCommandSpec, SshOptionError, check_ssh_settings, resolve
+from engine.inventory.manager import Host
 
 
 @pytest.fixture
@@ -221,21 +221,21 @@ def test_a_bad_ssh_option_on_one_host_stops_the_run_before_any_host_is_touched(t
 @pytest.fixture
 def lookups(tmp_path, monkeypatch):
     """The ssh-config lookup cache in a folder of the test's own, empty, with no answer remembered in memory."""
-    from engine import lookup_cache, ssh_options
+    from engine.connection import ssh_lookup_cache, ssh_options
 
-    monkeypatch.setattr(lookup_cache, "FOLDER", tmp_path / "lookups")
-    lookup_cache._new.clear()
+    monkeypatch.setattr(ssh_lookup_cache, "FOLDER", tmp_path / "lookups")
+    ssh_lookup_cache._new.clear()
     ssh_options._looked_up.cache_clear()
     yield tmp_path / "lookups"
-    lookup_cache._new.clear()
+    ssh_lookup_cache._new.clear()
     ssh_options._looked_up.cache_clear()
 
 
 def test_lookups_are_kept_private_and_read_by_the_next_run(no_home_config, lookups):
-    from engine import lookup_cache, ssh_options
+    from engine.connection import ssh_lookup_cache, ssh_options
 
     assert resolve(_host(ansible_port=2200)).port == 2200
-    lookup_cache.flush()
+    ssh_lookup_cache.flush()
     [kept] = list(lookups.iterdir())
     assert oct(kept.stat().st_mode & 0o777) == "0o600"
     answer = json.loads(kept.read_text())
@@ -246,10 +246,9 @@ def test_lookups_are_kept_private_and_read_by_the_next_run(no_home_config, looku
 
 
 def test_lookups_with_match_or_the_hosts_own_proxycommand_are_not_kept(tmp_path, no_home_config, lookups):
-    from engine import lookup_cache
-
+    from engine.connection import ssh_lookup_cache
     cfg = _config(tmp_path, "Match host 10.0.0.5\n  Port 2201\n")
     assert resolve(_host(ansible_ssh_common_args=cfg)).port == 2201
     resolve(_host(ansible_ssh_common_args="-o ProxyCommand='nc -X connect -x proxy:3128 secret-token %h %p'"))
-    lookup_cache.flush()
+    ssh_lookup_cache.flush()
     assert not lookups.exists() or not list(lookups.iterdir())

@@ -1,0 +1,1 @@
+"""The inventory: YAML, INI and folder forms, host ranges, groups and their variables, host patterns."""

@@ -1,0 +1,1 @@
+"""Reading input files: YAML with its limits, Ansible Vault. The first stage: imports only engine.errors."""

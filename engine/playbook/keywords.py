@@ -1,0 +1,311 @@
+"""Task and play keywords: which exist, and the check of each one's value at load time.
+
+Each check returns the value in the type the runner expects, or raises one paragraph naming the place,
+the keyword and the fix. They run when the playbook loads, so a wrongly typed keyword changes no host.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from engine.errors import UserError
+from engine.parsing.yamlfile import check_variable_names, is_variable_name
+from engine.template.secrets import is_secret_name
+
+TASK_KEYWORDS = {
+    "name",
+    "register",
+    "when",
+    "loop",
+    "with_items",
+    "with_dict",
+    "with_together",
+    "loop_control",
+    "retries",
+    "until",
+    "delay",
+    "notify",
+    "tags",
+    "ignore_errors",
+    "changed_when",
+    "failed_when",
+    "no_log",
+    "vars",
+    "listen",
+    "check_mode",
+    "timeout",
+    "any_errors_fatal",
+    "environment",
+    "run_once",
+    "delegate_to",
+    "delegate_facts",
+    "args",
+    *("become", "become_user", "become_method"),
+}
+BECOME_KEYWORDS = ("become", "become_user", "become_method")
+BECOME_METHODS = ("sudo",)
+PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks",
+                 "serial", "max_fail_percentage", "any_errors_fatal", "environment", *BECOME_KEYWORDS}
+
+# -- checks ---------------------------------------------------------------------------------
+# Each returns the value in the type the runner expects, or raises one paragraph naming the place,
+# the keyword and the fix. They run at load time, so a wrongly typed keyword changes no host.
+
+BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
+# The runner reads these flags as plain booleans (it does not render them), so a template is refused.
+FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal", "run_once",
+                 "delegate_facts")
+LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
+MAX_DELAY_S = 86400.0
+
+
+def is_template_text(value: Any) -> bool:
+    """engine.template.templar.is_template, imported when needed: it loads Jinja2, which checking a playbook does not need."""
+    from engine.template.templar import is_template
+
+    return isinstance(value, str) and is_template(value)
+
+
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*[=:]")
+
+
+def shown(value: Any) -> str:
+    """A keyword's value in a message: short strings quoted, anything else by its type; a string that assigns
+    a secret-named variable (`db_password=...`) shows its name only."""
+    if isinstance(value, str):
+        assigned = _ASSIGNMENT.match(value)
+        if assigned and is_secret_name(assigned.group(1)):
+            return f"a string assigning {assigned.group(1)} (its value is not shown)"
+        return repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, (bool, int, float)):
+        return f"{type(value).__name__} {value!r}"
+    return f"a {'mapping' if isinstance(value, dict) else type(value).__name__}"
+
+
+def wrong(where: str, key: str, expected: str, value: Any, example: str) -> UserError:
+    return UserError(f"{where}: '{key}' must be {expected}, got {shown(value)}. Write it like: {key}: {example}")
+
+
+def condition_list(value: Any, where: str, key: str) -> list:
+    """`when` and friends: a Jinja2 expression, a boolean, or a list of those (all must hold)."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, bool) or (isinstance(item, str) and item.strip()):
+            continue
+        raise wrong(where, key, "an expression (a string), true/false, or a list of those", item, "result.rc == 0")
+    return list(items)
+
+
+def condition(value: Any, where: str, key: str) -> str | bool:
+    """`changed_when`/`failed_when`/`until` are evaluated once: a list becomes one expression joined with `and`."""
+    items = condition_list(value, where, key)
+    if not items:
+        raise wrong(where, key, "at least one condition", value, "result.rc != 0")
+    if len(items) == 1:
+        return items[0]
+    return " and ".join(f"({str(item).lower() if isinstance(item, bool) else item})" for item in items)
+
+
+def flag(value: Any, where: str, key: str) -> bool:
+    """A boolean, or one of Ansible's boolean words (yes/no, true/false, on/off, 1/0; any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in BOOL_STRINGS:
+        return BOOL_STRINGS[value.strip().lower()]
+    if is_template_text(value):
+        raise UserError(
+            f"{where}: '{key}' is a template ({shown(value)}), which is not supported for '{key}' (the engine "
+            f"reads it as a plain true/false). Write {key}: true or {key}: false."
+        )
+    raise wrong(where, key, "true or false (or yes/no, on/off, 1/0)", value, "true")
+
+
+def retries_of(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise wrong(where, "retries", "a whole number >= 0", value, "3")
+    return value
+
+
+def delay_of(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_DELAY_S:
+        raise wrong(where, "delay", f"a number of seconds from 0 to {MAX_DELAY_S:.0f}", value, "5")
+    return float(value)
+
+
+def timeout_of(value: Any, where: str) -> float:
+    """`timeout`: seconds a task may run on the host before the worker stops it (as Ansible's keyword)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_DELAY_S:
+        raise wrong(where, "timeout", f"a number of seconds above 0, at most {MAX_DELAY_S:.0f}", value, "600")
+    return float(value)
+
+
+def names(value: Any, where: str, key: str) -> list[str]:
+    """`notify`/`tags`/`listen`: a string or a list of strings."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not (isinstance(item, str) and item.strip()):
+            raise wrong(where, key, "a name or a list of names (strings)", item, "[name1, name2]")
+    return list(items)
+
+
+def identifier(value: Any, where: str, key: str) -> str:
+    if not is_variable_name(value):
+        raise wrong(where, key, "a variable name (letters, digits and _, not starting with a digit)", value, "my_result")
+    return value
+
+
+def variables_of(value: Any, where: str, key: str = "vars") -> dict:
+    """A mapping of variable names to values (an empty `vars:` is an empty mapping)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise wrong(where, key, "a mapping of variable names to values", value, "{model_path: /models/x}")
+    check_variable_names(value, f"{where}: '{key}'")
+    return value
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def environment_of(value: Any, where: str) -> dict | str:
+    """`environment` (play, block, task): a mapping of environment variable names to values (strings, numbers,
+    true/false, or templates), or a template that gives such a mapping, as in Ansible."""
+    if is_template_text(value):
+        return value
+    if not isinstance(value, dict):
+        raise wrong(where, "environment", "a mapping of variable names to values (or a template giving one)", value,
+                    "{HF_HOME: /data/hf, CUDA_VISIBLE_DEVICES: '0'}")
+    for name, item in value.items():
+        if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
+            raise UserError(f"{where}: 'environment' has the name {shown(name)}, which is not an environment variable "
+                            "name (letters, digits and _, not starting with a digit); rename it")
+        if item is None or isinstance(item, (dict, list)):
+            raise UserError(f"{where}: 'environment' {name} must be a string, a number or true/false, got "
+                            f"{shown(item)}; write it as a string")
+        if isinstance(item, str) and "\0" in item:
+            raise UserError(f"{where}: 'environment' {name} holds a NUL character, which no process environment can "
+                            "carry; remove it")
+    return value
+
+
+LOOP_KEYWORDS = ("loop", "with_items", "with_dict", "with_together")
+
+
+def loop_of(raw: dict, where: str) -> tuple[Any, str]:
+    """(`loop` or a legacy with_* loop's value, which one): a list (with_dict: a mapping), or a template giving
+    one. How each kind turns into items: engine/run/task_executor.py loop_items."""
+    keys = [k for k in LOOP_KEYWORDS if k in raw]
+    if len(keys) > 1:
+        raise UserError(f"{where}: the task has {' and '.join(repr(k) for k in keys)}; keep one of them")
+    if not keys:
+        return None, "loop"
+    value = raw[keys[0]]
+    if is_template_text(value) or (isinstance(value, dict) if keys[0] == "with_dict" else isinstance(value, list)):
+        return value, keys[0]
+    if keys[0] == "with_dict":
+        raise wrong(where, keys[0], "a mapping, or a template that gives one", value, '"{{ users }}"')
+    raise wrong(where, keys[0], "a list, or a template that gives one", value, '"{{ models }}"')
+
+
+def loop_var_of(value: Any, where: str) -> str:
+    if not isinstance(value, dict):
+        raise wrong(where, "loop_control", "a mapping", value, "{loop_var: model}")
+    unknown = sorted(map(str, set(value) - LOOP_CONTROL_KEYS))
+    if unknown:
+        raise UserError(
+            f"{where}: 'loop_control' has unsupported key(s) {', '.join(unknown)}; the only one supported is "
+            "loop_var (e.g. loop_control: {loop_var: model}). Remove the others."
+        )
+    return identifier(value.get("loop_var", "item"), where, "loop_control.loop_var")
+
+
+def become_of(raw: dict, where: str) -> dict:
+    """become/become_user/become_method as given at this level (absent keys are inherited from above)."""
+    out: dict[str, Any] = {}
+    if "become" in raw:
+        out["become"] = flag(raw["become"], where, "become")
+    if "become_user" in raw:
+        user = raw["become_user"]
+        plain_name_ok = isinstance(user, str) and not any(c in user for c in " \t\n\r\0") and not user.startswith("-")
+        if not (isinstance(user, str) and user.strip()) or not (plain_name_ok or is_template_text(user)):
+            raise wrong(where, "become_user", "a user name (or a template giving one)", user, "root")
+        out["become_user"] = user
+    if "become_method" in raw:
+        method = raw["become_method"]
+        if method not in BECOME_METHODS:
+            raise wrong(where, "become_method", f"one of {', '.join(BECOME_METHODS)} (the only supported method)",
+                        method, "sudo")
+        out["become_method"] = method
+    return out
+
+
+def delegate_to_of(value: Any, where: str) -> str:
+    """`delegate_to`: an inventory host's name, `localhost`, or a template giving one (rendered per host and item)."""
+    if not (isinstance(value, str) and value.strip()) or any(c in value for c in "\t\n\r\0"):
+        raise wrong(where, "delegate_to", "a host name of the inventory, localhost, or a template giving one", value,
+                    "localhost")
+    return value.strip()
+
+
+def serial_of(value: Any, where: str) -> list:
+    """`serial`: a number of hosts, a percentage ("30%"), a template giving one, or a list of those (growing
+    batches; the last size repeats)."""
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise wrong(where, "serial", "a batch size, a percentage or a list of them", value, "[1, 5, '25%']")
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool) and item >= 0:
+            continue
+        if isinstance(item, str) and (is_template_text(item) or re.fullmatch(r"\s*\d+(\.\d+)?\s*%\s*|\s*\d+\s*", item)):
+            continue
+        raise wrong(where, "serial", "a whole number of hosts >= 0 (0: all), a percentage like '25%', a template "
+                    "giving one, or a list of those", item, "[1, '25%']")
+    return list(items)
+
+
+def max_fail_percentage_of(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise wrong(where, "max_fail_percentage", "a number from 0 to 100", value, "0")
+    return float(value)
+
+
+def task_keywords(raw: dict, where: str) -> dict:
+    """The task's keywords, checked and converted to the types of the Task fields."""
+    loop, loop_kind = loop_of(raw, where)
+    out: dict[str, Any] = {"loop": loop, "loop_kind": loop_kind}
+    for key in ("when",):
+        if key in raw:
+            out[key] = condition_list(raw[key], where, key)
+    for key in ("changed_when", "failed_when", "until"):
+        if key in raw:
+            out[key] = condition(raw[key], where, key)
+    for key in ("notify", "tags", "listen"):
+        if key in raw:
+            out[key] = names(raw[key], where, key)
+    for key in FLAG_KEYWORDS:
+        if key in raw:
+            out[key] = flag(raw[key], where, key)
+    if "tags" in out:
+        out["tags"] = set(out["tags"])
+    if "loop_control" in raw:
+        out["loop_var"] = loop_var_of(raw["loop_control"], where)
+    if "register" in raw:
+        out["register"] = identifier(raw["register"], where, "register")
+    if "retries" in raw:
+        out["retries"] = retries_of(raw["retries"], where)
+    if "delay" in raw:
+        out["delay"] = delay_of(raw["delay"], where)
+    if "timeout" in raw:
+        out["timeout"] = timeout_of(raw["timeout"], where)
+    out["vars"] = variables_of(raw.get("vars"), where)
+    if "environment" in raw:
+        out["environment"] = [environment_of(raw["environment"], where)]
+    if "delegate_to" in raw:
+        out["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
+    out.update(become_of(raw, where))
+    return out

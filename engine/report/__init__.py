@@ -1,0 +1,1 @@
+"""What a run shows and writes: the console, the JSON report, JUnit XML."""

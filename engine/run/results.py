@@ -1,0 +1,120 @@
+"""What a run records: one TaskResult per host and task, and each host's state during the run."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.inventory.manager import Host
+from engine.template.taint import Taint
+
+STATUSES = ("ok", "changed", "failed", "skipped", "unreachable", "ignored", "rescued")
+
+
+@dataclass
+class TaskResult:
+    host: str
+    task: str
+    role: str | None
+    module: str
+    status: str
+    changed: bool
+    msg: str
+    duration_s: float
+    result: dict = field(default_factory=dict)
+    ignored: bool = False
+    handler: bool = False
+    rescued: bool = False  # failed inside a block whose rescue then ran
+    delegated_to: str | None = None  # the host the module ran on, when the task was delegated (delegate_to)
+
+    @property
+    def accepted(self) -> bool:
+        """A failure that the task's failed_when let pass (its module failed, the play goes on as if it had not)."""
+        return bool(self.result.get("failure_accepted"))
+
+    def as_report(self) -> dict:
+        return {
+            "host": self.host,
+            "role": self.role,
+            "task": self.task,
+            "module": self.module,
+            "status": self.status,
+            "changed": self.changed,
+            "msg": self.msg,
+            "duration_s": round(self.duration_s, 4),
+            "ignored": self.ignored,
+            "handler": self.handler,
+            "rescued": self.rescued,
+            "failure_accepted": self.accepted,
+            "warnings": self.result.get("warnings", []),
+            **({"delegated_to": self.delegated_to} if self.delegated_to else {}),
+        }
+
+
+@dataclass
+class HostState:
+    host: Host
+    client: Any = None  # engine.connection.client.WorkerClient once connected
+    facts: dict | None = None
+    registered: dict = field(default_factory=dict)
+    facts_set: dict = field(default_factory=dict)
+    failed: bool = False
+    unreachable: bool = False
+    notified: set = field(default_factory=set)
+    stats: dict = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    unreachable_msg: str = ""
+    last_failure: TaskResult | None = None  # the result that failed the host, or made it unreachable
+    hidden: set = field(default_factory=set)  # registered / set_fact names a no_log task set (secrets to hostvars)
+    # What the other hosts read through hostvars: this host's data as it was when the current task started
+    # (publish), so its own run of that task never changes what they see (linear strategy).
+    shared_registered: dict = field(default_factory=dict)
+    shared_facts_set: dict = field(default_factory=dict)
+    shared_facts: dict | None = None
+    shared_hidden: frozenset = frozenset()
+    ended: bool = False  # `meta: end_host` (or end_play) in the current play: no more of its tasks nor handlers
+    # Held while a task uses this host's client: its own tasks and those delegated to it from other hosts' threads
+    # take turns (the client talks to one worker at a time). A thread only ever holds one host's.
+    client_lock: threading.RLock = field(default_factory=threading.RLock)
+    delegated_to: str | None = None  # where the current task's module last ran, when delegated
+    locked: bool = False  # connected, become checked and the host lock held: ready for tasks (its own or delegated)
+    # What each registered or set_fact name carries (engine/template/taint.py): whose answers, whether a secret; a name
+    # without a record is this host's answer. loop_taint: what the current loop's items carry.
+    provenance: dict = field(default_factory=dict)
+    shared_provenance: dict = field(default_factory=dict)
+    loop_taint: dict = field(default_factory=dict)
+    task_taint: Taint = field(default_factory=Taint)  # what the current task's arguments read (its register's record)
+
+    @property
+    def host_taint(self) -> Taint:
+        """What this host's own answers carry: its name (made once)."""
+        taint = self.__dict__.get("_host_taint")
+        if taint is None:
+            taint = self.__dict__["_host_taint"] = Taint((self.host.name,))
+        return taint
+
+    @property
+    def running(self) -> bool:
+        """Still taking the play's tasks: active, and not ended by meta (an ended host is not a failed one)."""
+        return self.active and not self.ended
+
+    @property
+    def active(self) -> bool:
+        return not self.failed and not self.unreachable
+
+    def publish(self) -> None:
+        """Before a task starts on the hosts: what the others will read of this host during it (shallow copies)."""
+        self.shared_registered = dict(self.registered)
+        self.shared_facts_set = dict(self.facts_set)
+        self.shared_facts = self.facts
+        self.shared_hidden = frozenset(self.hidden)
+        self.shared_provenance = dict(self.provenance)
+
+
+def status_of(result: dict) -> str:
+    """The status a module's or an action's result dict stands for."""
+    if result.get("skipped"):
+        return "skipped"
+    if result.get("failed"):
+        return "failed"
+    return "changed" if result.get("changed") else "ok"

@@ -1,0 +1,332 @@
+"""Run plays: hosts in parallel (bounded by forks), tasks in order, one worker per host.
+
+Linear strategy, as in Ansible: each task runs on every active host before the next task starts, so
+the output reads as a runbook. A failed host stops; the others go on, unless the play (or the task's block) has
+`any_errors_fatal`: then a host failing or unreachable outside a block's rescue stops the play for every host once
+that task has finished everywhere (no later task, handler, batch or play). A play with `serial` runs whole (tasks
+and handlers, from facts and host lock on) on one batch of hosts after another, and a failed batch stops the
+roll: later batches and plays are not run, their hosts never connected (engine/run/batches.py). What a task
+means on one host is engine/run/task_executor.py; the variables it sees, engine/run/variables.py; the checks before any host is touched,
+engine/run/preflight.py; the worker protocol, engine/connection/client.py. The Runner walks plays, batches, blocks and tasks;
+one host's start (connection, become, lock, facts) is engine/run/host_start.py's, and why a play ends early
+(any_errors_fatal, a stopped roll) engine/run/play_stops.py's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import ChainMap
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from engine.connection import ssh_lookup_cache
+from engine.errors import UserError
+from engine.inventory.manager import Inventory
+from engine.playbook.loader import Block, Include, Play, Task
+from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
+from engine.run.delegation import Delegation
+from engine.run.host_start import HostStart
+from engine.run.play_stops import PlayStops
+from engine.run.preflight import Preflight
+from engine.run.results import HostState, TaskResult
+from engine.run.start_at import StartAt
+from engine.run.task_executor import TaskExecutor
+from engine.run.variables import Variables
+from engine.template.templar import Templar
+
+
+class Runner:
+    def __init__(
+        self,
+        inventory: Inventory,
+        *,
+        extra_vars: dict | None = None,
+        check: bool = False,
+        diff: bool = False,
+        tags: set[str] | None = None,
+        skip_tags: set[str] | None = None,
+        forks: int = 8,
+        limit: str | None = None,
+        console=None,
+        lock_wait: float = 60.0,
+        start_at_task: str | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.extra_vars = extra_vars or {}
+        self.tags = tags or set()
+        self.skip_tags = skip_tags or set()
+        self.forks = max(1, forks)
+        self.limit = limit
+        self.console = console
+        self.lock_wait = max(0.0, float(lock_wait))
+        self.templar = Templar()
+        self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
+        self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
+        self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
+        self._pool: ThreadPoolExecutor | None = None
+        self.play_ended = False  # meta: end_play in the current play (its later batches are not run)
+        self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
+        self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
+        self.stops = PlayStops(self.executor, self.variables, self._state, console)
+        self.start_at = StartAt(start_at_task)
+        self.executor.delegation = Delegation(inventory, self._delegate_state, self.hosts, self.templar, self.states)
+
+    @property
+    def rolls(self) -> list[dict]:
+        return self.stops.rolls
+
+    @property
+    def results(self) -> list[TaskResult]:
+        return self.executor.results
+
+    # -- planning ---------------------------------------------------------------------------------
+    def hosts_for(self, play: Play) -> list[str]:
+        hosts = self.inventory.select(play.hosts, where=f"{play.source}: play '{play.name}' hosts")
+        if self.limit:
+            allowed = set(self.inventory.select(self.limit, where="--limit/--host/--group"))
+            hosts = [h for h in hosts if h in allowed]
+        return hosts
+
+    def task_selected(self, task: Task) -> bool:
+        """Ansible's tag rules: `always` runs unless skipped by another of its tags; `never` runs only when one
+        of its tags is asked for by name."""
+        if "always" in task.tags:
+            return not (self.skip_tags & task.tags - {"always"})
+        if "never" in task.tags and not (self.tags & task.tags):
+            return False
+        if self.tags and not (self.tags & task.tags):
+            return False
+        return not (self.skip_tags & task.tags)
+
+    def _state(self, name: str) -> HostState:
+        return self.states.setdefault(name, HostState(self.inventory.hosts[name]))
+
+    def _delegate_state(self, name: str) -> HostState:
+        """A delegate's state: an inventory host's own, or the implicit localhost's (made once)."""
+        with self._states_lock:
+            if name not in self.states:
+                host = self.inventory.delegate_host(name)
+                assert host is not None  # noqa: S101 - Delegation checked the name
+                self.states[name] = HostState(host)
+            return self.states[name]
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self, plays: list[Play]) -> list[TaskResult]:
+        self._pool = ThreadPoolExecutor(max_workers=self.forks)
+        self.hosts.connect_early(plays, self.hosts_for, self._pool)
+        try:
+            serials = self.preflight(plays)
+            for number, play in enumerate(plays):
+                if not self.run_play(play, serials[number], later_plays=plays[number + 1:]):
+                    break  # a failed batch stops the whole playbook, as in Ansible
+        finally:
+            # Every host at once: each close waits for its worker to exit (a serial loop cost 10-20 ms a host).
+            open_states = [s for s in self.states.values() if s.client is not None]
+            if open_states:
+                self._parallel(open_states, lambda s: s.client.close())
+            self.hosts.close_early()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            ssh_lookup_cache.flush()  # the ssh config lookups this run made, kept for the next run (now, not at exit)
+        return self.results
+
+    def preflight(self, plays: list[Play]) -> list:
+        """Everything checked before any host is touched (secrets known first, so no message shows one); the
+        plays' batch sizes. Also all that --syntax-check runs."""
+        for play in plays:
+            for name in self.hosts_for(play):
+                self.variables.collect_secrets(self._state(name), play)
+        try:
+            Preflight(self.inventory, self.extra_vars, self.templar).check(plays, self.hosts_for, self.task_selected)
+            return [self.serial_for(play) for play in plays]
+        except UserError as exc:  # a message may quote a value: never a secret
+            raise UserError(self.variables.secrets.redact(str(exc))) from None
+
+    def _parallel(self, states: list[HostState], fn) -> list:
+        if len(states) == 1:
+            return [fn(states[0])]
+        assert self._pool is not None  # noqa: S101 - set by run() before any play
+        return list(self._pool.map(fn, states))
+
+    def serial_for(self, play: Play) -> list | None:
+        """The play's batch sizes, its templates rendered with -e, the play's vars and its roles' defaults."""
+        if play.serial is None:
+            return None
+        view = self.templar.view(ChainMap(self.extra_vars, play.vars, play.defaults))
+        return resolve_serial(play.serial, lambda item: self.templar.render_value(item, view),
+                              f"{play.source}: play '{play.name}'")
+
+    def run_play(self, play: Play, serial: list | None = None, later_plays: Sequence[Play] = ()) -> bool:
+        """Run a play; False when a failed batch stopped its roll, or any_errors_fatal the play (the plays after it
+        are not run)."""
+        if self.start_at.pending and not self.start_at.in_play(play):
+            return True  # --start-at-task: a play before the start task's is not run at all
+        if self.start_at.pending:
+            play = replace(play, gather_facts=False)  # nor the start task's play's fact gathering, as in Ansible
+        names = self.hosts_for(play)
+        self.stops.fatal = None
+        self.play_ended = False
+        self.variables.begin_play(play, names)
+        if serial is None and play.max_fail_percentage is None:
+            self._run_batch(play, names, play)
+            return self.stops.stop_if_fatal(play, names, later_plays)
+        batches = split_batches([n for n in names if self._state(n).active], serial)
+        if not batches and self.console:
+            self.console.play_start(play, [])
+        for number, batch in enumerate(batches, start=1):
+            label = f"{play.name} (batch {number} of {len(batches)}: {host_list(batch)})" if len(batches) > 1 else play.name
+            self._run_batch(play, batch, replace(play, name=label))
+            if self.stops.fatal is not None:
+                self.stops.record_roll(play, batches, number, [h for b in batches[number:] for h in b], stopped=True)
+                # the batches that finished are not 'stopped': only this batch and the later ones
+                return self.stops.stop_if_fatal(play, [h for b in batches[number - 1:] for h in b], later_plays)
+            failed_now = [h for h in batch if not self._state(h).active]
+            if roll_stops(len(batch), len(failed_now), play.max_fail_percentage):
+                self.stops.stop_roll(play, batches, number, len(failed_now), [p.name for p in later_plays])
+                return False
+            if self.play_ended:  # meta: end_play ends the whole play, its later batches too
+                self.stops.record_roll(play, batches, number, [h for b in batches[number:] for h in b], stopped=False)
+                return True
+        self.stops.record_roll(play, batches, len(batches), [], stopped=False)
+        return True
+
+    def _run_batch(self, play: Play, names: list[str], banner: Play) -> None:
+        """The whole play on these hosts: connection, lock and facts, then tasks, then handlers."""
+        if self.console:
+            self.console.play_start(banner, names)
+        states = [st for st in map(self._state, names) if not st.unreachable]
+        if play.gather_facts and self.console:
+            self.console.task_start("Gathering facts", None, [s.host.name for s in states])
+        self.variables.publish(play)
+        active = [s for s in states if s.active]
+        self._parallel(states, lambda st: self.hosts.start(st, play))
+        if play.any_errors_fatal:
+            self.stops.note_fatal(active, None)
+        for s in states:
+            s.ended = False
+        self._run_items(states, play, play.tasks)
+        self._flush_handlers(states, play)
+        if self.console:
+            self.console.task_done()
+
+    def _flush_handlers(self, states: list[HostState], play: Play) -> None:
+        """The notified handlers, in the order the play lists them, on the hosts that notified them (at the end
+        of the play, or at a `meta: flush_handlers`)."""
+        consumed: dict[int, set] = {}  # per host, the names and topics that ran a handler: cleared at the end, so
+        for handler in play.handlers:  # every handler listening to one topic runs, as in Ansible
+            if self.stops.fatal is not None:
+                break
+            triggers = {handler.name, *handler.listen}
+            active = [s for s in states if s.running and s.notified & triggers]
+            if active:
+                self._run_on(active, play, handler, handler=True)
+                for s in active:
+                    consumed.setdefault(id(s), set()).update(s.notified & triggers)
+        for s in states:
+            s.notified -= consumed.get(id(s), set())
+
+    def _run_once(self, states: list[HostState], play: Play, task: Task) -> None:
+        """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and
+        what it registered or set with set_fact given to every other running host of the batch, as in Ansible."""
+        running = [s for s in states if s.running]
+        if not running:
+            return
+        ran = self._run_on(running[:1], play, task)
+        if task.module == "meta":
+            self._meta(running, play, task, ran)
+        first = running[0]
+        registered = {task.register: first.registered[task.register]} if task.register in first.registered else {}
+        facts = {n: first.facts_set[n] for n in task.args if n in first.facts_set} if task.module == "set_fact" else {}
+        hidden = first.hidden & {*registered, *facts}  # a no_log task's values stay secret on every host
+        for other in running[1:]:
+            other.registered.update(registered)
+            other.facts_set.update(facts)
+            other.hidden |= hidden
+
+    def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:
+        """What a `meta` task does, on the hosts where it ran (its `when` held): flush_handlers, reset_connection,
+        end_host, end_batch and end_play (every host of the batch or play), noop."""
+        hit = {r.host for r in ran if r.status == "ok"}
+        action = task.args["action"]
+        if action == "flush_handlers":
+            self._flush_handlers([s for s in states if s.host.name in hit], play)
+        elif action == "reset_connection":
+            self._parallel([s for s in states if s.host.name in hit and s.client is not None],
+                           lambda st: self.hosts.reset(st, play))
+        elif action == "end_host":
+            for s in states:
+                s.ended = s.ended or s.host.name in hit
+        elif action in ("end_batch", "end_play") and self._first_ran(states, ran) in hit:
+            # as Ansible's, which runs these once: the first host's `when` decides for the whole batch
+            for s in states:
+                s.ended = True
+            self.play_ended = self.play_ended or action == "end_play"  # and no later batch (Ansible 2.12+)
+
+    @staticmethod
+    def _first_ran(states: list[HostState], ran: list) -> str | None:
+        """The first host (in the play's order) a task ran on."""
+        names = {r.host for r in ran}
+        return next((s.host.name for s in states if s.host.name in names), None)
+
+    def _run_items(self, states: list[HostState], play: Play, items: list) -> None:
+        """Tasks and blocks in order, each on the hosts of `states` still active."""
+        for item in items:
+            if self.stops.fatal is not None or not any(s.running for s in states):
+                return
+            if isinstance(item, Block):
+                self._run_block(states, play, item)
+            elif isinstance(item, Include):
+                self._run_include(states, play, item)
+            elif self.start_at.skips(item):
+                continue
+            elif self.task_selected(item) and item.run_once:
+                self._run_once(states, play, item)
+            elif self.task_selected(item):
+                ran = self._run_on([s for s in states if s.running], play, item)
+                if item.module == "meta":
+                    self._meta(states, play, item, ran)
+
+    def _run_include(self, states: list[HostState], play: Play, include: Include) -> None:
+        """include_tasks / include_role: the include on each running host (its `when` decides there, one ok result
+        each), then what it brings on the hosts it reached; not selected by --tags, nothing of it runs."""
+        if self.start_at.pending:  # --start-at-task looks inside (the include is read at load)
+            self._run_items(states, play, include.tasks)
+            return
+        if not self.task_selected(include.marker):
+            return
+        ran = self._run_on([s for s in states if s.running], play, include.marker)
+        reached = {r.host for r in ran if r.status == "ok"}
+        self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
+
+    def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
+        """block, then rescue on the hosts that failed in it, then always on every host that entered it."""
+        entered = [s for s in states if s.running]
+        self.stops.rescuable += bool(block.rescue)
+        try:
+            self._run_items(entered, play, block.block)
+        finally:
+            self.stops.rescuable -= bool(block.rescue)
+        failed = [s for s in entered if s.failed and not s.unreachable]
+        if block.rescue and failed and self.stops.fatal is None:
+            for s in failed:
+                self.executor.rescue(s)
+            self._run_items(failed, play, block.rescue)
+        if block.always and self.stops.fatal is None:
+            still_failed = {id(s) for s in entered if s.failed}
+            for s in entered:
+                s.failed = False  # always runs on failed hosts too; they stay failed afterwards
+            self._run_items([s for s in entered if not s.unreachable], play, block.always)
+            for s in entered:
+                s.failed = s.failed or id(s) in still_failed
+
+    def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> list[TaskResult]:
+        """The task on these hosts in parallel; the results it added."""
+        before = len(self.executor.results)
+        if self.console:
+            self.console.task_start(task.name, task.role, [s.host.name for s in states], handler=handler)
+        self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
+        self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
+        if play.fatal(task):
+            self.stops.note_fatal(states, task.name)
+        return self.executor.results[before:]
+

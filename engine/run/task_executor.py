@@ -1,0 +1,371 @@
+"""Task semantics: what one task means on one host (when, loop, retries/until, changed_when/failed_when,
+ignore_errors, notify, register, no_log), and recording what happened with secrets masked.
+
+The Runner (engine/run/runner.py) decides which hosts run which task when; this module runs it on one host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
+
+from jinja2.sandbox import SecurityError
+
+from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
+from engine.connection import become
+from engine.errors import HostUnreachable, TaskError, UserError
+from engine.playbook.loader import Play, Task
+from engine.playbook.modulespec import linked_vars, module_args_spec
+from engine.run.actions import ACTIONS, ActionCall, action_in, handles
+from engine.run.results import HostState, TaskResult, status_of
+from engine.run.trust import check_task
+from engine.run.variables import Variables
+from engine.template.bounds import render_budget
+from engine.template.secrets import is_secret_name
+from engine.template.taint import Taint, close_frame, open_frame, union
+from engine.template.templar import Templar, to_bool, undefined_name
+
+if TYPE_CHECKING:
+    from engine.run.delegation import Delegation
+
+# Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
+# only chooses whose variables it sets).
+LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "meta", "set_fact")
+
+# The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
+ACCEPTED_PREFIX = "(failure accepted by failed_when) "
+
+
+action_in("models", "engine.run.model_relay")  # the models relay, imported when a play uses it
+
+
+def linked_values(module: str, given: dict, view) -> dict:
+    """Arguments the task leaves out, from the variables their ARGS entries name (engine/modulespec.linked_vars)."""
+    return {arg: view[var] for arg, var in linked_vars(module).items() if arg not in given and var in view}
+
+
+def failure_message(task: Task, exc: Exception) -> str:
+    """One paragraph for an error raised while rendering or running a task."""
+    where = f"{task.source} ('{task.name}')"
+    if isinstance(exc, (TaskError, UserError)):
+        return str(exc)
+    if isinstance(exc, SecurityError):
+        return (f"{where}: the template sandbox refused this task: {exc}. Templates may not reach Python internals "
+                "(names starting with '_') nor build huge values; rewrite the expression.")
+    name = undefined_name(exc)
+    if name:
+        return f"{where}: '{name}' is undefined while rendering this task ({exc}); define it or guard the task with a `when:`"
+    return f"{where}: {type(exc).__name__}: {exc}"
+
+
+class TaskExecutor:
+    """Runs tasks on hosts and records the results (shown and reported with secrets masked)."""
+
+    def __init__(self, variables: Variables, templar: Templar, *, check: bool, diff: bool, console=None) -> None:
+        self.variables = variables
+        self.templar = templar
+        self.check = check
+        self.diff = diff
+        self.console = console
+        self.results: list[TaskResult] = []
+        self._lock = threading.Lock()
+        self.delegation: Delegation | None = None  # set by the Runner: where delegate_to sends a module
+
+    # -- recording -----------------------------------------------------------------------------------
+    def record(self, state: HostState, res: TaskResult) -> None:
+        """Count, keep and show a result: a masked copy (the registered one, used by later tasks, stays intact)."""
+        secrets = self.variables.secrets
+        res.msg = secrets.redact(res.msg)
+        res.result = secrets.redact_obj(res.result)  # secret-named keys are hidden even when no value is known
+        state.stats["ignored" if res.ignored else res.status] += 1
+        if res.status == "failed" and not res.ignored:
+            state.last_failure = res
+        with self._lock:
+            self.results.append(res)
+        if self.console:
+            self.console.host_result(res)
+
+    def rescue(self, state: HostState) -> None:
+        """A host that failed in a block enters its rescue: the failure counts as rescued, not failed, and the
+        rescue tasks see it as ansible_failed_task / ansible_failed_result (as in Ansible)."""
+        failure = state.last_failure
+        state.failed = False
+        if failure is None:
+            return
+        failure.rescued = True
+        state.stats["failed"] -= 1
+        state.stats["rescued"] += 1
+        state.registered["ansible_failed_task"] = {"name": failure.task, "role": failure.role, "module": failure.module}
+        state.registered["ansible_failed_result"] = dict(failure.result, msg=failure.msg)
+
+    def unreachable(self, state: HostState, task_name: str, msg: str) -> None:
+        state.unreachable = True
+        state.unreachable_msg = msg
+        res = TaskResult(state.host.name, task_name, None, "-", "unreachable", False, msg, 0.0)
+        self.record(state, res)
+        state.last_failure = res  # what any_errors_fatal names (an unreachable host is never rescued)
+
+    # -- one task on one host --------------------------------------------------------------------------
+    def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
+        started = time.monotonic()
+        state.delegated_to = None
+        state.task_taint = Taint()
+        try:
+            with render_budget(task.timeout):  # the task's timeout covers its rendering on the control node too
+                res = self._run_task(state, play, task)
+        except HostUnreachable as exc:
+            self.unreachable(state, task.name, str(exc))
+            return
+        except Exception as exc:  # a template, argument or engine error tied to this task
+            res = {"failed": True, "changed": False, "msg": failure_message(task, exc)}
+            if task.register:  # registered as Ansible registers a failed task (a rescue or a later `is failed` reads it)
+                state.registered[task.register] = res
+        status = status_of(res)
+        ignored = status == "failed" and task.ignore_errors
+        if status == "failed" and not ignored:
+            state.failed = True
+        if status == "changed" and task.notify:
+            state.notified |= set(task.notify)
+        msg = res.get("msg", "")
+        if task.no_log:
+            msg = "(output hidden: no_log)"
+            res = {k: res.get(k) for k in ("changed", "failed", "skipped", "failure_accepted")}
+        self.record(state, TaskResult(state.host.name, task.name, task.role, task.module, status, bool(res.get("changed")),
+                                      str(msg), time.monotonic() - started, res, ignored, handler,
+                                      delegated_to=state.delegated_to))
+
+    def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
+        view = self.variables.view(state, play, task)
+        if task.loop is None:
+            false = next((cond for cond in task.when if not self.truth(cond, view)), None)
+            if false is not None:  # registered too, as in Ansible (`result is skipped`)
+                result = {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
+            else:
+                result = self._run_with_retries(state, play, task, None, view)
+        else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
+            rendered, loop_taint = self.templar.render_tracked(task.loop, view)
+            state.loop_taint = {task.loop_var: loop_taint}  # an item carries what the list it came from read
+            try:
+                results = [self._run_with_retries(state, play, task, {task.loop_var: i}) for i in loop_items(task, rendered)]
+            finally:
+                state.loop_taint = {}
+            result = self._loop_result(results)
+        if task.register:
+            state.registered[task.register] = result
+            state.provenance[task.register] = self._result_taint(state, task)
+        if task.no_log:  # what it returned is secret wherever it is read, under its own name too
+            self.variables.secrets.add(no_log_output(result))
+        self._mark_hidden(state, task, result)
+        return result
+
+    @staticmethod
+    def _result_taint(state: HostState, task: Task) -> Taint:
+        """What a registered result carries (engine/template/taint.py): an engine action's (set_fact, debug, assert) what its
+        arguments read, a secret included; a module's the answer of the host it ran on and the hosts its arguments
+        read (a secret it echoes is masked by its value: its other output is no secret); a no_log task's a secret."""
+        taint = state.task_taint.copy()
+        if task.module not in LOCAL_ACTIONS:
+            taint.hosts.add(state.delegated_to or state.host.name)
+            taint.secret = False
+        taint.secret = taint.secret or bool(task.no_log)
+        return taint
+
+    @staticmethod
+    def _mark_hidden(state: HostState, task: Task, result: dict) -> None:
+        """Names a no_log task registered or set (secrets to whoever reads them through hostvars); a later task
+        that sets the name again without no_log makes it plain again."""
+        names = [task.register] if task.register else []
+        if task.module == "set_fact" and not result.get("skipped"):
+            names += list(task.args)
+        if task.no_log:
+            state.hidden.update(names)
+        else:
+            state.hidden.difference_update(names)
+
+    @staticmethod
+    def _loop_result(results: list[dict]) -> dict:
+        return {
+            "results": results,
+            "changed": any(r.get("changed") for r in results),
+            "failed": any(r.get("failed") for r in results),
+            "skipped": bool(results) and all(r.get("skipped") for r in results),
+            "msg": "; ".join(str(r.get("msg", "")) for r in results if r.get("failed") or r.get("changed"))
+            or f"{len(results)} items ok",
+        }
+
+    def truth(self, expr: Any, view) -> bool:
+        return to_bool(self.templar.evaluate(expr, view))
+
+    def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None, first_view=None) -> dict:
+        attempts = 1 + (task.retries if task.retries is not None else (3 if task.until is not None else 0))
+        result: dict = {}
+        for attempt in range(1, attempts + 1):
+            # a retry sees what changed meanwhile (a fresh view); the first attempt reuses the `when` check's
+            view = first_view if attempt == 1 and first_view is not None else self.variables.view(state, play, task, extra)
+            if extra is not None:
+                for cond in task.when:
+                    if not self.truth(cond, view):
+                        return {"skipped": True, "changed": False, "msg": f"skipped: {cond}"}
+            result = self._apply_conditions(state, play, task, extra, self._attempt(state, play, task, view))
+            if task.until is None:
+                break
+            if self.truth(task.until, self._result_view(state, play, task, extra, result)):
+                result["attempts"] = attempt
+                break
+            if attempt < attempts:
+                time.sleep(task.delay)
+            else:
+                result = dict(result, failed=True, attempts=attempt, msg=(
+                    f"gave up after {attempt} attempts: until '{task.until}' stayed false; last: {result.get('msg', '')}"))
+        return result
+
+    def _result_view(self, state: HostState, play: Play, task: Task, extra: dict | None, result: dict):
+        """The variables seen by until/changed_when/failed_when: the task's result as `result` and its register name."""
+        names = dict(extra or {}, result=result)
+        if task.register:
+            names[task.register] = result
+        return self.variables.view(state, play, task, names)
+
+    def _apply_conditions(self, state, play, task, extra, result: dict) -> dict:
+        if task.changed_when is None and task.failed_when is None:
+            return result
+        view = self._result_view(state, play, task, extra, result)
+        if task.changed_when is not None:
+            result["changed"] = self.truth(task.changed_when, view)
+        if task.failed_when is not None:
+            failed = self.truth(task.failed_when, view)
+            if result.get("failed") and not failed:
+                result["msg"] = f"{ACCEPTED_PREFIX}{result.get('msg', '')}"  # for the reader; readers of code: the field
+                result["failure_accepted"] = True
+            result["failed"] = failed
+        return result
+
+    def _attempt(self, state: HostState, play: Play, task: Task, view) -> dict:
+        """One try of the task on this host: its arguments rendered, then the engine action or the module (on the
+        delegate's worker when delegate_to names another host)."""
+        check = self.check if task.check_mode is None else bool(task.check_mode)
+        # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
+        identity = become.for_task(task, view, self.templar, self.variables.secrets)
+        args, taints = self._rendered_args(task, view)
+        environment, env_taint = self.task_environment(task, view)
+        action = handles(task.module, args)
+        target = self._target(state, play, task, view, action)
+        check_task(task, target, taints, env_taint, self.variables.states)  # engine/run/trust.py: before anything runs
+        taint = union([*taints.values(), env_taint])
+        state.task_taint.add(taint)
+        with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():
+            if action:
+                result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target, taints))
+            else:
+                try:
+                    check_args(module_args_spec(task.module) or {}, args, task.module)
+                except ModuleError as exc:
+                    raise TaskError(f"{task.source} ('{task.name}'): {exc.msg}") from None
+                result = self.module(target, task.module, args, check, task, environment)
+        if isinstance(result.get("diff"), dict) and taint.secret:
+            # content rendered from a secret: its old version on the host is no less secret than the new one
+            result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
+        return result
+
+    def _rendered_args(self, task: Task, view) -> tuple[dict, dict[str, Taint]]:
+        """The task's arguments rendered for this host, with those its module links to variables, and what each
+        one read (engine/template/taint.py: the trust rule and the secrecy of a diff are judged on it)."""
+        args: dict = {}
+        taints: dict[str, Taint] = {}
+        for arg, var in linked_vars(task.module).items():
+            if arg not in task.args and var in view:
+                frame = open_frame()
+                try:
+                    args[arg] = view[var]
+                finally:
+                    close_frame(frame)
+                taints[arg] = frame
+        for key, value in task.args.items():
+            name = self.templar.render_value(key, view)
+            args[name], taints[name] = self.templar.render_tracked(value, view)
+        return {k: v for k, v in args.items() if v is not None or k in ("content",)}, taints
+
+    def _target(self, state: HostState, play: Play, task: Task, view, action: bool) -> HostState:
+        """Where the module runs: this host, or its delegate (connected unless the action never leaves here)."""
+        if task.delegate_to is None or self.delegation is None:
+            return state
+        target = self.delegation.target(state, play, task, view, connect=not (action and task.module in LOCAL_ACTIONS))
+        state.delegated_to = target.host.name if target is not state else None
+        return target
+
+    def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None,
+               environment: dict | None = None) -> dict:
+        """One module call on the host (progress lines shown live, masked), with the task's environment."""
+        progress = None
+        if self.console and task is not None and not task.no_log:
+            progress = lambda msg, h=state.host.name: self.console.progress(h, self.variables.secrets.redact(msg))  # noqa: E731
+        timeout = task.timeout if task is not None else None
+        return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress,
+                                environment=environment)
+
+    @staticmethod
+    def _environment_values(task: Task, name: str | None, rendered: Any) -> dict[str, str]:
+        """{name: value as a string} of one rendered entry, or of a template layer that must give a mapping."""
+        if name is not None:
+            return {name: rendered if isinstance(rendered, str) else str(rendered)}
+        if not isinstance(rendered, dict):
+            raise TaskError(f"{task.source} ('{task.name}'): 'environment' gave {type(rendered).__name__}, not a "
+                            "mapping of variable names to values; fix the template or the variable it reads")
+        return {str(k): v if isinstance(v, str) else str(v) for k, v in rendered.items()}
+
+    def task_environment(self, task: Task, view) -> tuple[dict | None, Taint]:
+        """The task's `environment` for this host: its layers (play, blocks, task) rendered and merged, values as
+        strings (as Ansible passes them), and what they read; a secret-named variable's value joins the secrets
+        (masked wherever the module's output shows it)."""
+        if not task.environment:
+            return None, Taint()
+        merged: dict[str, str] = {}
+        taint = Taint()
+        for layer in task.environment:
+            # a mapping value by value (each one's secrecy its own), a template giving a mapping as a whole
+            parts = list(layer.items()) if isinstance(layer, dict) else [(None, layer)]
+            for name, value in parts:
+                rendered, read = self.templar.render_tracked(value, view)
+                taint.add(read)
+                for key, text in self._environment_values(task, name, rendered).items():
+                    if read.secret or is_secret_name(key):
+                        self.variables.secrets.add(text)
+                    merged[key] = text
+        return merged, taint
+
+
+def loop_items(task: Task, value: Any) -> list:
+    """The items of a rendered loop, as Ansible makes them: loop as given; with_items flattened one level;
+    with_dict as {key, value} pairs; with_together as lists zipped, the shorter padded with None."""
+    kind = task.loop_kind
+    if kind == "with_dict":
+        if not isinstance(value, dict):
+            raise TaskError(f"{task.source} ('{task.name}'): with_dict must be a mapping, got {type(value).__name__}")
+        return [{"key": k, "value": v} for k, v in value.items()]
+    if not isinstance(value, list):
+        raise TaskError(f"{task.source} ('{task.name}'): {kind} must be a list, got {type(value).__name__}")
+    if kind == "with_items":
+        return [i for v in value for i in (v if isinstance(v, list) else [v])]
+    if kind == "with_together":
+        lists = [v if isinstance(v, list) else [v] for v in value]
+        return [list(t) for t in itertools.zip_longest(*lists)]
+    return value
+
+
+DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"
+NO_LOG_OUTPUT = ("stdout", "stderr", "stdout_lines", "stderr_lines", "content", "ansible_facts", "json", "results")
+
+
+def no_log_output(result: dict) -> list:
+    """What a no_log task produced (its output, set values, loop items' output), not its status words."""
+    out: list = []
+    for key in NO_LOG_OUTPUT:
+        value = result.get(key)
+        if key == "results" and isinstance(value, list):
+            out += [no_log_output(r) for r in value if isinstance(r, dict)]
+        elif value is not None:
+            out.append(value)
+    return out

@@ -1,0 +1,79 @@
+"""The one rule for what a host's answer may choose: never code, a path or a delegate for the control node.
+
+Every module declares its code arguments (`CODE_ARGS` beside `ARGS`; the engine actions' in
+engine/playbook/modulespec.py ENGINE_CODE_ARGS): the program, its argv, the interpreter, the environment, the working
+folder, the files, folders and addresses it touches, the `creates`/`removes` that gate it. Every task passes
+through `check_task` after its arguments were rendered, whatever its module; what each value read is known from
+its render (engine/template/taint.py). A task whose module runs on the control node (a host with `ansible_connection:
+local`, or delegated to one) is refused when any of these was built from what another host returned, before
+anything runs. The same holds for the task's `environment` and for `delegate_to` itself, which no host's answer
+may choose anywhere. A shell command line (and its interpreter) built from any host's answer is refused on every
+host, since a shell parses it as code wherever it runs.
+
+The control node's own answers (a local host's registered results) are its own: they may steer it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from engine.errors import TaskError
+from engine.playbook.modulespec import code_args
+from engine.template.taint import Taint
+
+if TYPE_CHECKING:
+    from engine.playbook.loader import Task
+    from engine.run.results import HostState
+
+# Arguments a shell parses as code wherever it runs: no host's answer may build them, on any host.
+SHELL_CODE = {"shell": ("cmd", "executable")}
+FIX = ("write the value in the playbook or the inventory, or check it first against a list the playbook writes "
+       "(`when: out.stdout in allowed`) and use the list's item")
+
+
+def runs_here(host_connection: str) -> bool:
+    """A module on a host with the local connection runs on the control node itself."""
+    return host_connection == "local"
+
+
+def foreign(taint: Taint | None, states: Mapping[str, HostState]) -> list[str]:
+    """The hosts other than the control node whose answers the value read."""
+    if not taint or not taint.hosts:
+        return []
+    return sorted(h for h in taint.hosts if not (h in states and runs_here(states[h].host.connection)))
+
+
+def check_task(task: Task, target: HostState, arg_taints: Mapping[str, Taint], env_taint: Taint | None,
+               states: Mapping[str, HostState]) -> None:
+    """Refuse the task before anything runs when a host's answer would choose its code on the control node."""
+    for key in SHELL_CODE.get(task.module, ()):
+        taint = arg_taints.get(key)
+        if taint is not None and taint.hosts:
+            raise TaskError(
+                f"{task.source} ('{task.name}'): the {task.module} {key} is built from what a host returned "
+                f"({taint.describe()}), and host data never runs as shell code here. Pass it as an argument "
+                "instead: command with argv: [PROGRAM, '{{ value }}'] (no shell parses it), or write the command "
+                "in the playbook.")
+    if not runs_here(target.host.connection):
+        return
+    where = f"{task.source} ('{task.name}')"
+    for key in code_args(task.module):
+        hosts = foreign(arg_taints.get(key), states)
+        if hosts:
+            raise TaskError(f"{where}: the {task.module} argument '{key}' is built from what {', '.join(hosts)} "
+                            f"returned, and this task runs on the control node ({target.host.name}), where a host's "
+                            f"answer never chooses the program, the file or the address; {FIX}.")
+    hosts = foreign(env_taint, states)
+    if hosts:
+        raise TaskError(f"{where}: the task's environment is built from what {', '.join(hosts)} returned, and this "
+                        f"task runs on the control node ({target.host.name}), where a host's answer never sets the "
+                        f"environment of a program (BASH_ENV, LD_PRELOAD, PATH); {FIX}.")
+
+
+def check_delegate(task: Task, name: str, taint: Taint, states: Mapping[str, HostState]) -> None:
+    """delegate_to names where the playbook's task runs: never a host's answer."""
+    hosts = foreign(taint, states)
+    if hosts:
+        raise TaskError(f"{task.source} ('{task.name}'): delegate_to gave '{name}', built from what "
+                        f"{', '.join(hosts)} returned, and a host's answer never chooses where a task runs; {FIX}.")

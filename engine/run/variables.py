@@ -1,0 +1,218 @@
+"""The variables a task sees, layered with Ansible's precedence, and the secrets among them.
+
+Layers, first wins: -e; loop item and `result`; registered results; set_fact values; facts; task vars;
+role parameters; play vars; inventory (host, then groups); magic names; role defaults. The data layers
+(loop item/result, registered, set_fact, facts, magic) are never rendered (engine/template/templar.py).
+`hostvars[NAME]` is host NAME's own view (HostVars): its inventory values rendered in its context, its
+registered results, set_fact values and facts as data, as they were when the current task started.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from engine.inventory.manager import Inventory
+from engine.playbook.loader import Play, Task
+from engine.run.results import HostState
+from engine.template.lookups import Origin
+from engine.template.secrets import Display, Secrets, has_value, is_secret_name, secret_leaves
+from engine.template.taint import close_frame, open_frame
+from engine.template.templar import LazyVars, Templar
+
+# Names every task may use besides variables: the magic layer, facts, and the `result` bound while
+# changed_when/failed_when/until are evaluated.
+MAGIC_VARS = {
+    "inventory_hostname",
+    "group_names",
+    "groups",
+    "hostvars",
+    "ansible_play_hosts",
+    "ansible_play_hosts_all",
+    "ansible_check_mode",
+    "ansible_diff_mode",
+    "playbook_dir",
+    "role_path",
+    "omit",
+    "facts",
+    "result",
+    "ansible_failed_task",
+    "ansible_failed_result",
+}
+
+
+_NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
+
+
+class HostVars(Mapping):
+    """`hostvars`: every inventory host's variables, each host's view built only when a template reads it.
+
+    One per task view (cheap: nothing is built until read). `masked`: for a message rendered again for display,
+    where what is secret on a host reads as the mask."""
+
+    SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})  # a template reads hosts, nothing else
+
+    def __init__(self, variables: Variables, play: Play, display: Display | None = None) -> None:
+        self._variables = variables
+        self._play = play
+        self._views: dict[str, LazyVars] = {}
+        self.display = display
+
+    def for_display(self, display: Display) -> HostVars:
+        return HostVars(self._variables, self._play, display)
+
+    def __getitem__(self, name: str) -> LazyVars:
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = self._variables.host_view(name, self._play, self)
+        return view
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._variables.inventory.hosts or name in self._variables.states
+
+    def __iter__(self) -> Iterator[str]:
+        """The inventory's hosts, then a delegate the run started that is not one (the implicit localhost)."""
+        hosts = self._variables.inventory.hosts
+        return iter([*hosts, *(n for n in self._variables.states if n not in hosts)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class HostView(LazyVars):
+    """One host's variables read through hostvars. What is secret on that host (a secret-named variable, a
+    no_log task's result or set_fact value) joins the run's secrets when read, so output shows it masked."""
+
+    def __init__(self, layers: Mapping[str, Any], templar: Templar, data: tuple, clean: tuple, hidden: frozenset,
+                 secrets: Secrets) -> None:
+        super().__init__(layers, templar, data, clean)
+        self._hidden = hidden
+        self._secrets = secrets
+        self.display: Display | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        frame = open_frame()
+        try:
+            value = super().__getitem__(key)
+            if (is_secret_name(key) or key in self._hidden) and has_value(value):
+                self._secrets.add(value)
+                frame.secret = True
+        finally:
+            close_frame(frame)
+        if self.display is not None:
+            return self.display.whole(value) if frame.secret else self.display.inside(value)
+        return value
+
+
+class Variables:
+    """Builds each task's view of the variables and keeps the run's secrets."""
+
+    def __init__(self, inventory: Inventory, extra_vars: dict, templar: Templar, *, check: bool, diff: bool) -> None:
+        self.inventory = inventory
+        self.extra_vars = extra_vars
+        self.templar = templar
+        self.check = check
+        self.diff = diff
+        self.secrets = Secrets()
+        self.states: dict[str, HostState] = {}  # the run's hosts (the Runner's), read by hostvars
+        self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
+        self._play_hosts: dict[int, tuple[list[str], list[str]]] = {}  # id(play) -> (all, active at this task)
+        self._dirs: dict[int, str] = {}  # id(play) -> playbook_dir (Path to str costs a microsecond per view)
+
+    def begin_play(self, play: Play, names: list[str]) -> None:
+        """The hosts `play` targets (after --limit): ansible_play_hosts_all."""
+        self._play_hosts[id(play)] = (list(names), list(names))
+        self.publish(play)
+
+    def publish(self, play: Play) -> None:
+        """Before a task (or fact gathering) starts on the play's hosts: what each host shows the others through
+        hostvars during it, and ansible_play_hosts (the play's hosts neither failed nor unreachable)."""
+        for state in self.states.values():
+            state.publish()
+        everyone = self._play_hosts.get(id(play), _NO_HOSTS)[0]
+        states = self.states
+        self._play_hosts[id(play)] = (everyone, [h for h in everyone if h not in states or states[h].active])
+
+    def _magic(self, state: HostState, play: Play, task: Task | None, hostvars: HostVars) -> dict:
+        host = state.host
+        everyone, active = self._play_hosts.get(id(play), _NO_HOSTS)
+        magic = {
+            "inventory_hostname": host.name,
+            "group_names": [g for g in host.groups if g != "all"],
+            "groups": self._groups,
+            "hostvars": hostvars,
+            "ansible_play_hosts": active,
+            "ansible_play_hosts_all": everyone,
+            "ansible_check_mode": self.check,
+            "ansible_diff_mode": self.diff,
+            "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
+            "omit": None,
+        }
+        if task is not None and task.role_dir is not None:
+            magic["role_path"] = str(task.role_dir)
+        return magic
+
+    def view(self, state: HostState, play: Play, task: Task | None, extra: dict | None = None) -> LazyVars:
+        hostvars = HostVars(self, play)
+        magic = self._magic(state, play, task, hostvars)
+        extra = extra or {}
+        facts = {"facts": state.facts or {}}
+        layers = ChainMap(
+            self.extra_vars,
+            extra,
+            state.registered,
+            state.facts_set,
+            facts,
+            task.vars if task else {},
+            task.role_vars if task else {},
+            play.vars,
+            state.host.vars,
+            magic,
+            play.defaults,
+        )
+        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic), (magic,))
+        view.origin = Origin(play, task, self.secrets)  # where lookups search, whom they name, what they mask
+        view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
+        view.host_taint = state.host_taint
+        return view
+
+    def host_view(self, name: str, play: Play, hostvars: HostVars) -> LazyVars:
+        """hostvars[name]: that host's inventory values (rendered in its context, with the play's vars and role
+        defaults below them), and as data its registered results, set_fact values and facts as published."""
+        state = self.states.get(name)  # an inventory host's, or the implicit localhost's once a task delegated to it
+        host = state.host if state is not None else self.inventory.hosts[name]  # KeyError: undefined in the template
+        state = state or HostState(host)
+        magic = self._magic(state, play, None, hostvars)
+        facts = {"facts": state.shared_facts or {}}
+        registered, facts_set = state.shared_registered, state.shared_facts_set
+        layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
+        view = HostView(layers, self.templar, (registered, facts_set, facts, magic), (magic,), state.shared_hidden,
+                        self.secrets)
+        view.origin = Origin(play, None, self.secrets)
+        view.provenance, view.host_taint = state.shared_provenance, state.host_taint
+        view.display = hostvars.display
+        return view
+
+    def collect_secrets(self, state: HostState, play: Play) -> None:
+        """Remember the values of secret-named variables from every source this play gives the host."""
+        views: list[tuple[LazyVars, Any]] = [(self.view(state, play, None), None)]
+        seen: set[int] = set()
+        for task in play.all_tasks():
+            for layer in (task.vars, task.role_vars):
+                if id(layer) not in seen and any(is_secret_name(k) for k in layer):
+                    seen.add(id(layer))
+                    views.append((self.view(state, play, task), layer))
+        for view, layer in views:
+            for name in layer if layer is not None else view:
+                if is_secret_name(name):
+                    try:
+                        self.secrets.add(view[name])
+                    except Exception:  # noqa: S112 - undefined or broken: preflight reports it, without the value
+                        continue
+        # a secret-named key inside an ordinary variable (creds: {user: u, password: ...}), as written
+        for layer in (self.extra_vars, play.vars, state.host.vars, play.defaults,
+                      *(m for task in play.all_tasks() for m in (task.vars, task.role_vars))):
+            for name, value in layer.items():
+                if not is_secret_name(name) and isinstance(value, (dict, list)):
+                    self.secrets.add([v for v in secret_leaves(value) if not (isinstance(v, str) and "{{" in v)])

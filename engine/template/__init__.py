@@ -1,0 +1,1 @@
+"""Templates: the sandboxed Jinja2 environment, variables views, lookups, secrets and the taint of what a render read."""
