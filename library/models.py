@@ -26,7 +26,17 @@ import time
 from dflash_host.host.paths import managed_path
 from dflash_host.host.tokens import read_secret
 from dflash_host.models.config import is_hub_id
-from dflash_host.models.hub_cache import INCOMPLETE, MARKER, blob_path, is_tool_repo, read_ref, snapshot_dir
+from dflash_host.models.hub_cache import (
+    INCOMPLETE,
+    MARKER,
+    blob_path,
+    blobs_dir,
+    hub_dir,
+    is_repo_name,
+    is_tool_repo,
+    read_ref,
+    snapshot_dir,
+)
 from dflash_host.models.hub_client import HubClient
 from dflash_host.models.hub_fetch import RepoFetch, client_for, human_bytes, patterns_of, safe_name
 from dflash_host.module import Context, ModuleError, main
@@ -116,7 +126,7 @@ def fetch_one(role: str, value, revision: str, args: dict, client: HubClient | N
                          for n in job.missing}
         if out["needed"] and not ctx.check:
             job.check_disk(int(args["free_margin_gib"] * 2**30))
-            os.makedirs(os.path.join(job.repo, "blobs"), exist_ok=True)
+            os.makedirs(blobs_dir(job.repo), exist_ok=True)
     if ctx.check or not out["changed"] or args["phase"] == "plan":
         out["seconds"] = round(time.monotonic() - started, 3)
         return out
@@ -143,11 +153,11 @@ def describe(role: str, m: dict) -> str:
 
 def remove_fetched(args: dict, ctx: Context) -> dict:
     """Remove every repository under hf_home/hub that carries the tool's marker; leave the rest."""
-    hub = os.path.join(os.path.expanduser(args["hf_home"]), "hub")
+    hub = hub_dir(os.path.expanduser(args["hf_home"]))
     removed, kept = [], []
     for name in sorted(os.listdir(hub)) if os.path.isdir(hub) else []:
         repo = os.path.join(hub, name)
-        if not name.startswith("models--") or not os.path.isdir(repo) or os.path.islink(repo):
+        if not is_repo_name(name) or not os.path.isdir(repo) or os.path.islink(repo):
             continue
         if not is_tool_repo(repo):
             kept.append(repo)

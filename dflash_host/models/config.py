@@ -14,6 +14,7 @@ import os
 import re
 
 from dflash_host.host.untrusted_json import load_json_file
+from dflash_host.models.hub_cache import host_hub_dir, hub_dir, read_ref, repo_in, snapshot_dir, snapshot_dirs
 from dflash_host.module import ModuleError
 
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -52,34 +53,25 @@ def hub_cache_snapshot(repo_id: str, environ: dict | None = None, hf_home: str |
     env = os.environ if environ is None else environ
     if not HUB_ID_RE.match(repo_id):
         return None
-    caches = [os.path.join(os.path.expanduser(hf_home), "hub")] if hf_home else []
-    own_home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    caches.append(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(own_home, "hub"))
+    caches = [hub_dir(os.path.expanduser(hf_home))] if hf_home else []
+    caches.append(host_hub_dir(env))
     for cache in caches:
-        found = _snapshot_in(os.path.join(cache, "models--" + repo_id.replace("/", "--")), revision)
+        found = _snapshot_in(repo_in(cache, repo_id), revision)
         if found:
             return found
     return None
 
 
 def _snapshot_in(repo: str, revision: str | None) -> str | None:
-    snapshots = os.path.join(repo, "snapshots")
+    """The snapshot a revision names in a cache's repository folder (the layout is dflash_host.models.hub_cache's)."""
     commit = revision if revision and COMMIT_RE.match(revision) else None
     if commit is None:
-        try:
-            with open(os.path.join(repo, "refs", revision or "main"), encoding="ascii") as fh:
-                commit = fh.read().strip()
-        except (OSError, UnicodeDecodeError, ValueError):
-            commit = None
-    if commit and os.path.isdir(os.path.join(snapshots, commit)):
-        return os.path.join(snapshots, commit)
+        commit = read_ref(repo, revision or "main")
+    if commit and os.path.isdir(snapshot_dir(repo, commit)):
+        return snapshot_dir(repo, commit)
     if revision:
         return None
-    try:
-        found = [os.path.join(snapshots, d) for d in os.listdir(snapshots)]
-    except OSError:
-        return None
-    found = [d for d in found if os.path.isdir(d)]
+    found = [d for d in snapshot_dirs(repo) if os.path.isdir(d)]
     return max(found, key=os.path.getmtime) if found else None
 
 

@@ -3,7 +3,10 @@
 `HF_HOME/hub/models--ORG--NAME/` holds `blobs/<etag>` (an LFS file's sha256 or a plain file's git
 blob id, as huggingface_hub names them), `snapshots/<commit>/<path>` (relative symlinks to the blobs)
 and `refs/<branch or tag>` (the commit). A blob is written as `blobs/<etag>.incomplete` and renamed into
-place only once its digest matched, so vLLM and drafter-config never see a partial file.
+place only once its digest matched, so vLLM and drafter-config never see a partial file. This module is the
+one that spells that layout (HF_HOME/hub, models--, blobs, snapshots, refs): the locator
+(dflash_host.models.config), the fetch (hub_fetch) and library/models.py call its functions
+(tests/dflash_host/test_one_reader.py keeps it so).
 
 Beside them, files of the tool's own (never read by huggingface_hub):
 - `.dfp-fetched.json`: the marker that the tool fetched this repository (teardown --purge-models removes
@@ -21,6 +24,10 @@ import os
 
 from dflash_host.host.files import atomic_write, read_json
 
+TYPE_CHECKING = False  # true for mypy; typing is never imported on the host (as in dflash_host/module.py)
+if TYPE_CHECKING:  # annotations only
+    from collections.abc import Mapping
+
 MARKER = ".dfp-fetched.json"
 MANIFESTS = ".dfp-manifests"
 VERIFIED = ".dfp-verified.json"
@@ -35,16 +42,55 @@ def write_file(path: str, data: bytes) -> None:
     atomic_write(path, data)
 
 
+HUB = "hub"  # HF_HOME/hub: the cache huggingface_hub reads
+REPO_PREFIX = "models--"  # a model repository's folder in it: models--ORG--NAME
+
+
+def hub_dir(hf_home: str) -> str:
+    """The cache folder of an HF_HOME (HF_HOME/hub)."""
+    return os.path.join(hf_home, HUB)
+
+
+def host_hub_dir(environ: Mapping[str, str]) -> str:
+    """The host's own Hugging Face cache, as huggingface_hub finds it: HF_HUB_CACHE (or the older
+    HUGGINGFACE_HUB_CACHE), else HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    own_home = environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return environ.get("HF_HUB_CACHE") or environ.get("HUGGINGFACE_HUB_CACHE") or hub_dir(own_home)
+
+
+def repo_in(hub: str, repo_id: str) -> str:
+    """A repository's folder in a cache folder (`hub`: HF_HOME/hub or HF_HUB_CACHE)."""
+    return os.path.join(hub, REPO_PREFIX + repo_id.replace("/", "--"))
+
+
 def repo_dir(hf_home: str, repo_id: str) -> str:
-    return os.path.join(hf_home, "hub", "models--" + repo_id.replace("/", "--"))
+    return repo_in(hub_dir(hf_home), repo_id)
+
+
+def is_repo_name(name: str) -> bool:
+    """A folder name of the cache that is a model repository's (models--ORG--NAME)."""
+    return name.startswith(REPO_PREFIX)
+
+
+def blobs_dir(repo: str) -> str:
+    return os.path.join(repo, "blobs")
 
 
 def blob_path(repo: str, etag: str) -> str:
-    return os.path.join(repo, "blobs", etag)
+    return os.path.join(blobs_dir(repo), etag)
 
 
 def snapshot_dir(repo: str, commit: str) -> str:
     return os.path.join(repo, "snapshots", commit)
+
+
+def snapshot_dirs(repo: str) -> list:
+    """The paths of every entry of the repository's snapshots folder ([] when it has none)."""
+    snapshots = os.path.join(repo, "snapshots")
+    try:
+        return [os.path.join(snapshots, d) for d in os.listdir(snapshots)]
+    except OSError:
+        return []
 
 
 def etag_of(entry: dict) -> str:
@@ -104,10 +150,12 @@ def write_manifest(repo: str, commit: str, manifest: dict) -> None:
 
 
 def read_ref(repo: str, revision: str) -> str | None:
+    """The commit refs/REVISION names; None when there is no such ref or it is not ASCII (or the revision cannot
+    be a file name)."""
     try:
         with open(os.path.join(repo, "refs", revision), encoding="ascii") as fh:
             return fh.read().strip() or None
-    except (OSError, UnicodeDecodeError):
+    except (OSError, ValueError):
         return None
 
 
@@ -162,4 +210,4 @@ def is_verified_file(path: str) -> bool:
         return False
     real = os.path.realpath(path)
     blobs = os.path.dirname(real)
-    return os.path.basename(blobs) == "blobs" and is_tool_repo(os.path.dirname(blobs))
+    return blobs_dir(os.path.dirname(blobs)) == blobs and is_tool_repo(os.path.dirname(blobs))

@@ -23,6 +23,7 @@ from dflash_host.models.hub_cache import (
     LINK_SUFFIX,
     VerifiedRecords,
     blob_path,
+    blobs_dir,
     etag_of,
     file_digest,
     is_linked,
@@ -30,6 +31,7 @@ from dflash_host.models.hub_cache import (
     read_manifest,
     record_fetched,
     repo_dir,
+    snapshot_dir,
     snapshot_link,
     write_manifest,
     write_ref,
@@ -210,7 +212,7 @@ class RepoFetch:
         found = names_problem(names)
         if found is None:
             longest = max(names, key=lambda n: len(n.encode("utf-8")), default="")
-            link = os.path.join(self.repo, "snapshots", "0" * 40, longest)
+            link = os.path.join(snapshot_dir(self.repo, "0" * 40), longest)
             if len(link.encode("utf-8")) + len(LINK_SUFFIX) < 4096:
                 return
             found = longest, f"would be a path of {len(link.encode('utf-8'))} bytes under hf_home, past the 4096 a path takes"
@@ -326,7 +328,7 @@ class RepoFetch:
 
     def fetch(self, ctx: Context) -> int:
         """Download every missing blob, verified; the bytes taken from the server."""
-        os.makedirs(os.path.join(self.repo, "blobs"), exist_ok=True)
+        os.makedirs(blobs_dir(self.repo), exist_ok=True)
         if self.new_manifest is not None:
             write_manifest(self.repo, self.commit, self.new_manifest)
         record_fetched(self.repo, self.repo_id, self.commit, self.hub.endpoint)
