@@ -24,13 +24,13 @@ import math
 import re
 import time
 
-from dflash_host.host.files import read_bytes, read_json
+from dflash_host.host.files import read_bytes
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.bench_result import aggregate_row, summary
 from dflash_host.speed.generator import LoadGenerator
 from dflash_host.speed.speedup import compare_levels
 from dflash_host.speed.workload import WorkloadError, builtin_requests, cycle, describe_builtin, describe_file, parse_prompts
-from dflash_host.vllm import base_url, delta, paths, read_env, request, spec_decode_counters
+from dflash_host.vllm import base_url, delta, paths, read_env, read_launch, request, spec_decode_counters
 
 ARGS = {
     "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile: its launch record gives the address, served model, tokenizer and API key"},
@@ -113,7 +113,7 @@ def server_from_args(args: dict) -> dict:
     launch, env = None, {}
     if args["pidfile"]:
         p = paths(args["pidfile"])
-        launch = read_json(p["launch"])
+        launch = read_launch(p["launch"])
         if launch is not None:
             env = read_env(p)
     if launch is None and not args["url"]:
@@ -329,7 +329,7 @@ def headless_node(args: dict) -> dict | None:
     the cluster is measured at its head), else None."""
     if args["url"] or not args["pidfile"]:
         return None
-    cluster = (read_json(paths(args["pidfile"])["launch"]) or {}).get("cluster") or {}
+    cluster = (read_launch(paths(args["pidfile"])["launch"]) or {}).get("cluster") or {}
     return cluster if cluster.get("role") == "worker" else None
 
 

@@ -15,12 +15,11 @@ import os
 import socket
 import time
 
-from dflash_host.host.files import read_json
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.speedup import by_concurrency, choose_k, compare_levels, gate, schedule
 from dflash_host.speed.state import cached_gate, figures, read_state, state_file_for, utc, write_state, write_textfile
-from dflash_host.vllm import paths
+from dflash_host.vllm import paths, read_launch
 
 ARGS = {
     "action": {"type": "str", "default": "record", "choices": ["record", "lookup", "gate", "tune_step", "tune_choose"],
@@ -73,7 +72,7 @@ def _places(args: dict) -> tuple:
 def _launch_facts(args: dict, launch: dict | None = None) -> tuple:
     """(k, fingerprint) of the configured launch (read here unless given); k from the task when it names one."""
     if launch is None:
-        launch = read_json(paths(args["pidfile"])["launch"]) or {}
+        launch = read_launch(paths(args["pidfile"])["launch"]) or {}
     k = args["num_speculative_tokens"]
     if k is None:
         k = (launch.get("speculative") or {}).get("num_speculative_tokens")
@@ -148,7 +147,7 @@ def lookup(args: dict, ctx: Context) -> dict:
 
 def judge(args: dict, ctx: Context) -> dict:
     """The gate: the runs given (recorded and cached for the launch), else the cached ones; fail raises."""
-    launch = read_json(paths(args["pidfile"])["launch"]) or {}
+    launch = read_launch(paths(args["pidfile"])["launch"]) or {}
     k, fingerprint = _launch_facts(args, launch)
     state_file, _ = _places(args)
     out: dict = {"changed": False}

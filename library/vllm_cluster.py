@@ -32,8 +32,8 @@ from dflash_host.vllm import (
     node_name,
     node_processes,
     paths,
+    read_launch,
     refuse_node,
-    rendered_launch,
     request,
     root_cause,
 )
@@ -67,7 +67,7 @@ LOOK_EVERY_S = 0.5
 def probe(args: dict) -> dict:
     """Whether this node runs the rendered launch; rank, role and PID as rendered and running."""
     p = paths(args["pidfile"])
-    launch = rendered_launch(p)
+    launch = read_launch(p["launch"])
     out: dict = {"changed": False, "current": False, "rendered": launch is not None, "running": False, "pid": None,
                  "rank": None, "role": None, "headless": False}
     if launch is None:
@@ -154,7 +154,7 @@ def _fix(cluster: dict, problem: str) -> str:
 def _not_yet(p: dict, args: dict) -> dict | None:
     """Check mode: the result when this node does not run the launch the play renders (nothing to verify yet; the
     real run starts it first), else None."""
-    launch = rendered_launch(p)
+    launch = read_launch(p["launch"])
     cluster = (launch or {}).get("cluster")
     out: dict = {"changed": False, "rank": None, "role": None, "pid": None, "local_workers": [], "gpu_pids": None}
     if launch is None or not cluster:

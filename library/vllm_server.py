@@ -33,7 +33,6 @@ import os
 from typing import Any
 
 from dflash_host.host import systemd
-from dflash_host.host.files import read_json
 from dflash_host.models.config import is_multimodal_target
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.bench_serve import vllm_facts
@@ -53,12 +52,12 @@ from dflash_host.vllm import (
     load_launch,
     models_to_come,
     paths,
+    read_launch,
     record_teardown,
     refuse_foreign_targets,
     refuse_leaving_cluster,
     remove_tool_file,
     render_files,
-    rendered_launch,
     resolve,
     server_for,
     start,
@@ -319,7 +318,7 @@ def _restart(launch: dict, p: dict, ctx: Context, server: Any, reason: str, refu
 def ensure_running(args: dict, ctx: Context, force: bool) -> dict:
     """started (force false) or restarted (force true): the rendered launch runs, proven serving."""
     p = paths(args["pidfile"])
-    if ctx.check and read_json(p["launch"]) is None:
+    if ctx.check and read_launch(p["launch"]) is None:
         return {"changed": True, "msg": "would start vLLM once its launch is rendered"}
     launch = load_launch(p)
     state = launch_state(launch, p, args.get("fingerprint"))
@@ -393,7 +392,7 @@ def _stop_msg(ctx: Context, would_stop: bool, stopped: dict | None, removed: lis
 def stop(args: dict, ctx: Context, absent: bool) -> dict:
     """Stop the whole tree; remove what the tool wrote beside the pidfile (and, with absent, the launch and unit)."""
     p = paths(args["pidfile"])
-    launch = rendered = rendered_launch(p)
+    launch = rendered = read_launch(p["launch"])
     if launch is None:
         launch = {"mode": "process", "service_name": args["service_name"]}
     check_places(p, None, args["root"] or launch.get("root"))

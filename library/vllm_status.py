@@ -32,6 +32,7 @@ from dflash_host.vllm import (
     missing_workers,
     paths,
     read_env,
+    read_launch,
     request,
     served_models,
     server_for,
@@ -231,7 +232,7 @@ def _without_launch(p: dict, out: dict) -> dict:
 
 def _status(args: dict) -> dict:
     p = paths(args["pidfile"])
-    launch = read_json(p["launch"])
+    launch = read_launch(p["launch"])
     out: dict = {"changed": False, "running": False, "pid": None, "port": None, "uptime_s": None, "health": None,
                  "served_model": None, "acceptance_rate": None, "mean_acceptance_length": None, "gpu_used_mib": None,
                  "provisioned": launch is not None}  # invoke status: "no such unit" (exit 4) when False

@@ -25,7 +25,7 @@ from dflash_host.speed.variant import (
     copy_env_file,
     drafter_max_k,
     drop_configured_record,
-    is_variant_launch,
+    measurement_launch,
     read_configured_record,
     variant_launch,
     variant_places,
@@ -86,7 +86,7 @@ def refuse_cluster_node(configured: dict) -> None:
 
 def _drop_variant(p: dict, ctx: Context) -> dict | None:
     """Stop a measurement server left running (whole tree, by its pidfile) and remove its records."""
-    launch = read_json(p["launch"]) if is_variant_launch(p["launch"]) else None
+    launch = measurement_launch(p)
     stopped = ProcessServer(launch or {"mode": "process"}, p).stop(ctx, float((launch or {}).get("stop_grace_s") or 30))
     for path, kind in ((p["running"], "running"), (p["pidfile"], "pidfile"), (p["env"], "env")):
         remove_tool_file(path, kind, False)

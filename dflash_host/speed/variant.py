@@ -30,7 +30,7 @@ from dflash_host.models.config import config_or_none
 from dflash_host.models.drafter_choices import choose_block_size
 from dflash_host.module import ModuleError
 from dflash_host.vllm.launch import compose_argv
-from dflash_host.vllm.records import dump, is_tool_file, paths
+from dflash_host.vllm.records import dump, is_tool_file, paths, read_launch
 
 STEM = "vllm-speed"
 CONFIGURED_RECORD_KEYS = {"tool", "configured_stopped", "configured_pid"}
@@ -200,5 +200,7 @@ def copy_env_file(p: dict) -> None:
     atomic_write(p["env"], data, mode=0o600)
 
 
-def is_variant_launch(path: str) -> bool:
-    return is_tool_file(path, "launch") and (read_json(path) or {}).get("tool") == TOOL_TAG
+def measurement_launch(p: dict) -> dict | None:
+    """The measurement server's launch record (read_launch) when it is one (the tool's tag), else None."""
+    launch = read_launch(p["launch"])
+    return launch if launch is not None and launch.get("tool") == TOOL_TAG else None

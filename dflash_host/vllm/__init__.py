@@ -37,9 +37,9 @@ from dflash_host.vllm.records import (
     load_launch,
     paths,
     read_env,
+    read_launch,
     record_teardown,
     remove_tool_file,
-    rendered_launch,
     torn_down,
 )
 from dflash_host.vllm.render import (
@@ -60,7 +60,7 @@ __all__ = [
     "check_settings", "choose_mode", "delta", "dump", "endpoint", "files_to_remove", "files_wanted", "find_fatal",
     "group_name", "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_launch",
     "local_workers", "missing_workers", "models_to_come", "node_name", "node_processes", "paths", "read_env",
-    "record_teardown", "refuse_foreign_targets", "refuse_leaving_cluster", "refuse_node", "remove_tool_file",
-    "render_files", "rendered_launch", "request", "resolve", "root_cause", "served_models", "server_for",
+    "read_launch", "record_teardown", "refuse_foreign_targets", "refuse_leaving_cluster", "refuse_node",
+    "remove_tool_file", "render_files", "request", "resolve", "root_cause", "served_models", "server_for",
     "spec_decode_counters", "start", "torn_down", "unsupervised_note", "verify_headless", "verify_running",
 ]

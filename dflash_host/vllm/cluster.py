@@ -23,7 +23,7 @@ import psutil
 from dflash_host.host.processes import alive
 from dflash_host.module import ModuleError
 from dflash_host.vllm.log import split_prefix
-from dflash_host.vllm.records import rendered_launch
+from dflash_host.vllm.records import read_launch
 
 # The settings that make the launch a node of a cluster (ARGS names; the variables are cluster_*).
 NODE_SETTINGS = ("nnodes", "node_rank", "master_addr", "master_port", "headless")
@@ -153,7 +153,7 @@ def leaving_cluster(cluster: dict, launch_file: str, host: str | None) -> str:
 def refuse_node(p: dict, host: str | None) -> None:
     """A one-host launch never replaces a serving cluster node's (the launch record beside the pidfile says it
     is one): refused before anything is stopped, built or written, naming the node and what to run."""
-    cluster = (rendered_launch(p) or {}).get("cluster")
+    cluster = (read_launch(p["launch"]) or {}).get("cluster")
     if isinstance(cluster, dict):
         raise ModuleError(leaving_cluster(cluster, p["launch"], host), cluster=cluster)
 

@@ -5,6 +5,9 @@ NAME.pid (the pidfile, dflash_host.host.processes), NAME.launch.json (the render
 writes and removes them, vllm_status reads them. NAME.torndown.json is what teardown leaves in their place
 (when, what was served where): a torn-down host is a known state, not "never provisioned". Only a file the tool provably wrote (by its content:
 a valid record, the record's fields, the header line) is ever overwritten or removed.
+
+A launch record is read only by read_launch (one rule: the tool's, or None); load_launch is its form for a step
+that cannot go on without one.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ RECORD_KEYS = {
 
 def is_tool_file(path: str, kind: str) -> bool:
     """Whether the regular file at `path` (never a symlink) is one the tool wrote, judged by its content."""
+    if kind == "launch":
+        return read_launch(path) is not None
     if os.path.islink(path) or not os.path.isfile(path):
         return False
     if kind == "pidfile":
@@ -72,23 +77,28 @@ def remove_tool_file(path: str, kind: str, check: bool, foreign: list | None = N
     return True
 
 
+def read_launch(path: str) -> dict | None:
+    """The launch record at `path` (NAME.launch.json beside a pidfile: the configured server's or a measurement
+    server's), or None. The one reader of launch records, with one rule: the record is the tool's when it is a
+    regular file (never a symlink) holding a JSON object with the launch's fields (RECORD_KEYS); a file that is
+    missing, unreadable, not JSON or of another shape is no launch at all, never an error here. Whoever needs a
+    launch to go on says so (load_launch); whoever only looks (status, the speed record) reads None as "none here".
+    tests/dflash_host/test_one_reader.py keeps every other read of it out."""
+    if os.path.islink(path) or not os.path.isfile(path):
+        return None
+    launch = read_json(path)
+    return launch if launch is not None and RECORD_KEYS["launch"] <= set(launch) else None
+
+
 def load_launch(p: dict) -> dict:
-    launch = read_json(p["launch"])
+    """The rendered launch beside the pidfile (read_launch), or a ModuleError saying how to render one."""
+    launch = read_launch(p["launch"])
     if launch is None:
         raise ModuleError(
             f"no rendered launch at {p['launch']}; provision the host first: `invoke provision`, or "
             "`invoke serving-cluster --group GROUP` for a node of a serving cluster"
         )
     return launch
-
-
-def rendered_launch(p: dict) -> dict | None:
-    """The launch record beside the pidfile when it is the tool's (a regular file of its shape), else None; read once."""
-    path = p["launch"]
-    if os.path.islink(path) or not os.path.isfile(path):
-        return None
-    launch = read_json(path)
-    return launch if isinstance(launch, dict) and RECORD_KEYS["launch"] <= set(launch) else None
 
 
 def launch_state(launch: dict, p: dict, want: str | None = None) -> dict:

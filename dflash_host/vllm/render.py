@@ -15,14 +15,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from dflash_host.host import systemd
-from dflash_host.host.files import atomic_write, read_bytes, read_json
+from dflash_host.host.files import atomic_write, read_bytes
 from dflash_host.host.paths import managed_path
 from dflash_host.models.config import looks_like_path
 from dflash_host.module import ModuleError
 from dflash_host.vllm.cluster import refuse_node, wants_cluster
 from dflash_host.vllm.launch import located, masked_env
 from dflash_host.vllm.log import check_log
-from dflash_host.vllm.records import dump, is_tool_file, remove_tool_file, render_env_file
+from dflash_host.vllm.records import dump, is_tool_file, read_launch, remove_tool_file, render_env_file
 from dflash_host.vllm.systemd_unit import render_unit
 
 if TYPE_CHECKING:  # annotations only
@@ -188,7 +188,7 @@ def launch_diff(old: dict | None, launch: dict, spec: dict) -> dict:
 
 def render_files(p: dict, launch: dict, spec: dict, want: dict, ctx: Context) -> dict:
     """Write what differs (nothing in check mode): the module's result."""
-    old = read_json(p["launch"])
+    old = read_launch(p["launch"])
     differs = [path for path, data in want.items() if read_bytes(path) != data]
     env_mode_ok = read_bytes(p["env"]) is None or (os.stat(p["env"]).st_mode & 0o777) == 0o600
     result = {

@@ -10,6 +10,7 @@ here with what it decodes, so that a new reader is a decision, not an accident.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,3 +85,165 @@ def test_json_is_decoded_only_by_its_reader_or_a_listed_non_record():
 def test_the_list_names_only_places_that_exist():
     stale = sorted(set(ALLOWED) - decodes())
     assert not stale, f"ALLOWED names decodes that are gone; drop them: {stale}"
+
+
+# --------------------------------------------------------------------------- the launch record: one reader, one rule
+
+# What reads a file (or decodes what was read); a call of one of these whose argument names the launch record
+# (`p["launch"]`, a NAME.launch.json, a launch_file / launch_path) is a read of it.
+FILE_READERS = DECODERS | {"read_json", "read_bytes", "open", "read_text", "read_launch"}
+LAUNCH_READER = ("dflash_host/vllm/records.py", "read_launch")
+
+
+def _call_name(call: ast.Call) -> str | None:
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f"{f.value.id}.{f.attr}" in DECODERS:
+        return f"{f.value.id}.{f.attr}"
+    return name
+
+
+def _names_the_launch_record(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            if sub.value == "launch" or sub.value.endswith(".launch.json"):
+                return True
+        ident = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
+        if "launch_file" in ident or "launch_path" in ident:
+            return True
+    return False
+
+
+def _functions(tree: ast.AST):
+    """(function name, node) of every function, the innermost one owning each call (module level: '<module>')."""
+    owner: dict = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                owner[id(node)] = fn.name  # inner functions are walked later and win
+    return owner
+
+
+def host_files(root: Path = ROOT) -> list:
+    return sorted((root / "dflash_host").rglob("*.py")) + sorted((root / "library").glob("*.py"))
+
+
+def raw_launch_reads(root: Path = ROOT) -> list:
+    """(file, function, reader) of every read of a launch record that does not go through read_launch."""
+    found = []
+    for path in host_files(root):
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        owner = _functions(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or _call_name(node) not in FILE_READERS - {"read_launch"}:
+                continue
+            if any(_names_the_launch_record(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+                where = (rel, owner.get(id(node), "<module>"))
+                if where != LAUNCH_READER:
+                    found.append((*where, _call_name(node)))
+    return sorted(found)
+
+
+def test_the_launch_record_is_read_only_by_read_launch():
+    """NAME.launch.json (the configured server's, a measurement server's) is read by one function with one rule:
+    dflash_host.vllm.records.read_launch (the tool's record, or None: missing, garbage and not ours alike)."""
+    raw = raw_launch_reads()
+    assert not raw, f"the launch record read raw; call dflash_host.vllm.records.read_launch (the front's read_launch): {raw}"
+
+
+# --------------------------------------------------------------------------- the Hugging Face cache's layout: one owner
+
+# HF_HOME/hub/models--ORG--NAME/{blobs,snapshots/COMMIT,refs/BRANCH}: spelled in dflash_host/models/hub_cache.py only.
+HF_CACHE_OWNER = "dflash_host/models/hub_cache.py"
+HF_LAYOUT = re.compile(r"models--|^(hub|blobs|snapshots|refs)$|(^|/)(blobs|snapshots|refs)/")
+
+
+def _docstrings(tree: ast.AST) -> set:
+    """ids of string statements (docstrings and their like): prose, not paths."""
+    return {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+
+
+def hf_layout_spellings(root: Path = ROOT) -> list:
+    """(file, line, text) of every string in code (host package, task modules) or roles that spells a part of
+    the Hugging Face cache's layout outside its owner."""
+    found = []
+    for path in host_files(root):
+        rel = path.relative_to(root).as_posix()
+        if rel == HF_CACHE_OWNER:
+            continue
+        tree = ast.parse(path.read_text())
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+                if HF_LAYOUT.search(node.value):
+                    found.append((rel, node.lineno, node.value))
+    for path in sorted((root / "roles").rglob("*.y*ml")) + sorted((root / "playbooks").rglob("*.y*ml")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if "models--" in line and not line.lstrip().startswith("#"):
+                found.append((path.relative_to(root).as_posix(), n, line.strip()))
+    return sorted(found)
+
+
+def test_only_hub_cache_spells_the_hugging_face_cache_layout():
+    spelled = hf_layout_spellings()
+    assert not spelled, (
+        f"the Hugging Face cache's layout (models--ORG--NAME, blobs, snapshots, refs, HF_HOME/hub) is "
+        f"{HF_CACHE_OWNER}'s: call its functions (repo_dir, snapshot_dir, read_ref, ...) instead: {spelled}"
+    )
+
+
+# --------------------------------------------------------------------------- secret files: one reader
+
+SECRET_FILE_ARGS = {"hf_token_file", "api_key_file", "vllm_api_key_file"}
+
+
+def secret_file_reads(root: Path = ROOT) -> list:
+    """(file, line) of every use of a secret-file argument's value (args["hf_token_file"], args.get(...)) that is
+    not handed straight to dflash_host.host.tokens.read_secret."""
+    found = []
+    files = host_files(root) + sorted((root / "engine").rglob("*.py"))
+    for path in files:
+        tree = ast.parse(path.read_text())
+        handed = set()
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and _call_name(call) == "read_secret":
+                handed |= {id(n) for a in call.args for n in ast.walk(a)}
+        for node in ast.walk(tree):
+            key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and node.args and isinstance(node.args[0], ast.Constant)):
+                key = node.args[0].value
+            if key in SECRET_FILE_ARGS and id(node) not in handed:
+                found.append((path.relative_to(root).as_posix(), node.lineno))
+    return found
+
+
+def test_secret_files_are_read_only_by_read_secret():
+    """hf_token_file / vllm_api_key_file: their value goes to dflash_host.host.tokens.read_secret and nowhere else."""
+    found = secret_file_reads()
+    assert not found, f"a secret file's argument used outside read_secret (dflash_host/host/tokens.py): {found}"
+
+
+# --------------------------------------------------------------------------- the scans see what they look for
+
+
+def test_each_scan_finds_a_second_reader(tmp_path):
+    """A raw read of the launch record, a spelled cache layout and a secret file read aside are each found."""
+    (tmp_path / "dflash_host").mkdir()
+    (tmp_path / "library").mkdir()
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "dflash_host" / "x.py").write_text(
+        'def status(p):\n    return read_json(p["launch"])\n\n\n'
+        'def snapshot(repo, commit):\n    return os.path.join(repo, "snapshots", commit)\n'
+    )
+    (tmp_path / "library" / "m.py").write_text(
+        'def run(args, ctx):\n    """Looks in models--ORG--NAME (prose: not counted)."""\n'
+        '    with open(args["hf_token_file"]) as fh:\n        return {"token": fh.read(), "where": f"models--{args[\'x\']}"}\n'
+    )
+    assert raw_launch_reads(tmp_path) == [("dflash_host/x.py", "status", "read_json")]
+    assert [(f, text) for f, _, text in hf_layout_spellings(tmp_path)] == [("dflash_host/x.py", "snapshots"),
+                                                                            ("library/m.py", "models--")]
+    assert secret_file_reads(tmp_path) == [("library/m.py", 3)]

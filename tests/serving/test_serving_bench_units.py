@@ -50,7 +50,8 @@ def launch_record(tmp_path: Path, url: str, api_key: str | None = None) -> str:
     run = tmp_path / "run"
     run.mkdir()
     port = int(url.rsplit(":", 1)[1])
-    launch = {"host": "127.0.0.1", "port": port, "served_model_name": "tiny",
+    launch = {"fingerprint": "f1", "launch_id": "f1", "argv": ["vllm"], "env_file": str(run / "vllm.env"), "mode": "process",
+              "host": "127.0.0.1", "port": port, "served_model_name": "tiny",
               "models": {"target": {"path": str(tmp_path / "target"), "files": {}}},
               "speculative": {"method": "dflash", "num_speculative_tokens": 3}}
     (run / "vllm.launch.json").write_text(json.dumps(launch))

@@ -75,6 +75,12 @@ def test_without_a_rendered_launch_the_measurement_server_says_what_to_run(tmp_p
         vllm_variant.run(args, Context())
 
 
+def launch_of(fingerprint: str) -> dict:
+    """A launch record of the tool's shape (the fields read_launch proves it by) with this fingerprint."""
+    return {"fingerprint": fingerprint, "launch_id": fingerprint, "argv": ["vllm"], "env_file": "vllm.env",
+            "mode": "process", "speculative": SPEC}
+
+
 def _gate_args(tmp_path, **kw):
     args = {name: spec.get("default") for name, spec in speed_record.ARGS.items()}
     args.update(pidfile=str(tmp_path / "run" / "vllm.pid"), root=str(tmp_path), host_label="h1")
@@ -102,7 +108,7 @@ def test_a_foreign_state_file_or_textfile_is_never_overwritten(tmp_path):
 
 def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f1", "speculative": SPEC}))
+    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps(launch_of("f1")))
     args = _gate_args(tmp_path, action="gate", mode="fail", concurrency=1, interleaved=True,
                       runs=[run_(1, 333.0, 0.002, [330.0, 333.0, 336.0])],
                       baseline_runs=[run_(1, 539.0, None, [535.0, 539.0, 543.0])])
@@ -114,7 +120,7 @@ def test_the_gate_caches_per_launch_and_fails_naming_both_throughputs(tmp_path):
     warn = Context()
     speed_record.run(_gate_args(tmp_path, action="gate", mode="warn", concurrency=1), warn)  # from the cache
     assert "SLOWER" in warn.warnings[0]
-    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps({"fingerprint": "f2", "speculative": SPEC}))
+    (tmp_path / "run" / "vllm.launch.json").write_text(json.dumps(launch_of("f2")))
     assert speed_record.run(_gate_args(tmp_path, action="lookup", mode="fail", concurrency=1), Context())["measure"]
     # status shows the gate's figure: the interval's centre, not another rounding of another ratio
     assert last_speed(str(tmp_path / "state" / "speed.json"))["speedup"] == {"1": plan["cached"]["speedup"]}
