@@ -294,8 +294,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+FABRIC_SECTIONS = ("peers", "fleet")  # the raw-Fabric floor, which also sets up the peers' folders (bench/peers.py)
+
+
+def missing_packages(args: argparse.Namespace) -> str | None:
+    """Why the run cannot start here, or None: Fabric is a benchmark package (requirements-test.txt), not the
+    tool's (its runtime is paramiko: docs/ARCHITECTURE.md), so an environment of requirements.txt alone lacks it."""
+    wanted = set(args.only.split(",")) if args.only else set(SECTIONS)
+    if not wanted & set(FABRIC_SECTIONS):
+        return None
+    try:
+        import fabric  # noqa: F401 - only whether it imports
+    except ImportError as exc:
+        return (f"the sections {', '.join(s for s in FABRIC_SECTIONS if s in wanted)} need Fabric (the raw-Fabric floor), "
+                f"which does not import here ({exc}): pip install -r requirements.txt -r requirements-test.txt "
+                "-c constraints.txt")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    missing = missing_packages(args)
+    if missing:
+        log(f"cannot run: {missing}")
+        return 2
     res = Bench(args).run()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
