@@ -1,12 +1,18 @@
-"""Argument entries that several task modules share, written once.
+"""Argument entries that several task modules share, written once: single entries and groups of entries.
 
 A module's ARGS entry `{"include": NAME, ...}` is SHARED[NAME] with the entry's own keys over it (a module
-makes it required, or says in its own help what it does with it). Both sides resolve includes from this one
-literal table: the engine after reading a module's ARGS without importing it (engine/playbook/modulespec.py), the
-host in check_args (dflash_host/module.py). Standard library only.
+makes it required, or says in its own help what it does with it). A module's ARGS key `"_groups": (NAME, ...)`
+stands, where it is written, for every entry of each group GROUPS[NAME] (as Ansible's FILE_COMMON_ARGUMENTS: the
+command options command and shell take, the file attributes file, copy and lineinfile take); an entry of the
+group that the module writes itself keeps its place and has its own keys over the group's (copy says in its own
+help what its mode takes). ARGS stays a literal: both sides resolve it from these literal tables, the engine
+after reading a module's ARGS without importing it (engine/playbook/modulespec.py), the host in check_args
+(dflash_host/module.py), both through resolve_entries. Standard library only.
 """
 
 from __future__ import annotations
+
+GROUPS_KEY = "_groups"  # the ARGS key naming a module's groups; never an argument
 
 SHARED: dict[str, dict] = {
     "vllm_pidfile": {"type": "path", "default": None, "var": "vllm_pidfile",
@@ -28,43 +34,89 @@ SHARED: dict[str, dict] = {
     "fallback_index_urls": {"type": "list", "default": None, "var": "fallback_index_urls",
                             "help": "more package indexes, asked where no find_links folder exists on the host or "
                                     "none has a wheel the install needs (e.g. PyTorch's CPU index)"},
+}
+
+
+# Groups of entries (ARGS "_groups": (NAME, ...)), each entry under the argument name the modules take.
+GROUPS: dict[str, dict[str, dict]] = {
     # command and shell (library/command.py, library/shell.py): ansible.builtin.command's options and ours
-    "command_chdir": {"type": "path", "default": None,
-                      "help": "working folder (relative creates/removes are taken from it)"},
-    "command_creates": {"type": "path", "default": None,
-                        "help": "a path or glob pattern: when it matches, the command is not run (changed false, rc 0)"},
-    "command_removes": {"type": "path", "default": None,
-                        "help": "a path or glob pattern: when it matches nothing, the command is not run (changed "
-                                "false, rc 0); checked after creates"},
-    "command_stdin": {"type": "str", "default": None,
-                      "help": "text fed to the program's standard input (else it reads from /dev/null)"},
-    "command_stdin_add_newline": {"type": "bool", "default": True, "help": "add a newline to a non-empty stdin"},
-    "command_strip_empty_ends": {"type": "bool", "default": True,
-                                 "help": "strip the line ends at the end of stdout and stderr (as Ansible does)"},
-    "command_env": {"type": "dict", "default": None, "help": "variables added to the inherited environment"},
-    "command_timeout_s": {"type": "float", "default": None,
-                          "help": "stop the program's whole process group after this many seconds; a failure"},
-    "command_expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
-    "command_check_safe": {"type": "bool", "default": False,
-                           "help": "the command only reads: run it in check mode too"},
+    "command_options": {
+        "chdir": {"type": "path", "default": None,
+                  "help": "working folder (relative creates/removes are taken from it)"},
+        "creates": {"type": "path", "default": None,
+                    "help": "a path or glob pattern: when it matches, the command is not run (changed false, rc 0)"},
+        "removes": {"type": "path", "default": None,
+                    "help": "a path or glob pattern: when it matches nothing, the command is not run (changed false, "
+                            "rc 0); checked after creates"},
+        "stdin": {"type": "str", "default": None,
+                  "help": "text fed to the program's standard input (else it reads from /dev/null)"},
+        "stdin_add_newline": {"type": "bool", "default": True, "help": "add a newline to a non-empty stdin"},
+        "strip_empty_ends": {"type": "bool", "default": True,
+                             "help": "strip the line ends at the end of stdout and stderr (as Ansible does)"},
+        "env": {"type": "dict", "default": None, "help": "variables added to the inherited environment"},
+        "timeout_s": {"type": "float", "default": None,
+                      "help": "stop the program's whole process group after this many seconds; a failure"},
+        "expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
+        "check_safe": {"type": "bool", "default": False, "help": "the command only reads: run it in check mode too"},
+    },
+    # file, copy, lineinfile: Ansible's file attributes (dflash_host/host/fileattrs.py sets them)
+    "file_attributes": {
+        "mode": {"type": "raw", "default": None,
+                 "help": 'octal string such as "0750" (or the number YAML makes of 0750), or symbolic (u=rwX,g=rX,o=); '
+                         "none: an existing path keeps its mode"},
+        "owner": {"type": "str", "default": None, "help": "user name or uid"},
+        "group": {"type": "str", "default": None, "help": "group name or gid"},
+    },
 }
 
 
 class UnknownInclude(KeyError):
-    """An ARGS entry includes a name SHARED does not have."""
+    """An ARGS entry includes a name SHARED does not have (or ARGS names a group GROUPS does not have)."""
+
+
+class UnknownGroup(UnknownInclude):
+    """ARGS "_groups" names a group GROUPS does not have, or is not a tuple of names."""
+
+
+def _group_entries(names: object) -> dict[str, dict]:
+    """The entries of the groups `names` (ARGS "_groups"), in the groups' order."""
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise UnknownGroup(f"{GROUPS_KEY} must be a tuple of group names, e.g. {GROUPS_KEY}: (\"file_attributes\",), "
+                           f"got {names!r}")
+    out: dict[str, dict] = {}
+    for group in names:
+        entries = GROUPS.get(group)
+        if entries is None:
+            raise UnknownGroup(f"{GROUPS_KEY} names the group {group!r}, which dflash_host/shared_args.py does not "
+                               f"define (it has: {', '.join(sorted(GROUPS))})")
+        out.update(entries)
+    return out
+
+
+def _included(name: str, opts: object) -> object:
+    """An entry with its include replaced by the shared entry, the entry's own keys over it."""
+    if not (isinstance(opts, dict) and "include" in opts):
+        return opts
+    base = SHARED.get(opts["include"])
+    if base is None:
+        raise UnknownInclude(f"argument {name!r} includes {opts['include']!r}, which dflash_host/shared_args.py "
+                             f"does not define (it has: {', '.join(sorted(SHARED))})")
+    return {**base, **{k: v for k, v in opts.items() if k != "include"}}
 
 
 def resolve_entries(spec: dict) -> dict:
-    """ARGS with every include replaced by the shared entry, the module's own keys over it."""
-    if not any(isinstance(opts, dict) and "include" in opts for opts in spec.values()):
+    """ARGS with its groups and includes resolved: each group's entries where "_groups" stands (those the module
+    writes itself where it writes them, its keys over the group's), every include replaced by the shared entry."""
+    if GROUPS_KEY not in spec and not any(isinstance(opts, dict) and "include" in opts for opts in spec.values()):
         return spec
-    out = {}
+    grouped = _group_entries(spec.get(GROUPS_KEY, ()))
+    out: dict[str, object] = {}
     for name, opts in spec.items():
-        if isinstance(opts, dict) and "include" in opts:
-            base = SHARED.get(opts["include"])
-            if base is None:
-                raise UnknownInclude(f"argument {name!r} includes {opts['include']!r}, which dflash_host/shared_args.py "
-                                     f"does not define (it has: {', '.join(sorted(SHARED))})")
-            opts = {**base, **{k: v for k, v in opts.items() if k != "include"}}
+        if name == GROUPS_KEY:
+            out.update((entry, dict(base)) for entry, base in grouped.items() if entry not in spec)
+            continue
+        opts = _included(name, opts)
+        if name in grouped and isinstance(opts, dict):
+            opts = {**grouped[name], **opts}
         out[name] = opts
     return out

@@ -77,16 +77,7 @@ ARGS = {
         "default": None,
         "help": "not used, as in Ansible since 2.4 (a warning says so): the shell module runs a shell",
     },
-    "chdir": {"include": "command_chdir"},
-    "creates": {"include": "command_creates"},
-    "removes": {"include": "command_removes"},
-    "stdin": {"include": "command_stdin"},
-    "stdin_add_newline": {"include": "command_stdin_add_newline"},
-    "strip_empty_ends": {"include": "command_strip_empty_ends"},
-    "env": {"include": "command_env"},
-    "timeout_s": {"include": "command_timeout_s"},
-    "expect_rc": {"include": "command_expect_rc"},
-    "check_safe": {"include": "command_check_safe"},
+    "_groups": ("command_options",),  # chdir, creates, removes, stdin, env, timeout_s, expect_rc...: dflash_host/shared_args.py
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/run/trust.py).

@@ -77,9 +77,7 @@ ARGS = {
             "help": "with remote_src: the file on the host to copy (without it, src: in a task is a file on the "
                     "control node, which the engine uploads)"},
     "remote_src": {"type": "bool", "default": False, "help": "src is a file already on the host"},
-    "mode": {
-        "type": "raw",
-        "default": None,
+    "mode": {  # the file attributes' mode, with what copy makes of it
         "help": 'octal string such as "0640" (or the number YAML makes of 0640), symbolic (u=rw,g=r,o=), or '
                 "preserve (remote_src: src's mode); none: a new file gets 0666 less the umask, a replaced one keeps "
                 "its mode; with manifest: the default for its entries (octal only)",
@@ -87,8 +85,7 @@ ARGS = {
     "directory_mode": {"type": "raw", "default": None,
                        "help": "the mode of each folder created for dest (none: 0755 less the umask); existing "
                                "folders keep theirs"},
-    "owner": {"type": "str", "default": None, "help": "user name or uid"},
-    "group": {"type": "str", "default": None, "help": "group name or gid"},
+    "_groups": ("file_attributes",),  # mode (above), owner, group: dflash_host/shared_args.py
     "backup": {"type": "bool", "default": False,
                "help": "keep a copy of a file whose content is replaced (DEST.PID.YYYY-MM-DD@HH:MM:SS~, in "
                        "backup_file)"},

@@ -65,11 +65,7 @@ ARGS = {
     "follow": {"type": "bool", "default": True,
                "help": "a symlink at path: its target gets the mode, owner, group and times (state file/directory: "
                        "the target is what is managed)"},
-    "mode": {"type": "raw", "default": None,
-             "help": 'octal string such as "0750" (or the number YAML makes of 0750), or symbolic (u=rwX,g=rX,o=); '
-                     "none: an existing path keeps its mode"},
-    "owner": {"type": "str", "default": None, "help": "user name or uid"},
-    "group": {"type": "str", "default": None, "help": "group name or gid"},
+    "_groups": ("file_attributes",),  # mode, owner, group: dflash_host/shared_args.py
     "modification_time": {"type": "str", "default": None,
                           "help": "preserve, now, or a time in modification_time_format; none: preserve (touch: now)"},
     "modification_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of modification_time"},

@@ -75,11 +75,9 @@ ARGS = {
     "validate": {"type": "str", "default": None,
                  "help": "a command run on the new content (%s: its temp file) before it replaces the file, "
                          "without a shell; a non-zero exit fails the task and leaves the file as it was"},
-    "mode": {"type": "raw", "default": None,
-             "help": 'octal string such as "0644" (or the number YAML makes of 0644); none: the file keeps its '
-                     "mode, a new one gets 0666 less the umask"},
-    "owner": {"type": "str", "default": None, "help": "user name or uid"},
-    "group": {"type": "str", "default": None, "help": "group name or gid"},
+    "mode": {"help": 'octal string such as "0644" (or the number YAML makes of 0644); none: the file keeps its '
+                     "mode, a new one gets 0666 less the umask"},  # the file attributes' mode, octal only here
+    "_groups": ("file_attributes",),  # mode (above), owner, group: dflash_host/shared_args.py
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/run/trust.py).
