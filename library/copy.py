@@ -46,8 +46,16 @@ import posixpath
 import re
 import stat
 
-from dflash_host.host.fileattrs import lookup_gid, lookup_uid, mode_arg, mode_for, path_info, set_attributes
-from dflash_host.host.files import atomic_write, backup_name, ensure_attributes, new_file_mode, resolve_gid, resolve_uid
+from dflash_host.host.fileattrs import (
+    lookup_gid,
+    lookup_uid,
+    mode_arg,
+    mode_for,
+    new_file_mode,
+    path_info,
+    set_attributes,
+)
+from dflash_host.host.files import atomic_write, backup_name
 from dflash_host.host.manifest import (
     NEW_DIR_MODE,
     NEW_FILE_MODE,
@@ -384,7 +392,7 @@ def folder_args(args: dict) -> dict:
         raise ModuleError(f"module 'copy': with a manifest mode is the default of its entries, an octal mode such as "
                           f"\"0644\", not {mode!r}")
     entries = check_manifest(args["manifest"], mode)
-    uid, gid = resolve_uid(args["owner"]), resolve_gid(args["group"])
+    uid, gid = lookup_uid(args["owner"], ansible_words=False), lookup_gid(args["group"], ansible_words=False)
     dest = args["dest"]
     if args["delete_extra"]:
         check_delete_extra_dest(dest)
@@ -502,18 +510,22 @@ def install_folder(plan: dict, f: dict) -> tuple:
             prune_empty_dirs(dest_real, keep)
         if f["uid"] is not None or f["gid"] is not None:
             for rel in wanted:
-                ensure_attributes(os.path.join(dest_real, *rel.split("/")), None, f["uid"], f["gid"], False)
+                try:
+                    set_attributes(os.path.join(dest_real, *rel.split("/")), None, f["uid"], f["gid"], False)
+                except ModuleError as exc:  # a refused chown fails the install as an OSError does
+                    raise _install_failed(dest_real, exc.msg, installed, deleted) from None
     except OSError as exc:
-        raise ModuleError(
-            f"module 'copy': installing into {dest_real} failed: {exc}; fix permissions and run again",
-            installed=installed,
-            deleted=deleted,
-        )
+        raise _install_failed(dest_real, exc, installed, deleted)
     finally:
         for leftover in staged.values():  # uploads that were not needed: the content is already there
             if isinstance(leftover, str) and os.path.isfile(leftover):
                 os.unlink(leftover)
     return installed, deleted
+
+
+def _install_failed(dest_real: str, why: object, installed: list, deleted: list) -> ModuleError:
+    return ModuleError(f"module 'copy': installing into {dest_real} failed: {why}; fix permissions and run again",
+                       installed=installed, deleted=deleted)
 
 
 STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/run/actions.py)

@@ -26,16 +26,8 @@ import io
 import os
 import re
 
-from dflash_host.host.files import (
-    atomic_write,
-    backup_name,
-    ensure_attributes,
-    new_file_mode,
-    parse_mode,
-    read_bytes,
-    resolve_gid,
-    resolve_uid,
-)
+from dflash_host.host.fileattrs import lookup_gid, lookup_uid, new_file_mode, octal_mode, set_attributes
+from dflash_host.host.files import atomic_write, backup_name, read_bytes
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -177,7 +169,7 @@ def _mode(value) -> int | None:
     if value is not None and not isinstance(value, str):
         raise ModuleError(f"module 'lineinfile': mode must be an octal string such as \"0644\", got {value!r}")
     try:
-        return parse_mode(value)
+        return octal_mode(value)
     except ModuleError as exc:
         raise ModuleError(f"module 'lineinfile': {exc.msg} (symbolic modes such as u+rw are not taken)") from None
 
@@ -218,8 +210,8 @@ def check(args: dict, ctx: Context) -> dict:
         "search": None if args["search_string"] is None else args["search_string"].encode("utf-8", "surrogateescape"),
         "line": None if args["line"] is None else args["line"].encode("utf-8", "surrogateescape"),
         "mode": _mode(args["mode"]),
-        "uid": resolve_uid(args["owner"]),
-        "gid": resolve_gid(args["group"]),
+        "uid": lookup_uid(args["owner"], ansible_words=False),
+        "gid": lookup_gid(args["group"], ansible_words=False),
     }
 
 
@@ -296,7 +288,7 @@ def run(args: dict, ctx: Context) -> dict:
         if changed:
             result["backup"] = _write(path, real, raw, data, c, args, mode)
         if fix:
-            ensure_attributes(real, c["mode"], c["uid"], c["gid"], check=False)
+            set_attributes(real, c["mode"], c["uid"], c["gid"], False)
     except OSError as exc:
         raise ModuleError(f"module 'lineinfile': cannot write {path} or set its mode or owner: {exc.strerror}; fix "
                           "the permissions of the file or its folder (an owner needs root)") from None

@@ -1,13 +1,14 @@
-"""Ansible's file attributes, as ansible.builtin.file and copy set and report them (library/file.py and
-library/copy.py take Ansible's options): a mode given as a number, an octal string or a symbolic mode
-(u+rw,g-w,o=; X, s, t and the copy forms u=g included), owner and group set on the path itself (a symlink is
-not followed: lchown), the fields Ansible adds to a result about its path (path_info), Ansible's names of what
-is at a path (get_state) and its diff entries ({"before": {"owner": uid, "mode": "0644"}, "after": ...}).
+"""Ansible's file attributes, as ansible.builtin.file, copy and lineinfile set and report them: the one place a
+task module's mode, owner and group are read and set (library/file.py, library/copy.py, library/lineinfile.py;
+their ARGS take them as the group "file_attributes" of dflash_host/shared_args.py). A mode given as a number, an
+octal string or a symbolic mode (u+rw,g-w,o=; X, s, t and the copy forms u=g included; octal_mode where only
+octal is taken), owner and group set on the path itself (a symlink is not followed: lchown), the mode a new
+file gets, the fields Ansible adds to a result about its path (path_info), Ansible's names of what is at a path
+(get_state) and its diff entries ({"before": {"owner": uid, "mode": "0644"}, "after": ...}).
 
 Nothing here proves that a path may be changed: set_attributes calls the caller's `guard` (library/file.py:
 dflash_host.host.paths.managed_path) before it changes anything. Standard library only.
 """
-
 from __future__ import annotations
 
 import grp
@@ -90,6 +91,24 @@ def symbolic_mode(prev: int, is_dir: bool, spec: str, umask: int | None = None) 
     return new
 
 
+def new_file_mode() -> int:
+    """The mode a file created now gets: 0666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
+def octal_mode(mode: str | None) -> int | None:
+    """A mode written in octal only ("0750", "750"): a manifest entry's, lineinfile's (no symbolic form there)."""
+    if mode is None:
+        return None
+    try:
+        value = int(str(mode), 8)
+    except ValueError:
+        raise ModuleError(f'mode {mode!r} is not an octal number; write it quoted, e.g. mode: "0750"')
+    if not 0 <= value <= PERM_BITS:
+        raise ModuleError(f"mode {mode!r} is out of range 0000-7777")
+    return value
+
+
 def mode_arg(value: object, module: str) -> int | str | None:
     """A task's mode as Ansible takes it: none; a number as it is (YAML makes 420 of an unquoted 0644); a string
     in octal ("0644", "644"); else a symbolic mode, checked here and applied to each path by mode_for."""
@@ -128,10 +147,11 @@ def mode_text(mode: int) -> str:
     return f"0{mode:03o}"
 
 
-def lookup_uid(owner: str | None) -> int | None:
-    """Ansible's owner: a number as a uid, else a user name; its words when there is no such user."""
-    if owner is None:
-        return None
+def lookup_uid(owner: str | int | None, ansible_words: bool = True) -> int | None:
+    """Ansible's owner: a number (or a uid already looked up) as a uid, else a user name. No such user: Ansible's
+    words, or (ansible_words false: lineinfile's and a copy manifest's, as they always said it) ours."""
+    if owner is None or isinstance(owner, int):
+        return owner
     try:
         return int(owner)
     except ValueError:
@@ -139,12 +159,14 @@ def lookup_uid(owner: str | None) -> int | None:
     try:
         return pwd.getpwnam(owner).pw_uid
     except KeyError:
-        raise ModuleError(f"chown failed: failed to look up user {owner}; create the user or fix 'owner'") from None
+        raise ModuleError(f"chown failed: failed to look up user {owner}; create the user or fix 'owner'" if ansible_words
+                          else f"owner {owner!r} does not exist on this host; create the user or fix 'owner'") from None
 
 
-def lookup_gid(group: str | None) -> int | None:
-    if group is None:
-        return None
+def lookup_gid(group: str | int | None, ansible_words: bool = True) -> int | None:
+    """lookup_uid for a group."""
+    if group is None or isinstance(group, int):
+        return group
     try:
         return int(group)
     except ValueError:
@@ -152,7 +174,9 @@ def lookup_gid(group: str | None) -> int | None:
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise ModuleError(f"chgrp failed: failed to look up group {group}; create the group or fix 'group'") from None
+        raise ModuleError(f"chgrp failed: failed to look up group {group}; create the group or fix 'group'"
+                          if ansible_words else f"group {group!r} does not exist on this host; create it or fix "
+                          "'group'") from None
 
 
 def _known(value: str, by_number, by_name) -> bool:
@@ -185,12 +209,13 @@ def _note(diff: dict | None, key: str, before: object, after: object) -> None:
         diff.setdefault("after", {})[key] = after
 
 
-def set_attributes(path: str, mode: int | str | None, owner: str | None, group: str | None, check: bool,
+def set_attributes(path: str, mode: int | str | None, owner: str | int | None, group: str | int | None, check: bool,
                    diff: dict | None = None, guard: Callable[[str], object] | None = None) -> bool:
-    """Ansible's set_fs_attributes_if_different: owner, group (on the path itself: a symlink's own ids), then mode
-    (not on a symlink: Linux has no mode of its own for one), each where it differs; the differences noted in
-    `diff`. guard(path) runs before anything changes (in check mode too, so that check mode refuses alike).
-    In check mode, a path that does not exist yet counts as changed when anything is asked."""
+    """Ansible's set_fs_attributes_if_different, the one setter of a path's mode and owner: owner, group (on the
+    path itself: a symlink's own ids), then mode (not on a symlink: Linux has no mode of its own for one), each
+    where it differs; the differences noted in `diff`. guard(path) runs before anything changes (in check mode
+    too, so that check mode refuses alike). In check mode, a path that does not exist yet counts as changed when
+    anything is asked."""
     if mode is None and owner is None and group is None:
         return False
     if check and not os.path.exists(path):
@@ -199,11 +224,8 @@ def set_attributes(path: str, mode: int | str | None, owner: str | None, group: 
     uid, gid = lookup_uid(owner), lookup_gid(group)
     new_uid = uid if uid is not None and uid != st.st_uid else None
     new_gid = gid if gid is not None and gid != st.st_gid else None
-    want = None
-    if mode is not None and not stat.S_ISLNK(st.st_mode):
-        want = mode_for(mode, st)
-        if want == stat.S_IMODE(st.st_mode):
-            want = None
+    target = mode_for(mode, st) if mode is not None and not stat.S_ISLNK(st.st_mode) else None
+    want = target if target != stat.S_IMODE(st.st_mode) else None
     if new_uid is None and new_gid is None and want is None:
         return False
     if guard is not None:
@@ -222,6 +244,11 @@ def set_attributes(path: str, mode: int | str | None, owner: str | None, group: 
         except OSError as exc:
             raise ModuleError(f"chown failed: {exc.strerror} ({path}); changing an owner needs root (become: true)",
                               path=path) from None
+        cleared = stat.S_IMODE(os.lstat(path).st_mode)
+        if want is None and target is not None and cleared != target:
+            # the chown cleared setuid/setgid bits the mode keeps: set them again (Ansible reads the mode anew)
+            want = target
+            _note(diff, "mode", mode_text(cleared), mode_text(target))
     if want is not None:
         try:
             os.chmod(path, want)

@@ -1,4 +1,5 @@
-"""Files on the host: atomic writes, reads, modes and owners (what modules that write files share).
+"""Files on the host: atomic writes, backups, validate, reads (what modules that write files share). A path's mode
+and owner are set and read by dflash_host/host/fileattrs.py only.
 
 JSON on the host is read one of two ways, by who wrote the file:
 - read_json: a record this tool wrote itself (an environment's marker, the build journal, a launch record);
@@ -12,10 +13,8 @@ Standard library only; errors are ModuleErrors naming the path and the fix.
 
 from __future__ import annotations
 
-import grp
 import json
 import os
-import pwd
 import time
 
 from dflash_host.module import ModuleError
@@ -23,58 +22,6 @@ from dflash_host.module import ModuleError
 TYPE_CHECKING = False  # true for mypy; typing is never imported on the host (as in dflash_host/module.py)
 if TYPE_CHECKING:  # annotations only
     from typing import Any
-
-
-def parse_mode(mode: str | None) -> int | None:
-    if mode is None:
-        return None
-    try:
-        value = int(str(mode), 8)
-    except ValueError:
-        raise ModuleError(f'mode {mode!r} is not an octal number; write it quoted, e.g. mode: "0750"')
-    if not 0 <= value <= 0o7777:
-        raise ModuleError(f"mode {mode!r} is out of range 0000-7777")
-    return value
-
-
-def resolve_uid(owner: str | None) -> int | None:
-    if owner is None:
-        return None
-    if str(owner).isdigit():
-        return int(owner)
-    try:
-        return pwd.getpwnam(owner).pw_uid
-    except KeyError:
-        raise ModuleError(f"owner {owner!r} does not exist on this host; create the user or fix 'owner'")
-
-
-def resolve_gid(group: str | None) -> int | None:
-    if group is None:
-        return None
-    if str(group).isdigit():
-        return int(group)
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise ModuleError(f"group {group!r} does not exist on this host; create it or fix 'group'")
-
-
-def ensure_attributes(path: str, mode: int | None, uid: int | None, gid: int | None, check: bool) -> bool:
-    """Set ownership, then mode, where they differ; return whether anything differed.
-
-    Owner first: the kernel clears setuid/setgid bits on chown, so a chmod before it would not stick.
-    """
-    st = os.stat(path)
-    changed = False
-    if (uid is not None and st.st_uid != uid) or (gid is not None and st.st_gid != gid):
-        changed = True
-        if not check:
-            os.chown(path, -1 if uid is None else uid, -1 if gid is None else gid)
-    if mode is not None and (os.stat(path).st_mode & 0o7777 if not check else st.st_mode & 0o7777) != mode:
-        changed = True
-        if not check:
-            os.chmod(path, mode)
-    return changed
 
 
 def _write_failed(path: str, exc: OSError, size: int) -> ModuleError:
@@ -118,13 +65,6 @@ def backup_name(path: str, style: str = "dfp") -> str:
     while os.path.lexists(name):
         name, n = f"{path}.{stamp}.{n}{end}", n + 1
     return name
-
-
-def new_file_mode() -> int:
-    """The mode a file created now gets: 0666 less the umask (read by setting it, as nothing else reads it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 def run_validate(command: str, path: str) -> None:

@@ -13,7 +13,8 @@ import hashlib
 import os
 import posixpath
 
-from dflash_host.host.files import atomic_write, parse_mode
+from dflash_host.host.fileattrs import octal_mode
+from dflash_host.host.files import atomic_write
 from dflash_host.host.paths import managed_path
 from dflash_host.module import ModuleError
 
@@ -57,7 +58,7 @@ def check_manifest(manifest: list, default_mode: int | None) -> list[dict]:
 
 
 def _entry_mode(value, where: str) -> int | None:
-    """An entry's mode: an int as it is (0 to 0o7777), else an octal string through parse_mode; None stays None."""
+    """An entry's mode: an int as it is (0 to 0o7777), else an octal string through octal_mode; None stays None."""
     if isinstance(value, int) and not isinstance(value, bool):
         if not 0 <= value <= 0o7777:
             raise ModuleError(f"{where}: mode {value} is out of range")
@@ -65,7 +66,7 @@ def _entry_mode(value, where: str) -> int | None:
     if value is None:
         return None
     try:
-        return parse_mode(value)
+        return octal_mode(value)
     except ModuleError as exc:
         raise ModuleError(f"{where}: {exc.msg}")
 

@@ -349,6 +349,24 @@ def test_install_places_staged_files_atomically_then_second_run_is_unchanged(tmp
     assert second["changed"] is False
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
+def test_install_sets_the_owner_and_group_of_every_file(tmp_path):
+    dest = tmp_path / "dest"
+    manifest = make_source(FILES)
+    args = {"dest": str(dest), "manifest": manifest, "owner": "65534", "group": "65534"}
+    plan = call({**args, "phase": "plan"})
+    call({**args, "phase": "install", "staged": stage(tmp_path, FILES, plan["needed"])})
+    assert {((dest / rel).stat().st_uid, (dest / rel).stat().st_gid) for rel in FILES} == {(65534, 65534)}
+    assert call({**args, "phase": "plan"})["owner_changes"] == []
+    os.chown(dest / "a.txt", 0, 0)
+    assert call({**args, "phase": "plan"})["owner_changes"] == ["a.txt"]
+
+
+def test_a_manifest_owner_the_host_lacks_is_refused_in_its_own_words(tmp_path):
+    with pytest.raises(ModuleError, match="owner 'dfp-no-such-user' does not exist on this host"):
+        call({"dest": str(tmp_path / "d"), "manifest": make_source(FILES), "owner": "dfp-no-such-user"})
+
+
 def test_install_through_the_cli_and_check_mode_changes_nothing(tmp_path):
     dest = tmp_path / "dest"
     manifest = make_source(FILES)

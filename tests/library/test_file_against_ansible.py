@@ -1,6 +1,6 @@
 """library/file.py against real ansible-core's ansible.builtin.file: each case gets the same tree twice (a file, an
 executable, a folder with a subfolder and a symlink inside, an empty folder, symlinks to a file, a folder and
-nothing, two names of one file), Ansible's module works in one (one ansible-playbook run for all the cases), ours
+nothing, two names of one file, a setuid file), Ansible's module works in one (one ansible-playbook run for all the cases), ours
 (`python3 -m library.file`) in the other, with the same arguments. Compared: failed, changed, the tree after (kind,
 mode, content, link text, link count, owner, mtime), every field Ansible returns (path, dest, src, state, mode, uid,
 gid, owner, group, size) with its value, the warnings, and with --diff the diff; a refusal by both, ours starting
@@ -30,6 +30,7 @@ TREE = {
     "dangling": Link("gone"),
     "hard1": (b"h\n", 0o644),
     "hard2": Hard("hard1"),
+    "suid": (b"#!/bin/sh\n", 0o4755),
 }
 
 # id, the arguments ("@NAME": the case's tree's NAME), flags (check, diff)
@@ -111,6 +112,8 @@ if ROOT_USER:  # changing an owner needs root
         ("owner-and-group", {"path": "@file", "owner": "65534", "group": "65534"}, "diff"),
         ("owner-by-name-recurse", {"path": "@dir", "state": "directory", "owner": "nobody", "recurse": True}, ""),
         ("owner-of-a-link-itself", {"path": "@link-file", "state": "link", "owner": "65534", "follow": False}, ""),
+        # the chown clears the setuid bit the mode keeps: set again (Ansible reads the mode anew after the chown)
+        ("owner-of-a-setuid-file-keeps-its-mode", {"path": "@suid", "owner": "65534", "mode": "04755"}, "diff"),
         ("unknown-owner-check-mode-new", {"path": "@new", "state": "directory", "owner": "dfp-no-such-user"},
          "check"),
     ]

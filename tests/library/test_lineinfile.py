@@ -158,6 +158,16 @@ def test_owner_and_group_are_compared_and_kept(tmp_path):
         call({"path": str(f), "line": "b", "owner": "no-such-user-x"})
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
+def test_an_owner_change_keeps_the_setuid_mode_asked_for(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("a\n")
+    os.chmod(f, 0o4755)
+    res = call({"path": str(f), "line": "a", "owner": "65534", "mode": "04755"})
+    assert (res["changed"], res["msg"]) == (True, "ownership, perms or SE linux context changed")
+    assert (f.stat().st_uid, f.stat().st_mode & 0o7777) == (65534, 0o4755)  # set again after the chown cleared it
+
+
 def test_existing_mode_is_kept_and_backup_keeps_the_old_text_under_ansibles_name(tmp_path):
     f = tmp_path / "f"
     f.write_text("a\n")
