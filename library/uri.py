@@ -421,7 +421,9 @@ def without_msg(result: dict) -> dict:
     return {k: v for k, v in result.items() if k != "msg"}
 
 
-def run(args: dict, ctx: Context) -> dict:
+def checked_method(args: dict) -> tuple[str, str]:
+    """(the method upper-cased, the URL as results show it): a URL that is not http(s) or a method that is not
+    one word is refused before anything else is read, with the fix."""
     raw_url, method = args["url"], args["method"].upper()
     shown_url = mask_url(raw_url)
     parts = urllib.parse.urlsplit(raw_url)
@@ -430,18 +432,106 @@ def run(args: dict, ctx: Context) -> dict:
     if not method.isalpha() or not method.isascii():
         raise ModuleError("Parameter 'method' needs to be a single word in uppercase, like GET or POST. "
                           f"(module 'uri': it is {args['method']!r})")
-    codes = parse_status_codes(args["status_code"])
-    headers = {str(k): str(v) for k, v in (args["headers"] or {}).items()}
-    data = encode_body(args, headers)
-    url, user, password = credentials(raw_url, args)
-    secret = password or None
-    mutating = method not in READ_ONLY and args["mutating"]
+    return method, shown_url
 
+
+def skipped_by_path(args: dict) -> dict | None:
+    """Ansible's creates/removes: the result of a request not sent because a path exists (or does not)."""
     for path, want, words in ((args["creates"], True, "exists"), (args["removes"], False, "does not exist")):
         if path is not None and os.path.exists(path) == want:
             said = f"skipped, since '{path}' {words}"
             return {"changed": False, "stdout": said, "stdout_lines": [said], "msg": said}
+    return None
 
+
+def answer_fields(answer: dict, base: dict, url: str, final_url: str, elapsed_s: float) -> dict:
+    """The result's fields about the answer: its headers as Ansible names them (secret ones masked, location made
+    absolute), then the request's, the status, where it came from and how long it took."""
+    result: dict = {key.replace("-", "_").lower(): (REDACTED if is_secret_header(key) else value)
+                    for key, value in answer["headers"].items()}
+    if "location" in result and result["location"] != REDACTED:
+        result["location"] = urllib.parse.urljoin(final_url, result["location"])
+    result.update(base)
+    result.update(status=answer["status"], url=final_url, redirected=answer["url"] != url, elapsed=int(elapsed_s),
+                  elapsed_s=elapsed_s, headers=redact_headers(answer["headers"]), msg=answer["info_msg"])
+    return result
+
+
+def decoded_body(answer: dict, expect_json: object) -> tuple[str, str, str, object]:
+    """(text, media type, charset, JSON document or _MISSING): the body read in the answer's charset (utf-8 where
+    Python does not know it), parsed as JSON where its type says JSON or expect_json is to be checked."""
+    media, charset = content_type(answer["headers"])
+    try:
+        text = answer["body"].decode(charset, errors="replace")
+    except LookupError:
+        text = answer["body"].decode("utf-8", errors="replace")
+    doc = _MISSING
+    if text.strip() and (is_json_type(media) or expect_json):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = _MISSING
+    return text, media, charset, doc
+
+
+def body_fields(answer: dict, text: str, media: str, charset: str, doc: object, accepted: bool,
+                return_content: bool) -> dict:
+    """The result's fields from the body, as Ansible fills them: json, body (an accepted error status's body it
+    does not read as content), content (cut at CONTENT_LIMIT, with what was cut)."""
+    raw = answer["body"]
+    out: dict = {}
+    if doc is not _MISSING and is_json_type(media):
+        out["json"] = doc
+    if answer.get("error") and accepted and not return_content and not is_json_type(media):
+        out["body"] = text
+    if return_content:
+        out["content"] = text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode(charset, errors="replace")
+        if len(raw) > CONTENT_LIMIT:
+            out["content_truncated_bytes"] = len(raw) - CONTENT_LIMIT
+    return out
+
+
+def status_refusal(answer: dict, codes: list[int], quote: str, timeout: object, secret: str | None) -> str | None:
+    """Why a status outside status_code fails the task: Ansible's words, then what helps (the timeout, a server
+    that is not there, the body's start); None for an accepted status."""
+    status = answer["status"]
+    if status in codes:
+        return None
+    said = f"Status code was {status} and not {codes}: {scrub(answer['info_msg'], secret)}"
+    if status == -1:
+        if answer.get("timed_out"):
+            said += f"; no answer within {timeout} s (timeout)"
+        elif answer.get("refused"):
+            said += "; is the server running and the URL right?"
+    else:
+        said += f"; body starts: {quote}" if quote else "; the body is empty"
+    return said
+
+
+def expect_json_refusal(doc: object, expected: dict, method: str, final_url: str, status: int, quote: str,
+                        secret: str | None) -> str | None:
+    """Why the answer fails expect_json (not JSON, or fields that differ); None when it matches."""
+    if doc is _MISSING:
+        return (f"{method} {final_url} answered {status} but the body is not JSON, so expect_json cannot be "
+                f"checked; body starts: {quote or '(empty)'}")
+    problems = json_problems(doc, expected)
+    if problems:
+        return str(scrub(f"{method} {final_url}: the JSON answer does not match expect_json: {'; '.join(problems)}",
+                         secret))
+    return None
+
+
+def run(args: dict, ctx: Context) -> dict:
+    method, shown_url = checked_method(args)
+    codes = parse_status_codes(args["status_code"])
+    headers = {str(k): str(v) for k, v in (args["headers"] or {}).items()}
+    data = encode_body(args, headers)
+    url, user, password = credentials(args["url"], args)
+    secret = password or None
+    mutating = method not in READ_ONLY and args["mutating"]
+    skipped = skipped_by_path(args)
+    if skipped is not None:
+        return skipped
     base = {"url": shown_url, "method": method, "request_headers": redact_headers(headers), "redirected": False}
     if ctx.check and mutating:
         return {**base, "status": None, "changed": True,
@@ -452,59 +542,16 @@ def run(args: dict, ctx: Context) -> dict:
     elapsed_s = round(time.monotonic() - start, 3)
     status = answer["status"]
     final_url = mask_url(answer["url"]) if status != -1 else shown_url
-    result: dict = {key.replace("-", "_").lower(): (REDACTED if is_secret_header(key) else value)
-                    for key, value in answer["headers"].items()}
-    if "location" in result and result["location"] != REDACTED:
-        result["location"] = urllib.parse.urljoin(final_url, result["location"])
-    result.update(base)
-    result.update(status=status, url=final_url, redirected=answer["url"] != url, elapsed=int(elapsed_s),
-                  elapsed_s=elapsed_s, headers=redact_headers(answer["headers"]), msg=answer["info_msg"])
-    raw = answer["body"]
-    media, charset = content_type(answer["headers"])
-    try:
-        text = raw.decode(charset, errors="replace")
-    except LookupError:
-        text = raw.decode("utf-8", errors="replace")
-    doc = _MISSING
-    if text.strip() and (is_json_type(media) or args["expect_json"]):
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = _MISSING
-    if doc is not _MISSING and is_json_type(media):
-        result["json"] = doc
-    if answer.get("error") and status in codes and not args["return_content"] and not is_json_type(media):
-        result["body"] = text  # Ansible's: an accepted error status's body, where it does not read it as content
-    if args["return_content"]:
-        result["content"] = text if len(raw) <= CONTENT_LIMIT else raw[:CONTENT_LIMIT].decode(charset, errors="replace")
-        if len(raw) > CONTENT_LIMIT:
-            result["content_truncated_bytes"] = len(raw) - CONTENT_LIMIT
+    result = answer_fields(answer, base, url, final_url, elapsed_s)
+    text, media, charset, doc = decoded_body(answer, args["expect_json"])
+    result.update(body_fields(answer, text, media, charset, doc, status in codes, args["return_content"]))
     result = {key: scrub(value, secret) for key, value in result.items()}
     quote = str(scrub(text.strip()[:QUOTE_LIMIT], secret))
-    if status not in codes:
-        said = f"Status code was {status} and not {codes}: {scrub(answer['info_msg'], secret)}"
-        if status == -1:
-            if answer.get("timed_out"):
-                said += f"; no answer within {args['timeout']} s (timeout)"
-            elif answer.get("refused"):
-                said += "; is the server running and the URL right?"
-        else:
-            said += f"; body starts: {quote}" if quote else "; the body is empty"
-        raise ModuleError(said, **without_msg(result))
-    if args["expect_json"]:
-        if doc is _MISSING:
-            raise ModuleError(
-                f"{method} {final_url} answered {status} but the body is not JSON, so expect_json cannot be "
-                f"checked; body starts: {quote or '(empty)'}",
-                **without_msg(result),
-            )
-        problems = json_problems(doc, args["expect_json"])
-        if problems:
-            raise ModuleError(
-                str(scrub(f"{method} {final_url}: the JSON answer does not match expect_json: {'; '.join(problems)}",
-                          secret)),
-                **without_msg(result),
-            )
+    refusal = status_refusal(answer, codes, quote, args["timeout"], secret)
+    if refusal is None and args["expect_json"]:
+        refusal = expect_json_refusal(doc, args["expect_json"], method, final_url, status, quote, secret)
+    if refusal is not None:
+        raise ModuleError(refusal, **without_msg(result))
     result["changed"] = mutating
     return result
 

@@ -45,7 +45,7 @@ ALLOWED = {
     ("dflash_host/env/interpreter.py", "freeze_env", "json.loads"): "a probe's stdout line",
     ("dflash_host/module.py", "main", "json.load"): "the task's arguments file (the module contract)",
     ("library/tiny_models.py", "generate", "json.loads"): "the generator's stdout line",
-    ("library/uri.py", "run", "json.loads"): "an HTTP answer the task asked for",
+    ("library/uri.py", "decoded_body", "json.loads"): "an HTTP answer the task asked for",
 }
 
 

@@ -329,39 +329,33 @@ def phase_other_user(gpu, work: Path, gib: float) -> dict:
 # ---------------------------------------------------------------- main
 
 
-def main() -> int:
+PHASES = (phase_managed_tree, phase_foreign, phase_orphan, phase_other_user)
+
+
+def parse_options() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0, help="GiB the main holders allocate (default 2)")
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-verify-out")
     parser.add_argument("--simulate", action="store_true", help="rehearse without a GPU (stand-in nvidia-smi)")
-    opts = parser.parse_args()
-    global SIMULATE
-    SIMULATE = opts.simulate
-    out = Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threshold_mib": THRESHOLD, "gib": opts.gib}
+    return parser.parse_args()
 
-    def write() -> None:
-        (out / "gpu_cleanup.json").write_text(json.dumps(summary, indent=1, default=str))
-        (out / "gpu_cleanup.log").write_text("\n".join(LOG) + "\n")
 
-    missing = missing_dependencies()
-    if missing:
-        summary["error"] = (
-            "missing Python packages: " + "; ".join(missing) + ". tenacity is pure Python: "
-            "carry a folder with the `tenacity` package and run with PYTHONPATH=that/folder"
-        )
-        log(summary["error"])
-        write()
-        return 3
-    from tests.fakes.gpu_holder import FakeGpu
+def write_report(out: Path, summary: dict) -> None:
+    """DIR/gpu_cleanup.json and .log, written again after every phase: a run cut short still leaves what it saw."""
+    (out / "gpu_cleanup.json").write_text(json.dumps(summary, indent=1, default=str))
+    (out / "gpu_cleanup.log").write_text("\n".join(LOG) + "\n")
 
-    gpu = FakeGpu()  # its process-tree helpers; nvidia-smi is the real one unless --simulate
-    if SIMULATE:
-        os.environ["PATH"] = gpu.bin + os.pathsep + os.environ.get("PATH", "")
-        summary["simulated"] = True
-    summary["nvidia_smi_L"] = smi("-L").strip()
-    summary["nvidia_smi_table_before"] = smi()
+
+def could_not_run(out: Path, summary: dict, error: str) -> int:
+    """Exit 3 with the reason in the report: nothing was tested, so no expectation failed."""
+    summary["error"] = error
+    log(error)
+    write_report(out, summary)
+    return 3
+
+
+def record_facts(out: Path, summary: dict) -> None:
+    """The facts module's view of the GPUs and its time, beside the cleanup's: what the roles would have seen."""
     facts_args = out / "facts-args.json"
     facts_args.write_text("{}")
     t0 = time.monotonic()
@@ -373,35 +367,30 @@ def main() -> int:
     except (ValueError, KeyError):
         summary["facts"] = facts.stdout.decode()[-2000:]
     facts_args.unlink()
-    if used_mib() >= THRESHOLD:
-        summary["error"] = f"GPU 0 is already busy ({used_mib()} MiB) before the test; nothing was started"
-        log(summary["error"])
-        write()
-        gpu.cleanup()
-        return 3
 
-    work = Path(gpu.root) / "work"
-    (work / "run").mkdir(parents=True)
-    phases = []
-    try:
-        for fn in (phase_managed_tree, phase_foreign, phase_orphan, phase_other_user):
-            log(f"phase {fn.__name__}")
-            try:
-                phases.append(fn(gpu, work, opts.gib))
-            except Exception:
-                phases.append({"name": fn.__name__, "error": traceback.format_exc()})
-                log(traceback.format_exc())
-                gpu.stop_all()
-            summary["phases"] = phases
-            write()
-        summary["nvidia_smi_table_after"] = smi()
-    finally:
-        gpu.cleanup()
-        if MADE_USER:
-            subprocess.run(["userdel", OTHER_USER], check=False)
+
+def run_phases(gpu, work: Path, gib: float, out: Path, summary: dict) -> list:
+    """Every phase, the report written after each; a phase that raises is recorded as an error and its processes
+    stopped, so that the phases after it still run on a free GPU."""
+    phases: list = []
+    for fn in PHASES:
+        log(f"phase {fn.__name__}")
+        try:
+            phases.append(fn(gpu, work, gib))
+        except Exception:
+            phases.append({"name": fn.__name__, "error": traceback.format_exc()})
+            log(traceback.format_exc())
+            gpu.stop_all()
+        summary["phases"] = phases
+        write_report(out, summary)
+    return phases
+
+
+def verdict(phases: list) -> tuple[bool, dict]:
+    """(all_ok, short): every expectation held and no phase raised; one line a phase for the log and the reader."""
     checks = [e for p in phases for e in p.get("expectations", [])]
-    summary["all_ok"] = bool(checks) and all(e["ok"] for e in checks) and not any("error" in p for p in phases)
-    summary["short"] = {
+    all_ok = bool(checks) and all(e["ok"] for e in checks) and not any("error" in p for p in phases)
+    short = {
         p["name"]: {
             "ok": all(e["ok"] for e in p.get("expectations", [])) and "error" not in p,
             "skipped": p.get("skipped"),
@@ -412,7 +401,45 @@ def main() -> int:
         }
         for p in phases
     }
-    write()
+    return all_ok, short
+
+
+def main() -> int:
+    opts = parse_options()
+    global SIMULATE
+    SIMULATE = opts.simulate
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "threshold_mib": THRESHOLD, "gib": opts.gib}
+    missing = missing_dependencies()
+    if missing:
+        return could_not_run(out, summary, "missing Python packages: " + "; ".join(missing) + ". tenacity is pure "
+                             "Python: carry a folder with the `tenacity` package and run with PYTHONPATH=that/folder")
+    from tests.fakes.gpu_holder import FakeGpu
+
+    gpu = FakeGpu()  # its process-tree helpers; nvidia-smi is the real one unless --simulate
+    if SIMULATE:
+        os.environ["PATH"] = gpu.bin + os.pathsep + os.environ.get("PATH", "")
+        summary["simulated"] = True
+    summary["nvidia_smi_L"] = smi("-L").strip()
+    summary["nvidia_smi_table_before"] = smi()
+    record_facts(out, summary)
+    if used_mib() >= THRESHOLD:
+        code = could_not_run(out, summary, f"GPU 0 is already busy ({used_mib()} MiB) before the test; nothing was "
+                                           "started")
+        gpu.cleanup()
+        return code
+    work = Path(gpu.root) / "work"
+    (work / "run").mkdir(parents=True)
+    try:
+        phases = run_phases(gpu, work, opts.gib, out, summary)
+        summary["nvidia_smi_table_after"] = smi()
+    finally:
+        gpu.cleanup()
+        if MADE_USER:
+            subprocess.run(["userdel", OTHER_USER], check=False)
+    summary["all_ok"], summary["short"] = verdict(phases)
+    write_report(out, summary)
     log("summary: " + json.dumps(summary["short"], indent=1))
     log(f"all_ok={summary['all_ok']}; wrote {out / 'gpu_cleanup.json'}")
     return 0 if summary["all_ok"] else 1
