@@ -29,7 +29,7 @@ from dflash_host.host.gpus import NoDriver, busy, query_gpus, query_or_fail, sel
 from dflash_host.host.paths import managed_path
 from dflash_host.host.processes import alive, brief, examine, read_pidfile, stop_processes
 from dflash_host.module import Context, ModuleError, main
-from dflash_host.vllm import server_for
+from dflash_host.vllm import stop_owner
 
 ARGS = {
     "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile (dflash_host/host/processes.py); its proven processes are stopped"},
@@ -150,10 +150,11 @@ def survey_foreign(args: dict, kill: tuple, ours: dict, holders: list, ctx: Cont
 # ---------------------------------------------------------------- stopping
 
 
-def _owner_stop(server, ctx: Context, grace_s: float) -> dict | None:
-    """The one owner's stop; processes that survive it are reported with the foreign ones, not raised here."""
+def _owner_stop(pidfile: str, ctx: Context, grace_s: float) -> dict | None:
+    """The pidfile's process tree stopped by its owner; processes that survive it are reported with the foreign
+    ones, not raised here."""
     try:
-        return server.stop(ctx, grace_s)
+        return stop_owner(pidfile, ctx, grace_s)
     except ModuleError as exc:
         report = exc.data.get("stop")
         if not isinstance(report, dict) or "survivors" not in report:
@@ -180,10 +181,10 @@ def stop_ours(args: dict, ours: dict, ctx: Context) -> dict:
     unit = ours["unit"]
     if ours["unit_active"]:
         ctx.say(f"systemctl stop {unit['name']}")
-        server_for({"mode": "systemd", "service_name": unit["name"]}, {"pidfile": args["pidfile"]}).stop(ctx, grace)
+        stop_owner(args["pidfile"], ctx, grace, unit=unit["name"])
         unit["stopped"] = True
     if ours["record"] and any(alive(p) for p in ours["found"]["managed"]):
-        report = _merge(report, _owner_stop(server_for({"mode": "process"}, {"pidfile": args["pidfile"]}), ctx, grace))
+        report = _merge(report, _owner_stop(args["pidfile"], ctx, grace))
     leftovers = [p for p in ours["unit_procs"] if alive(p)]
     if leftovers:
         report = _merge(report, stop_processes(leftovers, grace, ctx))

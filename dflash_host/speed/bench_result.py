@@ -17,7 +17,7 @@ by the control side that compares a run with a baseline run.
 from __future__ import annotations
 
 from dflash_host.speed.stats import median
-from dflash_host.vllm.metrics import acceptance, per_position_counts
+from dflash_host.vllm import acceptance, per_position_counts
 
 LOAD_KEYS = ("requests", "completed", "failed", "duration_s", "input_tokens", "output_tokens", "output_tokens_per_s",
              "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99")

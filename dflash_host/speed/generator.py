@@ -22,8 +22,9 @@ from dflash_host.models.config import config_or_none
 from dflash_host.module import ModuleError
 from dflash_host.speed.bench_process import BenchRunner, BenchUnavailable
 from dflash_host.speed.bench_result import load_from_requests, load_from_vllm_bench
-from dflash_host.speed.bench_serve import bench_env, run_level, vllm_cli, vllm_facts
+from dflash_host.speed.bench_serve import bench_env, run_level, vllm_cli
 from dflash_host.speed.load_client import Endpoint, closed_loop, token_prompts
+from dflash_host.vllm import vllm_facts
 
 DEFAULT_VOCAB = 32000
 

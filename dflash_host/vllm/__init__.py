@@ -1,4 +1,18 @@
-"""The managed vLLM server, behind one front: the vLLM task modules import from here, never from the parts.
+"""The managed vLLM server, behind one narrow front: what a server is, never how it is made.
+
+Everything outside dflash_host/vllm/ (the task modules in library/, dflash_host/speed/) imports these names
+only, and only from here (tests/library/test_imports.py); the parts are private to the package.
+
+  the configured server  render(args, ctx, table), ensure_running(args, ctx, force), stop(args, ctx, absent),
+                         status(args): library/vllm_server's states and library/vllm_status's report;
+                         stop_owner(pidfile, ctx, grace_s, unit): its owner's stop without a launch (gpu_cleanup)
+  a cluster node         probe_node(args), verify_node(args, ctx), refuse_one_host(args): library/vllm_cluster
+  a measurement server   start_measurement, stop_measurement, forget_measurement (args, ctx): library/vllm_variant
+  read from outside      paths(pidfile) and the one readers of the files beside it: read_launch(path) (the
+                         launch record: the tool's, or None), read_env(paths)
+  its API and counters   base_url(host, port), request(url, ...); spec_decode_counters, delta, acceptance,
+                         per_position_counts (vLLM's /metrics, for the speed measurements)
+  what this vLLM offers  vllm_facts(venv_python, server_env): its version and features, asked of its files
 
 The parts, each with one job (they import one another directly, never this front):
   values        checks on every value placed in argv, environment or unit (one line, no managed flag)
@@ -13,54 +27,35 @@ The parts, each with one job (they import one another directly, never this front
   log           the server's log: markers, fatal lines and the root cause, rotation
   metrics       spec-decode counters from /metrics and the acceptance they give
   cluster       a multi-node server: head and headless nodes, their workers
+  features      what the serving environment's vLLM offers (version, dynamic k, bench serve's datasets)
+  server        the configured server's life: render, ensure_running, stop
+  status        its state for `invoke status`
+  node          a cluster node's probe, verify and one-host refusal
+  variant       a measurement server: its places, its launch from the configured one, where it fits
+  measurement   a measurement server's life: started, stopped (the configured one restored), forgotten
 """
 
-from dflash_host.vllm.cluster import (
-    group_name,
-    is_headless,
-    local_workers,
-    missing_workers,
-    node_name,
-    node_processes,
-    refuse_node,
-)
-from dflash_host.vllm.launch import resolve
-from dflash_host.vllm.log import check_log, find_fatal, lines_after_marker, root_cause
-from dflash_host.vllm.metrics import acceptance, delta, spec_decode_counters
-from dflash_host.vllm.probe import base_url, endpoint, request, served_models
-from dflash_host.vllm.process import ProcessServer, ServerFailed, server_for
-from dflash_host.vllm.ready import verify_headless, verify_running
-from dflash_host.vllm.records import (
-    dump,
-    files_to_remove,
-    launch_state,
-    load_launch,
-    paths,
-    read_env,
-    read_launch,
-    record_teardown,
-    remove_tool_file,
-    torn_down,
-)
-from dflash_host.vllm.render import (
-    check_places,
-    check_settings,
-    files_wanted,
-    launch_record,
-    models_to_come,
-    refuse_foreign_targets,
-    refuse_leaving_cluster,
-    render_files,
-)
-from dflash_host.vllm.start import start
-from dflash_host.vllm.systemd_unit import SERVICE_NAME, choose_mode, unsupervised_note
+from dflash_host.vllm.features import vllm_facts
+from dflash_host.vllm.measurement import forget_measurement, start_measurement, stop_measurement
+from dflash_host.vllm.metrics import acceptance, delta, per_position_counts, spec_decode_counters
+from dflash_host.vllm.node import probe_node, refuse_one_host, verify_node
+from dflash_host.vllm.probe import base_url, request
+from dflash_host.vllm.process import stop_owner
+from dflash_host.vllm.records import paths, read_env, read_launch
+from dflash_host.vllm.server import ensure_running, render, stop
+from dflash_host.vllm.status import status
 
 __all__ = [
-    "SERVICE_NAME", "ProcessServer", "ServerFailed", "acceptance", "base_url", "check_log", "check_places",
-    "check_settings", "choose_mode", "delta", "dump", "endpoint", "files_to_remove", "files_wanted", "find_fatal",
-    "group_name", "is_headless", "launch_record", "launch_state", "lines_after_marker", "load_launch",
-    "local_workers", "missing_workers", "models_to_come", "node_name", "node_processes", "paths", "read_env",
-    "read_launch", "record_teardown", "refuse_foreign_targets", "refuse_leaving_cluster", "refuse_node",
-    "remove_tool_file", "render_files", "request", "resolve", "root_cause", "served_models", "server_for",
-    "spec_decode_counters", "start", "torn_down", "unsupervised_note", "verify_headless", "verify_running",
+    # the configured server
+    "render", "ensure_running", "stop", "status", "stop_owner",
+    # a node of a serving cluster
+    "probe_node", "verify_node", "refuse_one_host",
+    # a measurement server
+    "start_measurement", "stop_measurement", "forget_measurement",
+    # the files beside a pidfile, read from outside
+    "paths", "read_launch", "read_env",
+    # its HTTP API and vLLM's /metrics
+    "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
+    # what the serving environment's vLLM offers
+    "vllm_facts",
 ]

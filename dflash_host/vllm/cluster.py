@@ -8,7 +8,7 @@ worker node, each one's ESTABLISHED TCP connection to the head's master_addr:mas
 
 The settings are checked as a group when the launch is resolved (cluster_settings, check_node_address);
 a headless node is ready once its log shows vLLM's headless launch line (headless_launch). Used by
-vllm.launch, vllm.render, vllm.start, vllm.ready, and the task modules vllm_server, vllm_status and vllm_cluster.
+vllm.launch, vllm.render, vllm.start, vllm.ready, vllm.server, vllm.status and vllm.node.
 """
 
 from __future__ import annotations

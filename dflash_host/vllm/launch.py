@@ -6,7 +6,7 @@ the environment file (mode 0600), never into argv, the unit, a message or a diff
 
 Every value that reaches the unit, the environment file or argv is one line of text, checked in
 `resolve` (through vllm.values) before anything is written. The environment file and the unit are
-rendered by vllm.records and vllm.systemd_unit. Standard library only; used by vllm_server.
+rendered by vllm.records and vllm.systemd_unit. Standard library only; used by vllm.server.
 """
 
 from __future__ import annotations
@@ -390,7 +390,7 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
 def compose_argv(parts: dict, host: str | None, port: int | None, speculative: dict | None) -> list:
     """The one assembly of vLLM's command line: the fixed head (python, serve, the model, its served name),
     where it listens, the drafter's speculative config, then the table's flags and vllm_extra_args (the
-    tail). The configured launch and every measurement variant (speed.variant) are composed here."""
+    tail). The configured launch and every measurement variant (vllm.variant) are composed here."""
     argv = list(parts["head"])
     if host is not None:  # the head or a single host serves the API; a headless node listens nowhere
         argv += ["--host", host, "--port", str(port)]

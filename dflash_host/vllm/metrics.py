@@ -8,8 +8,8 @@ acceptance rate        = accepted tokens / draft tokens
 mean acceptance length = 1 + accepted tokens / drafts       (tokens gained per target step)
 per-position rate[i]   = accepted tokens at position i / drafts
 
-Pure functions, standard library only; used by vllm_server (after the smoke traffic), vllm_status
-(invoke status) and serving_bench (deltas over each load run).
+Pure functions, standard library only; used by vllm.ready (after the smoke traffic), vllm.status
+(invoke status) and, through the front, serving_bench and dflash_host.speed (deltas over each load run).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Talk to a vLLM server over HTTP (/health, /v1/models, /v1/completions, /metrics) and find who holds a port.
 
 HTTP goes straight to the server (proxies from the environment are ignored: the server is on this
-host). Standard library + psutil; used by vllm_server and vllm_status.
+host). Standard library + psutil; used by the parts (ready, start, status, node) and, through the front, serving_bench.
 """
 
 from __future__ import annotations

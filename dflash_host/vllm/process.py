@@ -2,7 +2,7 @@
 watched while it starts or is verified.
 
 Both modes answer the same calls (inspect, stop, spawn, exit_code, ready); server_for picks one from the
-rendered launch. vllm_server starts and stops through them, vllm_status only inspects.
+rendered launch. vllm.server starts and stops through them, vllm.status only inspects.
 
 Watching: every poll looks at the process and the new log lines before the readiness probe, so a server
 that dies, or logs a fatal line, fails the wait within about a second, quoting the first exception
@@ -203,8 +203,15 @@ class SystemdServer:
 
 def server_for(launch: dict, p: dict) -> ProcessServer | SystemdServer:
     """The managed server of a rendered launch (its mode picks the kind): the one way to inspect, start and
-    stop it (vllm_server, vllm_status, and gpu_cleanup stopping the tool's server)."""
+    stop it (vllm.server, vllm.status, vllm.node, vllm.measurement; gpu_cleanup through stop_owner)."""
     return SystemdServer(launch, p) if launch.get("mode") == "systemd" else ProcessServer(launch, p)
+
+
+def stop_owner(pidfile: str, ctx: Context, grace_s: float, unit: str | None = None) -> dict | None:
+    """Stop the managed server through its owner when no launch is at hand (gpu_cleanup): the systemd unit `unit`,
+    else the pidfile's process tree; the stop report (None when nothing ran)."""
+    launch = {"mode": "systemd", "service_name": unit} if unit else {"mode": "process"}
+    return server_for(launch, {"pidfile": pidfile}).stop(ctx, grace_s)
 
 
 TREE_EVERY_S = 1.0  # how often the pidfile's process tree is refreshed while waiting

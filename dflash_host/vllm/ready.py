@@ -8,7 +8,7 @@ All of it runs under a Watch (dflash_host.vllm.process), so a server that dies m
 proof, quoting its log, and is never reported serving. A headless node of a multi-node vLLM has no HTTP
 API: it is ready once it lives and its log shows vLLM's headless launch line (wait_until_launched,
 verify_headless); its workers and their link to the head are library/vllm_cluster's to verify.
-Used by vllm.start and vllm_server.
+Used by vllm.start and vllm.server.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ only where they differ and only over files the tool provably wrote.
 The launch (dflash_host.vllm.launch.resolve) becomes files beside the pidfile: NAME.launch.json (argv,
 masked environment, what readiness, smoke and acceptance expect), NAME.env (the environment, secrets
 included, mode 0600) and, in systemd mode, the unit. The fingerprint covers argv, environment, model
-files, mode and unit: a running server with another fingerprint runs a stale launch. Used by vllm_server.
+files, mode and unit: a running server with another fingerprint runs a stale launch. Used by vllm.server.
 """
 
 from __future__ import annotations

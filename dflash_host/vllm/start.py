@@ -3,7 +3,7 @@ proven ready (dflash_host.vllm.ready); a start that fails stops what it began an
 node of a multi-node vLLM starts the same way, without a port of its own, ready at its launch line.
 
 The server's environment is the environment file's (secrets included) plus a few variables inherited
-from the worker (INHERIT_ENV), so that the runtime's PYTHONPATH never leaks into vLLM. Used by vllm_server.
+from the worker (INHERIT_ENV), so that the runtime's PYTHONPATH never leaks into vLLM. Used by vllm.server and vllm.measurement.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ ALLOWED = {
     ("dflash_host/vllm/probe.py", "json", "json.loads"): "an HTTP answer of vLLM",
     ("dflash_host/speed/load_client.py", "_events", "json.loads"): "a streamed completion event",
     ("dflash_host/speed/bench_serve.py", "run_level", "json.load"): "vllm bench serve's result, in a folder of our own",
-    ("dflash_host/speed/bench_serve.py", "vllm_facts", "json.loads"): "a probe's stdout line",
+    ("dflash_host/vllm/features.py", "vllm_facts", "json.loads"): "a probe's stdout line",
     ("dflash_host/speed/bench_process.py", "_reply", "json.loads"): "the resident vllm bench serve's reply line",
     ("dflash_host/speed/workload.py", "parse_prompts", "json.loads"): "a line of the operator's prompts (checked)",
     ("dflash_host/env/build.py", "python_info", "json.loads"): "a probe's stdout line",

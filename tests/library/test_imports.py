@@ -7,6 +7,7 @@ importing another one, or a helper outside dflash_host, would fail on a host.
 from __future__ import annotations
 
 import ast
+import inspect
 import sys
 from pathlib import Path
 
@@ -44,15 +45,54 @@ def dflash_host_imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("path", TASK_MODULES, ids=lambda p: p.stem)
-def test_a_task_module_reaches_the_vllm_server_only_through_its_front(path):
+ROOT = LIBRARY.parent
+VLLM = ROOT / "dflash_host" / "vllm"
+# Everything outside the vllm package that may reach the server: the task modules and the rest of the host
+# package (dflash_host/speed/ among it).
+OUTSIDE_VLLM = TASK_MODULES + sorted(p for p in (ROOT / "dflash_host").rglob("*.py") if VLLM not in p.parents)
+
+
+@pytest.mark.parametrize("path", OUTSIDE_VLLM, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_vllm_server_is_reached_only_through_its_front(path):
     parts = sorted(m for m in dflash_host_imports(path) if m.startswith("dflash_host.vllm."))
-    assert not parts, f"{path.name} imports {parts}: import those names from dflash_host.vllm (the front) instead"
+    assert not parts, (f"{path.relative_to(ROOT)} imports {parts}: import those names from dflash_host.vllm (the front) "
+                       "instead, or ask for a name there")
+
+
+# The front's names (dflash_host/vllm/__init__.py), chosen: what a server is (render, ensure_running, stop,
+# status; a cluster node's probe and verify; a measurement server's life), its records and API as speed reads
+# them, and what the serving environment's vLLM offers. A new name is a decision made here, not an accident.
+FRONT = {
+    "render", "ensure_running", "stop", "status", "stop_owner",
+    "probe_node", "verify_node", "refuse_one_host",
+    "start_measurement", "stop_measurement", "forget_measurement",
+    "paths", "read_launch", "read_env",
+    "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
+    "vllm_facts",
+}
+
+
+def test_the_vllm_front_offers_its_chosen_names_only():
+    import dflash_host.vllm
+
+    public = {name for name, value in vars(dflash_host.vllm).items()
+              if not name.startswith("_") and not inspect.ismodule(value)}  # the parts are attributes once imported
+    assert set(dflash_host.vllm.__all__) == FRONT and len(dflash_host.vllm.__all__) == len(FRONT)
+    assert public == FRONT, f"names on the front beyond the chosen ones: {sorted(public - FRONT)}"
+
+
+def test_the_server_asks_nothing_of_the_speed_package():
+    """What vLLM offers is the vllm package's question (dflash_host/vllm/features.py); the server never imports the
+    speed measurements (the speed package imports the front, not the other way round)."""
+    files = sorted(VLLM.rglob("*.py")) + [LIBRARY / "vllm_server.py", LIBRARY / "vllm_cluster.py", LIBRARY / "vllm_variant.py"]
+    found = {p.relative_to(ROOT).as_posix(): sorted(m for m in dflash_host_imports(p) if m.startswith("dflash_host.speed"))
+             for p in files}
+    assert not {k: v for k, v in found.items() if v}
 
 
 def test_no_import_renames_a_module_of_the_project():
     """One import convention: names from their module, a module only under its own name (no `as` aliases)."""
-    root = LIBRARY.parent
+    root = ROOT
     renamed = []
     for path in sorted(root.glob("library/*.py")) + sorted((root / "dflash_host").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

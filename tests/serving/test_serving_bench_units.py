@@ -249,7 +249,7 @@ def test_vllm_version_reads_a_vllm_staged_on_the_servers_pythonpath(tmp_path):
     """Seen on the H200: vLLM staged in a folder the launch puts on PYTHONPATH read as "unknown version"."""
     import sys
 
-    from dflash_host.speed.bench_serve import vllm_facts
+    from dflash_host.vllm.features import vllm_facts
 
     dist = tmp_path / "site" / "vllm-9.9.9.dist-info"
     dist.mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_host.speed.bench_serve import vllm_facts
+from dflash_host.vllm.features import vllm_facts
 from dflash_host.vllm.metrics import parse_samples
 from dfp_cli import speed_commands as SC
 from engine.errors import UserError

@@ -8,8 +8,8 @@ import pytest
 
 from dflash_host.module import Context, ModuleError
 from dflash_host.speed.state import last_speed
-from dflash_host.speed.variant import check_variant, drafter_max_k, read_configured_record, variant_argv, variant_places
 from dflash_host.vllm.launch import compose_argv
+from dflash_host.vllm.variant import check_variant, drafter_max_k, read_configured_record, variant_argv, variant_places
 from dfp_cli import speed_commands as SC
 from engine.errors import UserError
 from library import speed_record, vllm_variant

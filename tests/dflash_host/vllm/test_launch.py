@@ -245,7 +245,7 @@ def test_max_num_seqs_from_the_command_line_reaches_vllms_argv(models):
 
 
 def test_the_launch_keeps_its_checked_values_and_the_parts_its_argv_is_composed_of(models):
-    """What later steps need (speed.variant: the GPUs a server uses, its memory share) is kept as checked values,
+    """What later steps need (vllm.variant: the GPUs a server uses, its memory share) is kept as checked values,
     also where vllm_extra_args set the flag, so nothing reads them back out of argv."""
     spec = resolve(base(models, tensor_parallel_size="2", gpu_memory_utilization="0.8"))
     assert spec["values"]["tensor_parallel_size"] == 2 and spec["values"]["gpu_memory_utilization"] == 0.8
@@ -415,7 +415,7 @@ def test_a_vllm_without_the_schedule_serves_one_k_and_says_why(tmp_path, models)
     import sys
 
     from dflash_host.module import Context
-    from library.vllm_server import schedule_where_supported
+    from dflash_host.vllm.features import schedule_where_supported
 
     args = dict(base(models, speculative_schedule=[[1, 4, 3], [5, 1024, 2]]), venv_python=sys.executable)
     ctx = Context()

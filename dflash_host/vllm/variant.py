@@ -6,7 +6,7 @@ server's own launch (NAME.launch.json and NAME.env beside vllm_pidfile, as vllm_
 so the two servers differ only in what is measured. It listens on vllm_port + an offset, runs as a
 process session with its own pidfile (`vllm-speed.pid` beside the configured one) and log
 (`vllm-speed.log` beside the configured one), started, proven ready and stopped by the same code as
-the configured server (dflash_host.vllm.start, vllm.process).
+the configured server (vllm.start, vllm.process; its life: vllm.measurement).
 
 Where two servers do not fit (GPU: every GPU the server uses must have gpu_memory_utilization x total
 free, as vLLM demands at start; CPU: available RAM must hold the configured server's RSS again, with a
