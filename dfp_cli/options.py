@@ -230,7 +230,7 @@ def host_defaults_of(opts: dict, ask=None) -> dict:
     if out.get("ansible_ssh_private_key_file"):
         out["ansible_ssh_private_key_file"] = os.path.expanduser(out["ansible_ssh_private_key_file"])
     if opts.get("ask_become_pass"):
-        from engine.template.templar import Unsafe
+        from engine.template.markers import Unsafe
 
         if ask is None:
             import getpass

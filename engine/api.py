@@ -10,7 +10,8 @@ from pathlib import Path
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.parsing.yamlfile import check_variable_names
-from engine.playbook.loader import PROJECT_ROOT, load_playbook
+from engine.playbook.modulespec import PROJECT_ROOT
+from engine.playbook.plays import load_playbook
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
 from engine.run.preflight import check_tags
 from engine.run.results import TaskResult

@@ -2,7 +2,7 @@
 worker as that identity through sudo.
 
 Which identity: the task's become/become_user/become_method (inherited from its block, role entry and play
-by engine/playbook/loader.py), else the host's variables ansible_become, ansible_become_user, ansible_become_method,
+by engine/playbook/tasks.py), else the host's variables ansible_become, ansible_become_user, ansible_become_method,
 else no become (user root, method sudo when become is on). The password: ansible_become_password (alias
 ansible_become_pass), else the file named by ansible_become_password_file, read on the control node. Each
 value found is added to the run's secrets, so it is masked wherever it would be shown. What a person types
@@ -30,7 +30,7 @@ from jinja2 import TemplateError
 
 from engine.connection.transport import BECOME_BOOTSTRAP, SpawnedTransport, Transport
 from engine.errors import TaskError
-from engine.template.templar import to_bool
+from engine.template.markers import to_bool
 
 PASSWORD_VARS = ("ansible_become_password", "ansible_become_pass")
 PASSWORD_FILE_VAR = "ansible_become_password_file"  # noqa: S105 - a variable name, not a password
@@ -136,7 +136,7 @@ def sudo_argv(python: str, become: Become, prompt: str) -> list[str]:
     return ["sudo", "-H", "-S", *ask, "-u", become.user, "--", python, "-u", "-c", BECOME_BOOTSTRAP]
 
 
-def start(parent: Transport, become: Become, timeout_s: float = START_TIMEOUT_S) -> SpawnedTransport:
+def start_become(parent: Transport, become: Become, timeout_s: float = START_TIMEOUT_S) -> SpawnedTransport:
     """A worker running as become.user beside `parent`'s (same connection), its source sent; BecomeError when
     sudo refuses (the channel is closed, sudo ran nothing)."""
     prompt = f"[dfp-become-{_random.token_hex(8)}] password: "

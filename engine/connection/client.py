@@ -28,9 +28,8 @@ import time
 from collections.abc import Iterator
 from typing import Callable
 
-from engine.connection import become as _become
 from engine.connection import runtime
-from engine.connection.become import Become, BecomeError
+from engine.connection.become import Become, BecomeError, start_become
 from engine.connection.ssh_connect import failure_reason
 from engine.connection.transport import HostSilent, Transport, WorkerDied, connect
 from engine.errors import HostUnreachable, TaskError, UserError
@@ -189,7 +188,7 @@ class WorkerClient:
         if become.user in self._refused:
             raise BecomeError(self._refused[become.user])
         try:
-            spawned = _become.start(self.transport, become)
+            spawned = start_become(self.transport, become)
         except BecomeError as exc:
             self._refused[become.user] = str(exc)
             raise

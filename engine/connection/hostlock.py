@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dflash_host.host.paths import SYSTEM_DIRS
-from engine.template.templar import to_bool
+from engine.template.markers import to_bool
 
 # Under these, nothing is a tool's root (dflash_host.host.paths.SYSTEM_DIRS lists the folders themselves).
 SYSTEM_PREFIXES = ("/etc/", "/proc/", "/sys/", "/dev/", "/boot/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/usr/bin/",

@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from engine.cache import CACHE
 from engine.connection import runtime
 from engine.connection.ssh_options import Hop, ProxyCommandSpec
 from engine.connection.transport import WORKER_KEY, DaemonSilent, Transport, Wait, WorkerDied, sftp_put
@@ -48,7 +49,7 @@ _start_lock = threading.Lock()  # the hosts of one run connect in parallel: one 
 def folder() -> Path:
     """Where the daemon's socket lives: the user's runtime dir (XDG_RUNTIME_DIR), else the tool's cache."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else runtime.CACHE / "run"
+    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else CACHE / "run"
 
 
 def private_folder() -> Path:

@@ -23,12 +23,12 @@ import time
 import zipfile
 from pathlib import Path
 
+from engine.cache import CACHE
 from engine.errors import HostUnreachable
 
 PACKAGES = ("psutil", "tenacity")  # third-party: shipped only to hosts that cannot import them
 HOST_PACKAGE = "dflash_host"  # ours: shipped to every host, once per version
 HOST_PACKAGE_DIR = Path(__file__).resolve().parents[2] / HOST_PACKAGE
-CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dflash-provision"
 _built: dict[str, tuple[str, bytes]] = {}
 _build_lock = threading.Lock()  # hosts connect in parallel threads: build (and download) once
 

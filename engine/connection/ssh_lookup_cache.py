@@ -18,8 +18,7 @@ import re
 import socket
 import threading
 
-from engine.connection.runtime import CACHE
-from engine.report.console import write_atomically
+from engine.cache import CACHE, write_atomically
 
 FOLDER = CACHE / "ssh-lookups"  # one small file per lookup: a run reads only its own hosts' answers
 _NOT_KEPT = re.compile(r"^\s*(match|canonicalizehostname)\b", re.IGNORECASE | re.MULTILINE)

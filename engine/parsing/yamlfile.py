@@ -59,7 +59,7 @@ MAX_YAML_DEPTH = 100  # nested lists/mappings; real files nest fewer than 10 lev
 # bound it is safe, above it the nesting is measured on the parser's events (which do not recurse) first.
 _C_COMPOSER_SAFE_DEPTH = 2000
 
-# One playbook's whole load (engine/playbook/loader.py): the playbook, the playbooks it imports, its roles' task, handler,
+# One playbook's whole load (engine/playbook/plays.py): the playbook, the playbooks it imports, its roles' task, handler,
 # defaults and vars files and the task files they import, each counted every time it is brought in (each import
 # builds its tasks anew). Twelve task files of 4 MiB each, every one under the bounds above, used to load to
 # 1.6 GB in 48 s; our largest playbook (rebuild.yaml) brings in 38 KB, 831 values and 67 task entries in all.

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.parsing.yamlfile import check_variable_names, is_variable_name
+from engine.template.markers import is_template
 from engine.template.secrets import is_secret_name
 
 TASK_KEYWORDS = {
@@ -61,9 +62,7 @@ MAX_DELAY_S = 86400.0
 
 
 def is_template_text(value: Any) -> bool:
-    """engine.template.templar.is_template, imported when needed: it loads Jinja2, which checking a playbook does not need."""
-    from engine.template.templar import is_template
-
+    """A string that holds a template (engine/template/markers.py needs no Jinja2: checking a playbook loads none)."""
     return isinstance(value, str) and is_template(value)
 
 

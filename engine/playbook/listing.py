@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from engine.playbook.loader import Block, Include, Play, Task
+from engine.playbook.model import Block, Include, Play, Task
 
 LISTINGS = ("hosts", "tasks", "tags")
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_host.shared_args import UnknownInclude, resolve_entries
-from engine.connection.runtime import CACHE
+from engine.cache import CACHE, write_atomically
 from engine.errors import UserError
-from engine.report.console import write_atomically
 
 ARGS_CACHE = CACHE / "module-args"  # each module's ARGS literal, keyed by its path, time and size
 
@@ -31,7 +30,7 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
     "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "reset_connection", "end_host",
                                                                      "end_batch", "end_play", "noop"]}},
-    # the include itself (engine/playbook/loader.py Include): one ok result per host it reaches, as Ansible's "included"
+    # the include itself (engine/playbook/model.py Include): one ok result per host it reaches, as Ansible's "included"
     "include_tasks": {"file": {"type": "str", "required": True}},
     "include_role": {"name": {"type": "str", "required": True}, "tasks_from": {"type": "str"}},
     "template": {

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.errors import UserError
 from engine.parsing.yamlfile import LoadBudget, check_variable_names, load_yaml
-from engine.playbook.keywords import BECOME_KEYWORDS, become_of, condition_list, names, shown, variables_of, wrong
+from engine.playbook.keywords import BECOME_KEYWORDS, condition_list, names, shown, variables_of, wrong
 from engine.playbook.modulespec import PROJECT_ROOT
 
-if TYPE_CHECKING:
-    from engine.playbook.loader import ParseContext
 
 def role_search_dirs(playbook: Path) -> list[Path]:
     dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles"]
@@ -30,7 +28,7 @@ def find_role(name: str, playbook: Path, where: str) -> Path:
     raise UserError(f"{where}: unknown role '{name}'; available roles: {', '.join(available) or '(none)'}")
 
 
-def _role_file(role_dir: Path, stem: str) -> Path | None:
+def role_file(role_dir: Path, stem: str) -> Path | None:
     """A role's file: ours (`tasks.yaml`) or Ansible's layout (`tasks/main.yml`), .yaml or .yml."""
     for candidate in (role_dir / stem, role_dir / stem / "main"):
         for suffix in (".yaml", ".yml"):
@@ -40,7 +38,7 @@ def _role_file(role_dir: Path, stem: str) -> Path | None:
     return None
 
 
-def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
+def role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
     """A play's role entry: a name, or {role: NAME, vars/params, tags, when}; returns name, params, tags, when."""
     if isinstance(entry, str) and entry.strip():
         return entry, {}, set(), []
@@ -59,9 +57,9 @@ def _role_entry(entry: Any, where: str) -> tuple[str, dict, set[str], list]:
     return name, params, tags, when
 
 
-def _role_variables(role_dir: Path, budget: LoadBudget, stem: str = "defaults") -> dict:
+def role_variables(role_dir: Path, budget: LoadBudget, stem: str = "defaults") -> dict:
     """The role's defaults (or, with stem "vars", Ansible's role vars/main.yml): a mapping of variables."""
-    found = _role_file(role_dir, stem)
+    found = role_file(role_dir, stem)
     if not found:
         return {}
     values = load_yaml(found, f"role {stem}", budget)
@@ -73,7 +71,7 @@ def _role_variables(role_dir: Path, budget: LoadBudget, stem: str = "defaults") 
     return values
 
 
-def _tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
+def tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
     """import_role's tasks_from: a task file of the role (FILE, FILE.yaml or FILE.yml, in the role's folder or its
     tasks/), as Ansible finds it; a name that is not a plain file name, or no such file, is refused at load."""
     stem = entry["tasks_from"]
@@ -82,54 +80,8 @@ def _tasks_from(entry: dict, role_dir: Path, where: str) -> Path:
     for folder in (role_dir, role_dir / "tasks"):
         if (folder / stem).is_file() and stem.endswith((".yaml", ".yml")):
             return folder / stem
-        found = _role_file(folder, stem)
+        found = role_file(folder, stem)
         if found:
             return found
     raise UserError(f"{where}: tasks_from: role '{role_dir.name}' has no task file '{stem}' (looked for {stem}.yaml "
                     f"in {role_dir} and {role_dir / 'tasks'}); fix tasks_from")
-
-
-def role_tasks(entry: Any, where: str, ctx: ParseContext, key: str = "roles:") -> list:
-    """A role's tasks (for the play's `roles` or an import_role / include_role, `key`, at `where`, read in `ctx`:
-    the play's or the importing file's), its defaults and handlers added to the play."""
-    from dataclasses import replace
-
-    from engine.playbook.loader import enter, parse_tasks, walk_tasks  # the playbook parser reads role files too
-
-    play = ctx.play
-    assert play is not None  # noqa: S101 - a role is read for a play, never in handlers
-    name, params, role_tags, role_when = _role_entry(entry, where)
-    role_dir = find_role(name, ctx.playbook, where)
-    play.defaults.update(_role_variables(role_dir, ctx.budget))
-    params = {**_role_variables(role_dir, ctx.budget, "vars"), **params}  # Ansible's role vars, below its parameters
-    inside = replace(ctx, role=name, role_dir=role_dir)
-    from_file = isinstance(entry, dict) and "tasks_from" in entry
-    tasks_file = _tasks_from(entry, role_dir, where) if from_file else _role_file(role_dir, "tasks")
-    tasks: list = []
-    if tasks_file:
-        label = f"role {name}" + (f" (tasks_from {entry['tasks_from']})" if from_file else "")
-        reading = enter(inside, tasks_file, label, where, f"{key} {name}")
-        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file, reading)
-    handlers_file = _role_file(role_dir, "handlers")
-    handlers: list = []
-    if handlers_file:
-        reading = enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where, f"{key} {name}")
-        handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file, reading)
-    become = become_of(entry, where) if isinstance(entry, dict) else {}
-    for t in walk_tasks(tasks) + handlers:
-        t.tags |= role_tags | {name}
-        for key, value in become.items():
-            if getattr(t, key) is None:
-                setattr(t, key, value)
-        t.when = role_when + t.when
-        t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
-    known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
-    play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
-    play.roles.append(name)
-    return tasks
-
-
-def load_role(entry: Any, where: str, ctx: ParseContext) -> None:
-    """One entry of a play's `roles`: the role's tasks appended to the play's."""
-    assert ctx.play is not None  # noqa: S101 - a play's roles are read for that play
-    ctx.play.tasks.extend(role_tasks(entry, where, ctx))

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
+from engine.cache import write_atomically
 from engine.errors import UserError
 from engine.run.results import STATUSES, TaskResult
 
@@ -290,24 +289,6 @@ def json_report(results: list[TaskResult], stats: dict, meta: dict, sections: Se
     if hosts:
         report["hosts"] = hosts
     return report
-
-
-def write_atomically(path: str, data: bytes, mode: int | None = None) -> None:
-    """The whole file or none: a temp file beside it, renamed over it (a full disk leaves no empty report).
-    `mode`: the new file's permissions from its creation on (else the umask's)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        if mode is None:
-            tmp.write_bytes(data)
-        else:
-            tmp.unlink(missing_ok=True)
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode), "wb") as fh:
-                fh.write(data)
-        os.replace(tmp, target)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_json(path: str, report: dict) -> None:

@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET  # noqa: N817 - the usual name
 from collections.abc import Sequence
 from typing import Any
 
-from engine.report.console import by_host, host_sections, write_atomically
+from engine.cache import write_atomically
+from engine.report.console import by_host, host_sections
 from engine.run.results import TaskResult
 
 # Built with ElementTree (escaping done by the library); characters XML 1.0 cannot hold at all (control

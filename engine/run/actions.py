@@ -3,7 +3,7 @@ host module receives (template renders here; copy with `src:` uploads only what 
 
 Each action is a function registered under its task name; it gets an ActionCall and returns a result dict
 like a module's. Adding one: write the function, decorate it with @action("name"), and give its argument
-table in engine/playbook/loader.py ENGINE_ACTIONS.
+table in engine/playbook/modulespec.py ENGINE_ACTIONS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from engine.errors import TaskError
-from engine.playbook.loader import Play, Task
+from engine.playbook.model import Play, Task
 from engine.run.results import HostState
 from engine.template.secrets import MASK, Display, is_secret_name, secret_leaves
 from engine.template.taint import Taint, union

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any, Callable
 
 from engine.errors import UserError
-from engine.template.templar import is_template
+from engine.template.markers import is_template
 
 PERCENT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*%\s*")
 WHOLE = re.compile(r"\s*(\d+)\s*")

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from engine.errors import HostUnreachable, TaskError
-from engine.playbook.loader import Play, Task
+from engine.playbook.model import Play, Task
 from engine.run.results import HostState
 from engine.run.trust import check_delegate
 

@@ -17,7 +17,8 @@ from engine.connection.client import WorkerClient
 from engine.connection.hostlock import describe_holder, lock_path, new_record, roots_problem
 from engine.errors import HostUnreachable, TaskError
 from engine.inventory.manager import Inventory
-from engine.playbook.loader import Play, modules
+from engine.playbook.model import Play
+from engine.playbook.modulespec import modules
 from engine.run.results import HostState, TaskResult
 from engine.run.task_executor import TaskExecutor, linked_values
 from engine.run.variables import Variables

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from engine.playbook.loader import Play
+from engine.playbook.model import Play
 from engine.run.batches import host_list, roll_summary
 from engine.run.results import HostState, TaskResult
 from engine.run.task_executor import TaskExecutor

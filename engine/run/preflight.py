@@ -1,7 +1,7 @@
 """Checks that need the inventory, run before any host is touched: undefined variables, argument types.
 
 What the YAML alone can tell (keywords, modules, argument names) is checked when the playbook loads
-(engine/playbook/loader.py); here each selected task is checked against each host's variables.
+(engine/playbook/plays.py, tasks.py); here each selected task is checked against each host's variables.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from jinja2 import meta
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
-from engine.playbook.loader import Play, Task, walk_tasks
+from engine.playbook.model import Play, Task, walk_tasks
 from engine.playbook.modulespec import linked_vars, module_args_spec
 from engine.run.variables import MAGIC_VARS
 from engine.template.lookups import check_literal_lookups
-from engine.template.templar import Templar, is_template
+from engine.template.markers import is_template
+from engine.template.templar import Templar
 
 
 class Preflight:

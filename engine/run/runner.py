@@ -23,7 +23,7 @@ from dataclasses import replace
 from engine.connection import ssh_lookup_cache
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
-from engine.playbook.loader import Block, Include, Play, Task
+from engine.playbook.model import Block, Include, Play, Task
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
 from engine.run.host_start import HostStart
@@ -33,6 +33,7 @@ from engine.run.results import HostState, TaskResult
 from engine.run.start_at import StartAt
 from engine.run.task_executor import TaskExecutor
 from engine.run.variables import Variables
+from engine.template.environment import environment
 from engine.template.templar import Templar
 
 
@@ -60,7 +61,7 @@ class Runner:
         self.limit = limit
         self.console = console
         self.lock_wait = max(0.0, float(lock_wait))
-        self.templar = Templar()
+        self.templar = Templar(environment())
         self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 
 from engine.errors import UserError
-from engine.playbook.loader import Play, Task, walk_tasks
+from engine.playbook.model import Play, Task, walk_tasks
 
 
 def matches(task: Task, pattern: str) -> bool:

@@ -17,16 +17,17 @@ from jinja2.sandbox import SecurityError
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.connection import become
 from engine.errors import HostUnreachable, TaskError, UserError
-from engine.playbook.loader import Play, Task
+from engine.playbook.model import Play, Task
 from engine.playbook.modulespec import linked_vars, module_args_spec
 from engine.run.actions import ACTIONS, ActionCall, action_in, handles
 from engine.run.results import HostState, TaskResult, status_of
 from engine.run.trust import check_task
 from engine.run.variables import Variables
 from engine.template.bounds import render_budget
+from engine.template.markers import to_bool, undefined_name
 from engine.template.secrets import is_secret_name
 from engine.template.taint import Taint, close_frame, open_frame, union
-from engine.template.templar import Templar, to_bool, undefined_name
+from engine.template.templar import Templar
 
 if TYPE_CHECKING:
     from engine.run.delegation import Delegation

@@ -23,7 +23,7 @@ from engine.playbook.modulespec import code_args
 from engine.template.taint import Taint
 
 if TYPE_CHECKING:
-    from engine.playbook.loader import Task
+    from engine.playbook.model import Task
     from engine.run.results import HostState
 
 # Arguments a shell parses as code wherever it runs: no host's answer may build them, on any host.

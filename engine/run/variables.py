@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from engine.inventory.manager import Inventory
-from engine.playbook.loader import Play, Task
+from engine.playbook.model import Play, Task
 from engine.run.results import HostState
 from engine.template.lookups import Origin
 from engine.template.secrets import Display, Secrets, has_value, is_secret_name, secret_leaves

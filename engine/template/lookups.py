@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import jinja2
 from jinja2 import nodes, pass_context
@@ -50,7 +50,6 @@ from engine.template.taint import note_secret
 from engine.template.templar import LazyVars, Templar
 
 if TYPE_CHECKING:
-    from engine.playbook.loader import Play, Task
     from engine.template.secrets import Secrets
 
 LOOKUP_FUNCTIONS = frozenset({"lookup", "query", "q"})
@@ -82,13 +81,27 @@ class LookupRefused(LookupFailed):
     """What a lookup may not do (run a command, read outside the playbook for a host): never ignored."""
 
 
+class PlayPlace(Protocol):
+    """What a lookup needs of its play (a playbook's Play): the playbook file, whose folder it searches."""
+
+    source: Path
+
+
+class TaskPlace(Protocol):
+    """What a lookup needs of its task (a playbook's Task): its name and place for messages, its role's folder."""
+
+    name: str
+    source: str
+    role_dir: Path | None
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a view renders (set by engine/run/variables.py): the play and task (the folders a lookup searches, the task
     its errors name), the run's secrets."""
 
-    play: Play
-    task: Task | None
+    play: PlayPlace
+    task: TaskPlace | None
     secrets: Secrets
 
 

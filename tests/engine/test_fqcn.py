@@ -9,7 +9,7 @@ import yaml
 
 from engine.api import run_playbook
 from engine.errors import UserError
-from engine.playbook.loader import short_names
+from engine.playbook.tasks import short_names
 
 INV = {"all": {"hosts": {"h": {"ansible_connection": "local"}}}}
 

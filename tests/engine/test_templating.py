@@ -6,43 +6,44 @@ import jinja2
 import pytest
 
 from engine.errors import TaskError
+from engine.template.environment import environment
 from engine.template.templar import Templar
 
 
 def test_variables_render_lazily_in_any_order():
-    t = Templar()
+    t = Templar(environment())
     v = t.view({"log": "{{ root }}/logs/x.log", "root": "{{ base }}/dflash", "base": "/srv"})
     assert t.render_string("{{ log }}", v) == "/srv/dflash/logs/x.log"
 
 
 def test_single_expression_keeps_its_type():
-    t = Templar()
+    t = Templar(environment())
     v = t.view({"ids": [1, 16, 31], "n": "{{ ids | length }}", "flag": False})
     assert t.render_value({"a": "{{ ids }}", "b": "{{ n }}", "c": "{{ flag }}"}, v) == {"a": [1, 16, 31], "b": 3, "c": False}
     assert t.render_string("ids={{ ids | length }}", v) == "ids=3"
 
 
 def test_undefined_variable_raises():
-    t = Templar()
+    t = Templar(environment())
     with pytest.raises(jinja2.UndefinedError, match="'missing' is undefined"):
         t.render_string("{{ missing }}/x", t.view({}))
 
 
 def test_self_reference_is_reported():
-    t = Templar()
+    t = Templar(environment())
     v = t.view({"a": "{{ b }}", "b": "{{ a }}"})
     with pytest.raises(TaskError, match="refers to itself"):
         t.render_string("{{ a }}", v)
 
 
 def test_bare_expressions_for_when():
-    t = Templar()
+    t = Templar(environment())
     v = t.view({"facts": {"gpu": {"driver": False}}, "x": 3})
     assert t.evaluate("not facts.gpu.driver and x > 2", v) is True
 
 
 def test_extract_reads_each_name_from_a_mapping_like_ansible():
-    t = Templar()
+    t = Templar(environment())
     hv = {"a": {"probe": {"current": True, "rank": 0}}, "b": {"probe": {"current": False, "rank": 1}}}
     v = t.view({"hosts": ["a", "b"], "hv": hv})
     assert t.render_string("{{ hosts | map('extract', hv, ['probe', 'current']) | list }}", v) == [True, False]

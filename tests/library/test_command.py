@@ -63,8 +63,8 @@ def test_cmd_is_split_into_arguments_and_no_shell_runs_it(tmp_path):
 
 
 def test_the_one_line_form_of_a_playbook_reaches_cmd(tmp_path):
-    """`- command: ls creates=/x` gives cmd (engine/playbook/loader.py's free form) and the options after it."""
-    from engine.playbook.loader import free_form_args
+    """`- command: ls creates=/x` gives cmd (engine/playbook/tasks.py's free form) and the options after it."""
+    from engine.playbook.tasks import free_form_args
 
     marker = tmp_path / "m"
     args = free_form_args(f"touch {marker} creates={marker}")

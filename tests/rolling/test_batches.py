@@ -43,9 +43,10 @@ def test_split_batches_keeps_the_inventory_order():
 
 def render_with(values: dict):
     """A renderer for resolve_serial: the real Templar over plain variables."""
+    from engine.template.environment import environment
     from engine.template.templar import Templar
 
-    templar = Templar()
+    templar = Templar(environment())
     return lambda item: templar.render_value(item, templar.view(values))
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from engine.inventory.manager import Inventory
-from engine.playbook.loader import PROJECT_ROOT, load_playbook
+from engine.playbook.modulespec import PROJECT_ROOT
+from engine.playbook.plays import load_playbook
 from engine.run.batches import batch_sizes
 from engine.run.runner import Runner
 

@@ -204,7 +204,7 @@ def test_limits_leave_the_projects_files_alone():
     roles and task files) under a hundredth of the load's budget (a guard against limits set too tight)."""
     from engine.inventory.manager import Inventory
     from engine.parsing.yamlfile import MAX_LOAD_BYTES, MAX_LOAD_TASKS, MAX_LOAD_VALUES, LoadBudget
-    from engine.playbook.loader import load_playbook
+    from engine.playbook.plays import load_playbook
 
     Inventory(ROOT / "inventory.yaml")
     for playbook in sorted((ROOT / "playbooks").glob("*.yaml")):

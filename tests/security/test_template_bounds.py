@@ -11,6 +11,7 @@ import yaml
 
 from engine.api import run_playbook
 from engine.template.bounds import TemplateRefused
+from engine.template.environment import environment
 from engine.template.templar import Templar
 
 WIDE = [
@@ -39,7 +40,7 @@ WIDE = [
 def test_every_widening_is_refused_before_it_builds(source):
     started = time.process_time()
     with pytest.raises(TemplateRefused, match="refuses"):
-        Templar().render_string(source, {})
+        Templar(environment()).render_string(source, {})
     assert time.process_time() - started < 2  # refused up front, not after building it
 
 
@@ -49,7 +50,7 @@ def test_every_widening_is_refused_before_it_builds(source):
     ("{% for i in range(3) %}{{ i }}{% endfor %}", "012"), ("{{ range(4) | list | length }}", 4),
 ])
 def test_ordinary_templates_are_untouched(source, expected):
-    assert Templar().render_string(source, {}) == expected
+    assert Templar(environment()).render_string(source, {}) == expected
 
 
 def test_nested_loops_stop_at_the_tasks_timeout(tmp_path):
@@ -70,4 +71,4 @@ def test_nested_loops_stop_at_the_tasks_timeout(tmp_path):
 
 def test_a_template_that_renders_too_much_text_is_refused():
     with pytest.raises(TemplateRefused, match="renders more than"):
-        Templar().render_string("{% for i in range(20000) %}{{ 'z' * 999 }}{% endfor %}", {})
+        Templar(environment()).render_string("{% for i in range(20000) %}{{ 'z' * 999 }}{% endfor %}", {})

@@ -18,6 +18,7 @@ from jinja2 import TemplateError
 
 from engine.api import run_playbook
 from engine.errors import TaskError
+from engine.template.environment import environment
 from engine.template.templar import Templar
 
 FRAGMENTS = ["{{", "}}", "{%", "%}", "{#", "#}", "__class__", "__mro__", "range(", "99999999", "*", "**", "|length",
@@ -29,7 +30,7 @@ hostile = st.one_of(
 # What a template error may be; anything else would reach the console as an internal error.
 CLEAN = (TemplateError, TaskError, RecursionError, TypeError, ValueError, ZeroDivisionError, OverflowError)
 
-_templar = Templar()
+_templar = Templar(environment())
 
 
 @settings(max_examples=300, deadline=None)

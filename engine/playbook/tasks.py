@@ -1,144 +1,37 @@
-"""Load and check playbooks and roles before any host is touched.
+"""Task lists: one task (its module, arguments and keywords checked), blocks, import_tasks / include_tasks,
+import_role / include_role and a role's tasks and handlers: everything read inside a play's task lists.
 
-Everything that can be wrong in the YAML (an unknown keyword, module, role or argument, a missing
-required argument) is reported here, with the file and the task, so a bad playbook changes nothing.
-"""
+Everything that can be wrong (an unknown keyword, module, role or argument, a missing required argument) is reported
+here with the file and the task, before any host is touched."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.parsing.yamlfile import LoadBudget, check_variable_names, describe_name, load_yaml
+from engine.parsing.yamlfile import check_variable_names, describe_name, load_yaml
+from engine.playbook.context import ParseContext, enter
 from engine.playbook.keywords import (
     BECOME_KEYWORDS,
-    PLAY_KEYWORDS,
     TASK_KEYWORDS,
     become_of,
     condition_list,
     delegate_to_of,
     environment_of,
     flag,
-    max_fail_percentage_of,
     names,
-    serial_of,
     task_keywords,
     variables_of,
     wrong,
 )
-from engine.playbook.modulespec import LIBRARY, PROJECT_ROOT, module_args_spec, modules  # noqa: F401 - LIBRARY, PROJECT_ROOT re-exported
-from engine.playbook.roles import load_role, role_tasks
+from engine.playbook.model import Block, Include, Task, walk_tasks
+from engine.playbook.modulespec import module_args_spec, modules
+from engine.playbook.roles import find_role, role_entry, role_file, role_variables, tasks_from
+from engine.template.environment import environment
 from engine.template.templar import Templar
-
-
-@dataclass
-class Task:
-    name: str
-    module: str
-    args: dict
-    source: str  # "file: task N" for messages
-    role: str | None = None
-    role_dir: Path | None = None
-    register: str | None = None
-    when: list = field(default_factory=list)
-    loop: Any = None
-    loop_var: str = "item"
-    loop_kind: str = "loop"  # or with_items (flattened one level), with_dict, with_together, as Ansible loops them
-    retries: int | None = None
-    until: Any = None
-    delay: float = 5.0
-    timeout: float | None = None  # seconds on the host; the worker stops the module past it
-    notify: list[str] = field(default_factory=list)
-    tags: set[str] = field(default_factory=set)
-    ignore_errors: bool = False
-    changed_when: Any = None
-    failed_when: Any = None
-    no_log: bool = False
-    vars: dict = field(default_factory=dict)
-    listen: list[str] = field(default_factory=list)
-    check_mode: bool | None = None
-    role_vars: dict = field(default_factory=dict)  # params given to the role in the play
-    # None: inherited (block, role entry, play, then the host's ansible_become* variables). See engine/connection/become.py.
-    become: bool | None = None
-    become_user: str | None = None
-    become_method: str | None = None
-    any_errors_fatal: bool | None = None  # None: the block's, else the play's
-    # `environment` layers, outermost first (play, blocks, the task): mappings or templates giving one, merged per
-    # host at run time (an inner layer's keys win), sent with the module call (engine/run/task_executor.py task_environment)
-    environment: list = field(default_factory=list)
-    run_once: bool = False  # on the first running host of the batch; its result registered on every host
-    # where the module runs (an inventory host or localhost; a template rendered with this host's variables):
-    # the task is still this host's (its variables render it, its register lands here); set_fact and gathered
-    # facts go to the delegate only with delegate_facts (engine/run/delegation.py)
-    delegate_to: str | None = None
-    delegate_facts: bool = False
-    named: bool = True  # the playbook gave it a name (else `name` is the module's)
-    action: str = ""  # the module as the playbook spells it (ansible.builtin.copy), for --list-tasks
-
-
-@dataclass
-class Block:
-    """Ansible's block: its tasks, the tasks run on the hosts that failed in them (rescue), and the tasks run
-    on every host that entered it whatever happened (always). Its when/tags/vars are inherited by its tasks
-    at load time, so only rescue and always need the runner's attention."""
-
-    name: str
-    source: str
-    block: list = field(default_factory=list)  # Task | Block
-    rescue: list = field(default_factory=list)
-    always: list = field(default_factory=list)
-
-
-@dataclass
-class Include:
-    """include_tasks / include_role, read when the playbook loads: `marker` is the include itself (its `when`
-    decides per host, and it counts as one ok task, as Ansible's "included: ..."), `tasks` what it brings, run on
-    the hosts where the marker ran."""
-
-    marker: Task
-    tasks: list = field(default_factory=list)  # Task | Block | Include
-
-
-def walk_tasks(items: list) -> list[Task]:
-    """Every Task in a list of tasks, blocks and includes, depth first (block, rescue, always; an include's
-    marker, then its tasks)."""
-    out: list[Task] = []
-    for item in items:
-        if isinstance(item, Block):
-            out += walk_tasks(item.block) + walk_tasks(item.rescue) + walk_tasks(item.always)
-        elif isinstance(item, Include):
-            out += [item.marker] + walk_tasks(item.tasks)
-        else:
-            out.append(item)
-    return out
-
-
-@dataclass
-class Play:
-    name: str
-    hosts: str
-    source: Path
-    vars: dict = field(default_factory=dict)
-    tasks: list = field(default_factory=list)  # Task | Block, in order
-    handlers: list[Task] = field(default_factory=list)
-    defaults: dict = field(default_factory=dict)  # every role's defaults, merged in role order
-    gather_facts: bool = True
-    roles: list[str] = field(default_factory=list)
-    serial: list | None = None  # batch sizes (numbers, "N%", templates); None: every host in one batch
-    max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
-    become: dict = field(default_factory=dict)  # the play's own become keywords (host lock and facts use them)
-    any_errors_fatal: bool = False  # a host failing (or unreachable) stops the play for every host
-
-    def fatal(self, task: Task) -> bool:
-        """Whether a failure of `task` stops the play: its own (or its block's) any_errors_fatal, else the play's."""
-        return self.any_errors_fatal if task.any_errors_fatal is None else task.any_errors_fatal
-
-    def all_tasks(self) -> list[Task]:
-        """Every task and handler of the play, blocks opened (what preflight and secret collection look at)."""
-        return walk_tasks(self.tasks) + self.handlers
 
 
 def _task_name(raw: dict, source: str) -> str | None:
@@ -183,6 +76,8 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
 
 
 FREE_FORM = ("command", "shell")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
+
+
 _TRAILING_OPTION = re.compile(
     r"""\s+(creates|removes|chdir|executable|stdin)=("[^"]*"|'[^']*'|(?:\{\{.*?\}\}|\S)+)\s*$""")  # {{ }} may hold spaces
 
@@ -282,53 +177,6 @@ def inherit_environment(tasks: list[Task], layer: dict | str) -> None:
     """An `environment` given above (block, play) applies to every task below it; the task's own keys win."""
     for task in tasks:
         task.environment = [layer, *task.environment]
-
-
-@dataclass
-class ParseContext:
-    """Where tasks are being read: the playbook (roles are found beside it), the play (import_role adds the
-    role's defaults and handlers to it), the role the tasks belong to, the files being read (`including`), and
-    the budget of the whole load (every file and task it brings in, engine/parsing/yamlfile.py LoadBudget)."""
-
-    playbook: Path
-    play: Play | None = None
-    role: str | None = None
-    role_dir: Path | None = None
-    # (resolved path, label) of each file being read, outermost first: the playbook, the playbooks, roles and task
-    # files it imports, down to this one (engine/playbook/loader.py enter: none may bring itself in)
-    including: tuple = ()
-    budget: LoadBudget = None  # type: ignore[assignment] # None: a load of its own (__post_init__)
-
-    def __post_init__(self) -> None:
-        if self.budget is None:
-            self.budget = LoadBudget(self.playbook)
-
-
-MAX_IMPORT_DEPTH = 20  # playbooks, roles and task files read inside one another; ours nest 3 deep
-
-
-def enter(ctx: ParseContext, path: Path, label: str, source: str, key: str) -> ParseContext:
-    """The context for reading `path` (a playbook, a role's tasks or handlers, a task file) that `key` at `source`
-    brings in. The one rule for every import and include (import_playbook, a play's roles, import_role and
-    include_role, import_tasks and include_tasks): a file that is already being read would be read without end,
-    so it is one paragraph naming the cycle; so is a chain deeper than MAX_IMPORT_DEPTH."""
-    path = path.resolve()
-    chain = [*ctx.including, (path, label)]
-    first = next((i for i, (p, _) in enumerate(ctx.including) if p == path), None)
-    if first is not None:
-        cycle = " -> ".join(shown for _, shown in chain[first:])
-        raise UserError(
-            f"{source}: {key} brings in {label}, which imports itself ({cycle}): it would be read without end. "
-            "Remove the import (or include) that closes the cycle; a playbook, role or task file may not bring "
-            "itself in, directly or through others."
-        )
-    if len(chain) > MAX_IMPORT_DEPTH:
-        raise UserError(
-            f"{source}: {key} brings in {label}, nesting imports more than {MAX_IMPORT_DEPTH} deep "
-            f"({' -> '.join(shown for _, shown in chain)}; MAX_IMPORT_DEPTH in engine/playbook/loader.py); import the "
-            "files from fewer levels."
-        )
-    return replace(ctx, including=tuple(chain))
 
 
 ANSIBLE_COLLECTIONS = ("ansible.builtin.", "ansible.legacy.")  # their names of our modules and task keywords
@@ -452,7 +300,7 @@ def _name_with(tasks, import_vars: dict) -> None:
     as written."""
     if not import_vars:
         return
-    templar = Templar()
+    templar = Templar(environment())
     for task in tasks:
         if "{{" in task.name:
             try:
@@ -501,116 +349,43 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     return tasks
 
 
-def _play_hosts(raw: dict, where: str) -> str:
-    """`hosts`: a pattern, or a list of names/patterns (joined with ',')."""
-    if "hosts" not in raw:
-        raise UserError(f"{where}: the play has no 'hosts:' (a host, group or pattern, e.g. all)")
-    hosts = raw["hosts"]
-    items = hosts if isinstance(hosts, list) else [hosts]
-    if not items or not all(isinstance(h, str) and h.strip() for h in items):
-        raise wrong(where, "hosts", "a host, group or pattern (a string), or a list of them", hosts, "gpu")
-    return ",".join(items)
+def role_tasks(entry: Any, where: str, ctx: ParseContext, key: str = "roles:") -> list:
+    """A role's tasks (for the play's `roles` or an import_role / include_role, `key`, at `where`, read in `ctx`:
+    the play's or the importing file's), its defaults and handlers added to the play."""
+    play = ctx.play
+    assert play is not None  # noqa: S101 - a role is read for a play, never in handlers
+    name, params, role_tags, role_when = role_entry(entry, where)
+    role_dir = find_role(name, ctx.playbook, where)
+    play.defaults.update(role_variables(role_dir, ctx.budget))
+    params = {**role_variables(role_dir, ctx.budget, "vars"), **params}  # Ansible's role vars, below its parameters
+    inside = replace(ctx, role=name, role_dir=role_dir)
+    from_file = isinstance(entry, dict) and "tasks_from" in entry
+    tasks_file = tasks_from(entry, role_dir, where) if from_file else role_file(role_dir, "tasks")
+    tasks: list = []
+    if tasks_file:
+        label = f"role {name}" + (f" (tasks_from {entry['tasks_from']})" if from_file else "")
+        reading = enter(inside, tasks_file, label, where, f"{key} {name}")
+        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file, reading)
+    handlers_file = role_file(role_dir, "handlers")
+    handlers: list = []
+    if handlers_file:
+        reading = enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where, f"{key} {name}")
+        handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file, reading)
+    become = become_of(entry, where) if isinstance(entry, dict) else {}
+    for t in walk_tasks(tasks) + handlers:
+        t.tags |= role_tags | {name}
+        for key, value in become.items():
+            if getattr(t, key) is None:
+                setattr(t, key, value)
+        t.when = role_when + t.when
+        t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
+    known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
+    play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
+    play.roles.append(name)
+    return tasks
 
 
-def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play:
-    """One play: keywords checked, then its pre_tasks, roles, tasks and handlers loaded (`loading`: the
-    playbook's load, which the play's files join)."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: a play must be a mapping with 'hosts:'")
-    bad = sorted(map(str, set(raw) - PLAY_KEYWORDS))
-    if bad:
-        raise UserError(f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(PLAY_KEYWORDS))}")
-    hosts = _play_hosts(raw, where)
-    name = raw.get("name", hosts)
-    if not (isinstance(name, str) and name.strip()):
-        raise wrong(where, "name", "a non-empty string", name, '"Provision the GPU hosts"')
-    play = Play(name=name, hosts=hosts, source=path, vars=variables_of(raw.get("vars"), where))
-    if "gather_facts" in raw:
-        play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
-    if "any_errors_fatal" in raw:
-        play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
-    play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    ctx = replace(loading, play=play)
-    play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))
-    roles = raw.get("roles") or []
-    if not isinstance(roles, list):
-        raise UserError(f"{where}: 'roles' must be a list of role names")
-    for entry in roles:
-        load_role(entry, where, ctx)
-    play.tasks.extend(parse_tasks(raw.get("tasks"), path, ctx))
-    play.handlers.extend(parse_tasks(raw.get("handlers"), path, loading))
-    for t in play.all_tasks():
-        t.tags |= play_tags
-    play.become = become_of(raw, where)
-    inherit_become(play.all_tasks(), play.become)
-    if "environment" in raw:
-        inherit_environment(play.all_tasks(), environment_of(raw["environment"], where))
-    if "serial" in raw:
-        play.serial = serial_of(raw["serial"], where)
-    if "max_fail_percentage" in raw:
-        play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
-    _check_notified_handlers(play)
-    return play
-
-
-def _check_notified_handlers(play: Play) -> None:
-    names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
-    for t in walk_tasks(play.tasks):
-        for n in t.notify:
-            if n not in names:
-                raise UserError(
-                    f"{t.source} ('{t.name}'): notifies '{n}', but no handler has that name; handlers: {', '.join(sorted(names)) or '(none)'}"
-                )
-
-
-def load_playbook(path: str | Path, budget: LoadBudget | None = None) -> list[Play]:
-    """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched;
-    everything it brings in is read within one budget (engine/parsing/yamlfile.py LoadBudget; a fresh one by default)."""
-    path = Path(path)
-    return _load_playbook(path, ParseContext(path, including=((path.resolve(), str(path)),),
-                                             budget=budget or LoadBudget(path)))
-
-
-def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
-    """The plays of the playbook `path`; `ctx`: the load it is part of, `path` entered in it."""
-    data = load_yaml(path, "playbook", ctx.budget)
-    if not isinstance(data, list):
-        raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
-    loading = ParseContext(path, including=ctx.including, budget=ctx.budget)  # its own roles and task files
-    plays: list[Play] = []
-    for i, raw in enumerate(data):
-        raw = short_names(raw, f"{path}: play {i + 1}")
-        if isinstance(raw, dict) and "import_playbook" in raw:
-            plays += import_playbook(raw, path, f"{path}: play {i + 1}", loading)
-        else:
-            plays.append(_parse_play(raw, path, f"{path}: play {i + 1}", loading))
-    return plays
-
-
-IMPORT_PLAYBOOK_KEYS = {"import_playbook", "name", "vars", "tags", "when"}
-
-
-def import_playbook(raw: dict, path: Path, where: str, ctx: ParseContext) -> list[Play]:
-    """`- import_playbook: FILE` (beside the importing playbook, or absolute) with optional vars, tags and when:
-    its plays here, as Ansible's static import: the vars given win over each play's own, the tags and the
-    condition go to every task. A templated name, a cycle or a missing file is refused at load."""
-    file = raw["import_playbook"]
-    bad = sorted(map(str, set(raw) - IMPORT_PLAYBOOK_KEYS))
-    if bad or not (isinstance(file, str) and file.strip()) or "{{" in file or "{%" in file:
-        why = f"unknown keyword(s) {', '.join(bad)}" if bad else "the file must be a name written in the playbook"
-        raise UserError(f"{where}: import_playbook: {why}; write `- import_playbook: FILE.yaml` with optional vars, "
-                        "tags and when")
-    target = Path(file) if Path(file).is_absolute() else path.parent / file
-    if not target.is_file():
-        raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")
-    inner = enter(ctx, target, str(target), where, f"import_playbook {file}")
-    given = variables_of(raw.get("vars"), where)
-    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    when = condition_list(raw["when"], where, "when") if "when" in raw else []
-    plays = _load_playbook(target, inner)
-    for play in plays:
-        play.vars = {**play.vars, **given}
-        for task in play.all_tasks():
-            task.tags |= tags
-            task.when = when + task.when
-    return plays
+def load_role(entry: Any, where: str, ctx: ParseContext) -> None:
+    """One entry of a play's `roles`: the role's tasks appended to the play's."""
+    assert ctx.play is not None  # noqa: S101 - a play's roles are read for that play
+    ctx.play.tasks.extend(role_tasks(entry, where, ctx))

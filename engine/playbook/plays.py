@@ -1,0 +1,142 @@
+"""Playbooks: plays (hosts, keywords, roles, tasks, handlers) and import_playbook; load_playbook is the entry.
+
+A bad playbook is refused whole before any host is touched."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from engine.errors import UserError
+from engine.parsing.yamlfile import LoadBudget, load_yaml
+from engine.playbook.context import ParseContext, enter
+from engine.playbook.keywords import (
+    PLAY_KEYWORDS,
+    become_of,
+    condition_list,
+    environment_of,
+    flag,
+    max_fail_percentage_of,
+    names,
+    serial_of,
+    variables_of,
+    wrong,
+)
+from engine.playbook.model import Play, walk_tasks
+from engine.playbook.tasks import inherit_become, inherit_environment, load_role, parse_tasks, short_names
+
+
+def _play_hosts(raw: dict, where: str) -> str:
+    """`hosts`: a pattern, or a list of names/patterns (joined with ',')."""
+    if "hosts" not in raw:
+        raise UserError(f"{where}: the play has no 'hosts:' (a host, group or pattern, e.g. all)")
+    hosts = raw["hosts"]
+    items = hosts if isinstance(hosts, list) else [hosts]
+    if not items or not all(isinstance(h, str) and h.strip() for h in items):
+        raise wrong(where, "hosts", "a host, group or pattern (a string), or a list of them", hosts, "gpu")
+    return ",".join(items)
+
+
+def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play:
+    """One play: keywords checked, then its pre_tasks, roles, tasks and handlers loaded (`loading`: the
+    playbook's load, which the play's files join)."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: a play must be a mapping with 'hosts:'")
+    bad = sorted(map(str, set(raw) - PLAY_KEYWORDS))
+    if bad:
+        raise UserError(f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(PLAY_KEYWORDS))}")
+    hosts = _play_hosts(raw, where)
+    name = raw.get("name", hosts)
+    if not (isinstance(name, str) and name.strip()):
+        raise wrong(where, "name", "a non-empty string", name, '"Provision the GPU hosts"')
+    play = Play(name=name, hosts=hosts, source=path, vars=variables_of(raw.get("vars"), where))
+    if "gather_facts" in raw:
+        play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
+    if "any_errors_fatal" in raw:
+        play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
+    play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    ctx = replace(loading, play=play)
+    play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))
+    roles = raw.get("roles") or []
+    if not isinstance(roles, list):
+        raise UserError(f"{where}: 'roles' must be a list of role names")
+    for entry in roles:
+        load_role(entry, where, ctx)
+    play.tasks.extend(parse_tasks(raw.get("tasks"), path, ctx))
+    play.handlers.extend(parse_tasks(raw.get("handlers"), path, loading))
+    for t in play.all_tasks():
+        t.tags |= play_tags
+    play.become = become_of(raw, where)
+    inherit_become(play.all_tasks(), play.become)
+    if "environment" in raw:
+        inherit_environment(play.all_tasks(), environment_of(raw["environment"], where))
+    if "serial" in raw:
+        play.serial = serial_of(raw["serial"], where)
+    if "max_fail_percentage" in raw:
+        play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
+    _check_notified_handlers(play)
+    return play
+
+
+def _check_notified_handlers(play: Play) -> None:
+    names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
+    for t in walk_tasks(play.tasks):
+        for n in t.notify:
+            if n not in names:
+                raise UserError(
+                    f"{t.source} ('{t.name}'): notifies '{n}', but no handler has that name; handlers: {', '.join(sorted(names)) or '(none)'}"
+                )
+
+
+def load_playbook(path: str | Path, budget: LoadBudget | None = None) -> list[Play]:
+    """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched;
+    everything it brings in is read within one budget (engine/parsing/yamlfile.py LoadBudget; a fresh one by default)."""
+    path = Path(path)
+    return _load_playbook(path, ParseContext(path, including=((path.resolve(), str(path)),),
+                                             budget=budget or LoadBudget(path)))
+
+
+def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
+    """The plays of the playbook `path`; `ctx`: the load it is part of, `path` entered in it."""
+    data = load_yaml(path, "playbook", ctx.budget)
+    if not isinstance(data, list):
+        raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
+    loading = ParseContext(path, including=ctx.including, budget=ctx.budget)  # its own roles and task files
+    plays: list[Play] = []
+    for i, raw in enumerate(data):
+        raw = short_names(raw, f"{path}: play {i + 1}")
+        if isinstance(raw, dict) and "import_playbook" in raw:
+            plays += import_playbook(raw, path, f"{path}: play {i + 1}", loading)
+        else:
+            plays.append(_parse_play(raw, path, f"{path}: play {i + 1}", loading))
+    return plays
+
+
+IMPORT_PLAYBOOK_KEYS = {"import_playbook", "name", "vars", "tags", "when"}
+
+
+def import_playbook(raw: dict, path: Path, where: str, ctx: ParseContext) -> list[Play]:
+    """`- import_playbook: FILE` (beside the importing playbook, or absolute) with optional vars, tags and when:
+    its plays here, as Ansible's static import: the vars given win over each play's own, the tags and the
+    condition go to every task. A templated name, a cycle or a missing file is refused at load."""
+    file = raw["import_playbook"]
+    bad = sorted(map(str, set(raw) - IMPORT_PLAYBOOK_KEYS))
+    if bad or not (isinstance(file, str) and file.strip()) or "{{" in file or "{%" in file:
+        why = f"unknown keyword(s) {', '.join(bad)}" if bad else "the file must be a name written in the playbook"
+        raise UserError(f"{where}: import_playbook: {why}; write `- import_playbook: FILE.yaml` with optional vars, "
+                        "tags and when")
+    target = Path(file) if Path(file).is_absolute() else path.parent / file
+    if not target.is_file():
+        raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")
+    inner = enter(ctx, target, str(target), where, f"import_playbook {file}")
+    given = variables_of(raw.get("vars"), where)
+    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    when = condition_list(raw["when"], where, "when") if "when" in raw else []
+    plays = _load_playbook(target, inner)
+    for play in plays:
+        play.vars = {**play.vars, **given}
+        for task in play.all_tasks():
+            task.tags |= tags
+            task.when = when + task.when
+    return plays

@@ -1,0 +1,220 @@
+"""The Jinja2 environment every template renders in: Jinja2's immutable sandbox with bounds on `*`, `**` and
+`range`, Ansible's filters and tests, and lookup()/query() (engine/template/lookups.py).
+
+Built once per process (`environment()`); the template action builds one with its role's search path."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import jinja2
+from jinja2 import StrictUndefined, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.errors import TaskError
+from engine.template.bounds import (
+    BoundedRange,
+    TemplateRefused,
+    bound_filters,
+    check_format,
+    check_method,
+    check_power,
+    tick,
+)
+from engine.template.lookups import install
+from engine.template.markers import to_bool
+from engine.template.secrets import has_value, is_secret_name
+from engine.template.taint import note_secret
+
+
+def _regex_search(value: str, pattern: str, group: int = 0) -> str | None:
+    m = re.search(pattern, str(value))
+    return m.group(group) if m else None
+
+
+def _regex_test(value: Any, pattern: str, ignorecase: bool = False, multiline: bool = False,
+                match_type: str = "search") -> bool:
+    """Ansible's `match`/`search`/`regex` tests: re.match, re.search or re.fullmatch of the pattern on the text."""
+    flags = (re.I if ignorecase else 0) | (re.M if multiline else 0)
+    find = {"match": re.match, "search": re.search, "fullmatch": re.fullmatch}[match_type]
+    return find(pattern, str(value), flags) is not None
+
+
+_VERSION_OPS = {"<": "lt", "<=": "le", "==": "eq", "=": "eq", "!=": "ne", "<>": "ne", ">=": "ge", ">": "gt"}
+
+
+def _version_key(text: Any) -> tuple:
+    """A loose version's parts in order (numbers as numbers, before any text at the same place)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[a-z]+", str(text).lower()))
+
+
+def _version_test(value: Any, version: Any, operator: str = "eq", strict: bool = False) -> bool:
+    """Ansible's `version` test (loose versions): value OPERATOR version, with Ansible's operator names."""
+    import operator as ops
+
+    name = _VERSION_OPS.get(operator, operator)
+    if name not in ("lt", "le", "eq", "ne", "ge", "gt"):
+        raise TaskError(f"the version test takes an operator of {', '.join(_VERSION_OPS)} or lt/le/eq/ne/ge/gt, "
+                        f"not {operator!r}")
+    return getattr(ops, name)(_version_key(value), _version_key(version))
+
+
+def _mandatory(value: Any, msg: str | None = None) -> Any:
+    if isinstance(value, Undefined):
+        raise jinja2.UndefinedError(msg or "mandatory variable is undefined")
+    return value
+
+
+# Limits of the sandbox: the largest string or list a `*` may build, the largest power, the longest range.
+MAX_SEQUENCE = 1_000_000
+MAX_EXPONENT = 1_000
+MAX_RANGE = 100_000
+
+
+# TemplateRefused (a template tried something the sandbox forbids) lives with the other bounds.
+
+
+class Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox plus bounds on `*`, `**` and `range` (templates are text, not programs)."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
+        tick()
+        if operator == "%":
+            check_format(left, "'%' formatting")
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(times, int) and len(seq) * times > MAX_SEQUENCE:
+                    raise TemplateRefused(
+                        f"the sandbox refuses to build a {type(seq).__name__} of {len(seq) * times:,} items with '*' "
+                        f"(limit {MAX_SEQUENCE:,})"
+                    )
+        if operator == "**" and isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT:
+            raise TemplateRefused(f"the sandbox refuses '**' with an exponent of {right} (limit {MAX_EXPONENT})")
+        if operator == "**":
+            check_power(left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context, __obj, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - Jinja's signature
+        """Every call a template makes: the deadline, and a str method that widens text checked first."""
+        tick()
+        check_method(__obj, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Any:
+        """str.format / format_map as the sandbox runs them (Jinja wraps both at access): widths checked first."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        check_format(value.__self__, f"str.{value.__name__}")
+        return wrapped
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        """Variable views (LazyVars, hostvars) show templates their Mapping reads only: never their layers
+        (`raw()` would bypass rendering and secret masking) or their bookkeeping."""
+        allowed = getattr(type(obj), "SANDBOX_ATTRS", None)
+        if allowed is not None and attr not in allowed:
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        """`view.name` on a variable view is the variable `name` (even `raw` or `keys`), as `view['name']`."""
+        allowed = getattr(type(obj), "SANDBOX_ATTRS", None)
+        if allowed is not None and attribute not in allowed:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        return _noted(attribute, super().getattr(obj, attribute))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        """`creds['password']`, `creds.password`, map(attribute='password'): a secret-named key's value is a secret."""
+        return _noted(argument, super().getitem(obj, argument))
+
+
+def _noted(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and not isinstance(value, Undefined) and is_secret_name(key) and has_value(value):
+        note_secret()
+    return value
+
+
+def _bounded_range(*args: int) -> BoundedRange:
+    r = range(*args)
+    if len(r) > MAX_RANGE:
+        raise TemplateRefused(f"the sandbox refuses range() of {len(r):,} items (limit {MAX_RANGE:,})")
+    return BoundedRange(r)
+
+
+def _extract(item: Any, container: Any, morekeys: Any = None) -> Any:
+    """Ansible's `extract`: container[item], then each of morekeys (`map('extract', hostvars, 'x')`)."""
+    value, path = container, [item, *([morekeys] if isinstance(morekeys, str) else (morekeys or []))]
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            raise jinja2.UndefinedError(f"extract: '{key}' is undefined (path {path})") from None
+    return value
+
+
+def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
+    env = Sandbox(
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,  # as Ansible's templating: the newline after a {% block %} tag goes
+        loader=jinja2.FileSystemLoader(searchpath or []),
+        autoescape=False,
+    )
+    env.filters.update(
+        to_json=lambda v, **kw: json.dumps(v, **kw),
+        to_nice_json=lambda v, indent=2: json.dumps(v, indent=indent, sort_keys=True),
+        from_json=json.loads,
+        bool=to_bool,
+        basename=os.path.basename,
+        dirname=os.path.dirname,
+        expanduser=os.path.expanduser,
+        quote=lambda v: shlex.quote(str(v)),
+        regex_search=_regex_search,
+        regex_replace=lambda v, p, r="": re.sub(p, r, str(v)),
+        mandatory=_mandatory,
+        type_debug=lambda v: type(v).__name__,
+        extract=_extract,
+    )
+    env.globals["range"] = _bounded_range
+    bound_filters(env.filters)
+    install(env)
+    tests = {  # Ansible's result tests, under each of its names
+        ("success", "succeeded", "successful"): lambda r: isinstance(r, Mapping) and not r.get("failed"),
+        ("failed", "failure"): lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
+        ("changed", "change"): lambda r: isinstance(r, Mapping) and bool(r.get("changed")),
+        ("skipped", "skip"): lambda r: isinstance(r, Mapping) and bool(r.get("skipped")),
+        ("unreachable",): lambda r: isinstance(r, Mapping) and bool(r.get("unreachable")),
+        ("reachable",): lambda r: isinstance(r, Mapping) and not r.get("unreachable"),
+    }
+    env.tests.update({name: test for names, test in tests.items() for name in names})
+    env.tests.update(  # Ansible's other common tests
+        match=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "match"),
+        search=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "search"),
+        regex=_regex_test,
+        version=_version_test,
+        version_compare=_version_test,
+        contains=lambda seq, item: item in seq,
+        subset=lambda a, b: set(a) <= set(b),
+        superset=lambda a, b: set(a) >= set(b),
+    )
+    return env
+
+
+_ENV: jinja2.Environment | None = None
+
+
+def environment() -> jinja2.Environment:
+    global _ENV
+    if _ENV is None:
+        _ENV = make_environment()
+    return _ENV
