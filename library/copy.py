@@ -528,7 +528,7 @@ def _install_failed(dest_real: str, why: object, installed: list, deleted: list)
                        installed=installed, deleted=deleted)
 
 
-STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/run/actions.py)
+STAGING = ".dfp-staging"  # the engine's upload folder inside dest (engine/run/actions/files.py)
 _STAGED_NAME = r"[0-9a-f]{64}"  # compiled (and cached by re) when a staged folder is checked
 
 

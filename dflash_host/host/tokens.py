@@ -1,7 +1,7 @@
 """Secrets the tool sends (hf_token / hf_token_file, vllm_api_key / vllm_api_key_file): the one reader, one rule.
 
 Every consumer reads them here: the host's Hub fetch (library/models.py), the control node's relay
-(engine/run/model_relay.py) and the vLLM launch (dflash_host/vllm/launch.py). Two readers once had two rules: a
+(engine/run/actions/models.py) and the vLLM launch (dflash_host/vllm/launch.py). Two readers once had two rules: a
 token file of two lines passed one of them, went into `Authorization: Bearer ...`, and the HTTP library's
 refusal quoted the whole header, token included, into the console and the reports.
 

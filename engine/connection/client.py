@@ -30,8 +30,9 @@ from typing import Callable
 
 from engine.connection import runtime
 from engine.connection.become import Become, BecomeError, start_become
+from engine.connection.connect import connect
 from engine.connection.ssh_connect import failure_reason
-from engine.connection.transport import HostSilent, Transport, WorkerDied, connect
+from engine.connection.transport import HostSilent, Transport, WorkerDied
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.inventory.manager import Host
 from engine.playbook.modulespec import LIBRARY

@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from engine.errors import HostUnreachable, UserError
+from engine.errors import HostUnreachable
 from engine.inventory.manager import Host
 
 ARG_VARIABLES = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
@@ -445,17 +445,3 @@ def _check_tokens(host: Host, hop: Hop) -> None:
             raise SshOptionError(f"host {host.name}: its {what} '{value}' would be pasted into a ProxyCommand "
                                  "shell line and has characters a host or user name does not; nothing was sent "
                                  "to the host. Fix ansible_host / ansible_user.")
-
-
-def check_ssh_settings(host: Host) -> None:
-    """For checks before any host is touched: the same refusals as a UserError (exit 4)."""
-    if host.connection not in ("ssh", "paramiko", "smart"):
-        return
-    try:
-        hop = resolve(host)
-    except SshOptionError as exc:
-        raise UserError(str(exc)) from None
-    if hop.persist_s is not None and not hop.persist_default:
-        from engine.connection.persist import socket_path
-
-        socket_path()  # a kept connection's socket folder others could enter, or a path too long: refused here

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from engine.connection.ssh_connect import open_connection
-from engine.connection.ssh_options import Hop, resolve
+from engine.connection.ssh_options import Hop
 from engine.errors import HostUnreachable
 from engine.inventory.manager import Host
 
@@ -506,40 +506,3 @@ class SpawnedTransport(Transport):
 def sftp_put(conn, local: str, remote: str) -> None:
     """A file onto the host as the login user over the connection's SFTP (which starts in the user's home)."""
     conn.sftp().put(local, remote[2:] if remote.startswith("~/") else remote)
-
-
-def _ssh_transport(host: Host, hop: Hop) -> Transport:
-    """Through the kept-connection daemon when the hop is kept (ControlPersist) and, where only the tool's default
-    keeps it, the daemon can be reached or started here; else a connection of the run's own."""
-    if hop.persist_s is None:
-        return SSHTransport(host, hop)
-    from engine.connection.persist import PersistentTransport, daemon_usable
-
-    if hop.persist_default and not daemon_usable():
-        return SSHTransport(host, hop)
-    return PersistentTransport(host, hop)
-
-
-def connect(host: Host) -> Transport:
-    """Open a transport for a host. Connection errors other than refusals propagate for retry."""
-    kind = host.connection
-    if kind == "local":
-        t: Transport = LocalTransport(host)
-    elif kind in ("ssh", "paramiko", "smart"):
-        t = _ssh_transport(host, resolve(host))
-    else:
-        raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
-    try:
-        t.open()
-    except DaemonSilent as exc:
-        return _bypass(host, t, exc)
-    return t
-
-
-def _bypass(host: Host, kept: Transport, exc: DaemonSilent) -> Transport:
-    """A kept-connection daemon that does not answer is bypassed: a connection of the run's own to the host, the
-    daemon named among its notes (engine/run/host_start.py shows them as the host's warnings)."""
-    direct = SSHTransport(host, getattr(kept, "hop", None))
-    direct.notes.append(f"{exc.strerror}; {host.name} was reached by a connection of this run's own instead")
-    direct.open()
-    return direct

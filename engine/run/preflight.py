@@ -56,7 +56,7 @@ class Preflight:
     def _check_connections(self, names: set[str]) -> None:
         """SSH options every selected host will be reached with (ProxyJump, unsupported -o, ssh config): a bad
         one stops the run before any host is touched, instead of that host alone becoming unreachable."""
-        from engine.connection.ssh_options import check_ssh_settings
+        from engine.connection.connect import check_ssh_settings
 
         for name in sorted(names):
             check_ssh_settings(self.inventory.hosts[name])

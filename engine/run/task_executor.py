@@ -19,7 +19,8 @@ from engine.connection import become
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.playbook.model import Play, Task
 from engine.playbook.modulespec import linked_vars, module_args_spec
-from engine.run.actions import ACTIONS, ActionCall, action_in, handles
+from engine.run.actions.call import ActionCall
+from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
 from engine.run.results import HostState, TaskResult, status_of
 from engine.run.trust import check_task
 from engine.run.variables import Variables
@@ -32,15 +33,10 @@ from engine.template.templar import Templar
 if TYPE_CHECKING:
     from engine.run.delegation import Delegation
 
-# Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
-# only chooses whose variables it sets).
-LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "meta", "set_fact")
 
 # The prefix a failure that failed_when let pass gets in its message (reports recognise it by this).
 ACCEPTED_PREFIX = "(failure accepted by failed_when) "
 
-
-action_in("models", "engine.run.model_relay")  # the models relay, imported when a play uses it
 
 
 def linked_values(module: str, given: dict, view) -> dict:

@@ -13,7 +13,7 @@ The trust rules hold (engine/template/templar.py):
   template the playbook names, never one named by what a host returned;
 - a path built from what a host returned (a registered result, a fact, a set_fact value, an item of a loop over
   them) must name a file inside the role's or the playbook's folder: absolute paths, `~` and `..` or symlink
-  escapes are refused, as for copy's `src:` (engine/run/actions.py resolve_local). Which variables a lookup's
+  escapes are refused, as for copy's `src:` (engine/run/actions/files.py resolve_local). Which variables a lookup's
   arguments read is noted on each call when its template compiles (LookupSites), and followed at render through
   the variables those read;
 - nothing runs on the control node nor leaves it: pipe and lines (commands), url (the network), password (files

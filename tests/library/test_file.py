@@ -38,7 +38,7 @@ def test_directory_by_hand_then_no_change(tmp_path):
 
 
 def test_the_engines_own_calls_still_work(tmp_path):
-    """engine/run/actions.py stages uploads in dest/.dfp-staging: made 0700, removed with what it holds."""
+    """engine/run/actions/files.py stages uploads in dest/.dfp-staging: made 0700, removed with what it holds."""
     stage = tmp_path / "dest" / ".dfp-staging"
     assert call({"path": str(stage), "state": "directory", "mode": "0700"})["changed"]
     (stage / ("a" * 64)).write_text("x")

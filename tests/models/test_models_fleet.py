@@ -97,7 +97,7 @@ def test_the_air_gapped_push_sends_only_what_a_host_lacks(ssh_hosts, inventory_f
 def test_a_host_that_asks_for_another_file_gets_nothing():
     """The host's plan is data: a file outside the manifest (a path into the control node) is refused."""
     from engine.errors import TaskError
-    from engine.run.model_relay import check_needed
+    from engine.run.actions.models import check_needed
 
     class Call:
         def where(self):

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from engine.connection.ssh_options import Hop, ProxyCommandSpec, SshOptionError, check_ssh_settings, resolve
+from engine.connection.connect import check_ssh_settings
+from engine.connection.ssh_options import Hop, ProxyCommandSpec, SshOptionError, resolve
 from engine.errors import UserError
 from engine.inventory.manager import Host
 

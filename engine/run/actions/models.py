@@ -36,18 +36,12 @@ from dflash_host.models.hub_fetch import RepoFetch, client_for, names_problem, p
 from dflash_host.module import ModuleError, check_args
 from engine.errors import TaskError
 from engine.playbook.modulespec import module_args_spec
-from engine.run.actions import ActionCall, action
+from engine.run.actions.call import ActionCall
 
 ROLES = (("target", "target_model", "target_revision"), ("drafter", "drafter_model", "drafter_revision"))
 _locks: dict = {}
 _locks_guard = threading.Lock()
 _runs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # executor -> {key: manifest}: once per run
-
-
-def relayed(args: dict) -> bool:
-    """The control node carries the files: models_via control_node, or an air-gapped source folder."""
-    return args.get("state", "present") == "present" and args.get("phase", "fetch") == "fetch" and (
-        args.get("via") == "control_node" or bool(args.get("source_dir")))
 
 
 def _lock(key: tuple) -> threading.Lock:
@@ -199,7 +193,6 @@ def _local_file(manifest: dict, local: str, etag: str) -> tuple[str, int]:
     return hub_cache.blob_path(local, etag), entry["size"]
 
 
-@action("models")
 def models_via_control_node(call: ActionCall) -> dict:
     """Resolve (and fetch once) on the control node, plan on the host, send what it lacks, install there."""
     args = check_args(module_args_spec("models") or {}, dict(call.args), "models")

@@ -1,0 +1,1 @@
+"""Engine actions: tasks the engine runs itself instead of sending a module (catalog.py names them all)."""

@@ -1,0 +1,119 @@
+"""Engine actions that run on the control node and touch no host: assert, fail, debug, set_fact, meta and the
+includes' own results. Messages are shown with every secret masked, however a render transformed it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.run.actions.call import ActionCall
+from engine.template.secrets import MASK, Display, is_secret_name, secret_leaves
+from engine.template.taint import Taint
+
+if TYPE_CHECKING:
+    from engine.template.templar import LazyVars
+
+
+def assert_(call: ActionCall) -> dict:
+    """Ansible's assert: `that` (one or a list), fail_msg (alias msg), success_msg, quiet; the result's
+    assertion and evaluated_to name the condition that failed (ours also puts it in the default message)."""
+    that = call.task.args["that"]
+    conditions = that if isinstance(that, list) else [that]
+    for cond in conditions:
+        if not call.truth(cond):
+            key = "fail_msg" if call.args.get("fail_msg") else "msg"
+            msg = call.args.get(key) or f"Assertion failed: {cond}"
+            masked = shown(call, lambda view, k=key: call.executor.templar.render_value(call.task.args.get(k), view), key)
+            msg = str(masked) if masked is not None and call.args.get(key) else msg
+            return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False}
+    return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed"}
+
+
+def fail(call: ActionCall) -> dict:
+    msg = call.args.get("msg") or "failed as requested"
+    masked = shown(call, lambda view: call.executor.templar.render_value(call.task.args.get("msg"), view), "msg")
+    return {"failed": True, "changed": False, "msg": str(masked) if masked is not None and call.task.args.get("msg") else msg}
+
+
+TAINTED = f"{MASK} (computed from a secret)"
+
+
+def display_view(view: LazyVars, display: Display) -> LazyVars:
+    """The task's variables with every secret it read shown as `display` says (a secret-named variable whole, a
+    variable holding secrets inside, another host's through hostvars, a lookup's result): a message rendered again
+    over it shows the mask wherever the secret went, and the rest as it is."""
+    overlay: dict = {"hostvars": view["hostvars"].for_display(display)} if "hostvars" in view else {}
+    for name in list(view.touched):
+        if name == "hostvars":
+            continue
+        try:
+            taint, value = view.taint_of(name), view[name]
+        except Exception:  # noqa: S112 - unrenderable: nothing to mask
+            continue
+        if taint.secret or secret_leaves(value):  # `creds` whose `password` the message reads
+            whole = is_secret_name(name) or not isinstance(value, (dict, list))
+            overlay[name] = display.whole(value) if whole else display.inside(value)
+    return view.with_overlay(overlay, masking=display)
+
+
+def shown(call: ActionCall, render, key: str) -> Any:
+    """`render(view)` for display: None when the argument read no secret, or when rendering it with every secret's
+    characters substituted gives the same (it shows a length, say: readable again); else rendered again with the
+    mask in each secret's place."""
+    taint, value = call.taints.get(key), call.args.get(key)
+    if not (taint and taint.secret) or not isinstance(value, (str, dict, list)):
+        return None  # a number or a truth computed from a secret (a length, a comparison) is not its text
+    secrets = call.executor.variables.secrets
+    try:
+        if render(display_view(call.view, Display(secrets, substituting=True))) == value:
+            if isinstance(value, str):
+                secrets.forget(value)
+            return None
+        return render(display_view(call.view, Display(secrets, substituting=False)))
+    except Exception:  # a filter that cannot take the mask (| int): the whole message is hidden
+        return TAINTED
+
+
+def meta(call: ActionCall) -> dict:
+    """The result of a `meta` task on a host where its `when` held; the Runner then flushes handlers or ends the
+    host or the play (engine/run/runner.py _meta)."""
+    return {"changed": False, "msg": f"meta: {call.args['action']}", "meta": call.args["action"]}
+
+
+def included(call: ActionCall) -> dict:
+    """An include reached on this host: its tasks follow here (the Runner runs them where this one ran)."""
+    what = call.args.get("file") or call.args.get("name")
+    return {"changed": False, "msg": f"included: {what}"}
+
+
+def debug(call: ActionCall) -> dict:
+    """Ansible's debug: msg or var, shown from the -v level `verbosity` on (below it: skipped, as Ansible's)."""
+    templar = call.executor.templar
+    console = call.executor.console
+    if int(call.args.get("verbosity") or 0) > (console.verbose if console is not None else 0):
+        return {"skipped": True, "changed": False, "msg": "Verbosity threshold not met."}
+    if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
+        expr = call.task.args["var"]
+        value, taint = templar.evaluate_tracked(expr, call.view)
+        if taint.secret:
+            try:
+                value = templar.evaluate(expr, display_view(call.view, Display(call.executor.variables.secrets, False)))
+            except Exception:  # a filter that cannot take the mask
+                value = MASK
+        return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
+    msg = str(call.args.get("msg", "hello"))
+    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view), "msg")
+    return {"changed": False, "msg": str(masked) if masked is not None else msg}
+
+
+def set_fact(call: ActionCall) -> dict:
+    variables = call.executor.variables
+    values = {k: v for k, v in call.args.items() if k != "cacheable"}  # Ansible's fact cache: none here
+    owner = call.facts_owner
+    for name, value in values.items():
+        taint = (call.taints.get(name) or Taint()).copy()  # what the value read is what it carries (engine/template/taint.py)
+        if is_secret_name(name):  # a value computed from a secret was kept by its render already
+            taint.secret = True
+            variables.secrets.add(value)
+        owner.provenance[name] = taint
+    owner.facts_set.update(values)
+    return {"changed": False, "msg": f"set {', '.join(values)}", "ansible_facts": values}
