@@ -7,7 +7,7 @@ rotates every repetition so that a slow spell of the machine falls on all of the
   fabric          fabric.Connection configured safely (the pool's known_hosts loaded, paramiko's RejectPolicy
                   instead of Fabric's default AutoAddPolicy), the command through Connection.run (invoke's Runner)
   fabric+sock     the same, given the engine's socket in connect_kwargs (TCP_NODELAY and quick ACKs from the
-                  first packet: engine/connection/ssh_connect.py _tcp_socket), as a layer built on Fabric would
+                  first packet: engine/connection/ssh_connect.py tcp_socket), as a layer built on Fabric would
   fabric+sock+cfg  the same, every Connection given one fabric.Config made once (else each makes its own,
                   reading the ssh config files again)
   fabric+sock-exec  as fabric+sock, the command through its paramiko transport (Fabric without invoke's Runner)
@@ -79,11 +79,11 @@ def fabric_connection(h, gateway=None, sock: bool = False, config=None):
     import paramiko
     from fabric import Connection
 
-    from engine.connection.ssh_connect import _tcp_socket
+    from engine.api import tcp_socket
 
     kwargs = {"key_filename": [h.key], "look_for_keys": False, "allow_agent": False}
     if sock:
-        kwargs["sock"] = _tcp_socket(h.address, h.port, 10)
+        kwargs["sock"] = tcp_socket(h.address, h.port, 10)
     conn = Connection(h.address, user=h.user, port=h.port, gateway=gateway, connect_timeout=10, connect_kwargs=kwargs,
                       config=config)
     conn.client.load_host_keys(h.known_hosts)
@@ -112,14 +112,14 @@ def fabric_exec(h, sock: bool = False) -> None:
 
 
 def engine_host(h, jump=None):
-    from engine.inventory.manager import Host
+    from engine.api import Host
 
     args = "-o ControlPersist=no" + (f" -o ProxyJump={jump.user}@{jump.address}:{jump.port}" if jump else "")
     return Host(h.name, dict(h.inventory_vars(), ansible_ssh_common_args=args))
 
 
 def engine_run(host) -> None:
-    from engine.connection.ssh_connect import open_connection
+    from engine.api import open_connection
 
     conn = open_connection(host)
     try:

@@ -45,7 +45,7 @@ def _health(port: int, timeout: float = 1.0) -> int | None:
 
 
 def local_vars() -> dict:
-    from engine.inventory.manager import Inventory
+    from engine.api import Inventory
 
     return Inventory(str(INVENTORY)).host_vars("local")
 

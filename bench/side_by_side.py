@@ -165,7 +165,7 @@ def section_peers(bench) -> None:
         time_interleaved(bench, runners)
     finally:
         peers.close_ansible_masters(control_dir)
-        from engine.connection import persist
+        from engine.api import persist
         persist.stop()
 
 

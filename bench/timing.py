@@ -81,7 +81,7 @@ def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
 def stop_daemons() -> None:
     """Close the connections this user's runs kept (the tool's default), as a pool of hosts goes away: idle, they
     would still cost the daemon CPU inside a later section's runs."""
-    from engine.connection import persist
+    from engine.api import persist
     from engine.errors import UserError
 
     try:
@@ -95,7 +95,7 @@ def _daemons() -> list:
     files and checked by their command line (not a PID reused since)."""
     import psutil
 
-    from engine.connection import persist
+    from engine.api import persist
     found = []
     for pidfile in persist.folder().glob("*.pid"):
         try:

@@ -195,8 +195,7 @@ def inventory(c, **opts):
     """Print the inventory as JSON, like ansible-inventory."""
     try:
         use_vault_password_file(opts["vault_password_file"])
-        from engine.inventory.manager import Inventory
-        from engine.template.secrets import mask_vault_values
+        from engine.api import Inventory, mask_vault_values
 
         inv = Inventory(inventories_of(opts["inventory"], DEFAULT_INVENTORY))
         data = mask_vault_values(inv.host_vars(opts["host"])) if opts["host"] else inv.as_list()  # as --list does
@@ -208,7 +207,7 @@ def inventory(c, **opts):
 def disconnect(c):
     """Close the connections kept for later runs (ControlPersist: 60 s after each run by default), as `ssh -O exit`.
     A daemon that does not answer within its deadline is named, and the command ends with exit 3."""
-    from engine.connection import persist
+    from engine.api import persist
     from engine.errors import UserError
 
     try:

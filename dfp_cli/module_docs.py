@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
+from engine.api import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
 
 DOC = PROJECT_ROOT / "docs" / "MODULES.md"
 INTRO = """# Modules

@@ -218,7 +218,7 @@ def inventories_of(value: list[str] | str | None, default: str) -> list[str]:
 
 def use_vault_password_file(path: str | None) -> None:
     """--vault-password-file for this process; without it engine.parsing.vault reads ANSIBLE_VAULT_PASSWORD_FILE."""
-    from engine.parsing import vault
+    from engine.api import vault
     vault.use_password_file(path or None)
 
 
@@ -230,7 +230,7 @@ def host_defaults_of(opts: dict, ask=None) -> dict:
     if out.get("ansible_ssh_private_key_file"):
         out["ansible_ssh_private_key_file"] = os.path.expanduser(out["ansible_ssh_private_key_file"])
     if opts.get("ask_become_pass"):
-        from engine.template.markers import Unsafe
+        from engine.api import Unsafe
 
         if ask is None:
             import getpass
@@ -279,7 +279,7 @@ def _json_value(raw: str, where: str) -> Any:
 
 
 def _extra_var(item: str, where: str) -> tuple[str, Any]:
-    from engine.parsing.yamlfile import check_nesting
+    from engine.api import check_nesting
 
     if "=" not in item:
         raise UserError(f"{where}: extra variables are KEY=VALUE, a JSON mapping or @file.yaml, and this one has no "
@@ -299,7 +299,7 @@ def _mapping_arg(item: str, where: str) -> dict:
     """-e '{"a": 1, "b": [2]}': a JSON object or YAML flow mapping whose keys are the variables (as in Ansible)."""
     from pathlib import Path
 
-    from engine.parsing.yamlfile import check_nesting, check_variable_names, parse_text
+    from engine.api import check_nesting, check_variable_names, parse_text
 
     try:
         data = parse_text(item, Path(where), "extra variables")
@@ -317,7 +317,7 @@ def _mapping_arg(item: str, where: str) -> dict:
 def parse_extra_vars(items: list[str] | None) -> dict:
     """-e KEY=VALUE, -e '{JSON}' and -e @file.yaml, in order (later wins). Errors name the -e by position,
     never its text: a mistyped -e may be a secret (a token pasted without its KEY=)."""
-    from engine.parsing.yamlfile import check_variable_names, load_yaml
+    from engine.api import check_variable_names, load_yaml
 
     out: dict = {}
     for number, item in enumerate(items or [], start=1):

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.run.results import TaskResult
-from engine.run.task_executor import ACCEPTED_PREFIX
+from engine.api import ACCEPTED_PREFIX, TaskResult
 
 NAME = "rebuild"
 
@@ -144,7 +143,7 @@ def junit_suite(host: str, section: dict):
     """The rebuild's phases as test cases; versions, downtime and the rollback as suite properties."""
     import xml.etree.ElementTree as ET  # noqa: N817 - the usual name (both only for a run that writes --junit)
 
-    from engine.report.junit import junit_case, junit_suite_element, xml_text
+    from engine.api import junit_case, junit_suite_element, xml_text
 
     phases = section["phases"]
     fails = sum(1 for p in phases if p["status"] == "failed")

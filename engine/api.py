@@ -7,16 +7,34 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.connection import persist
+from engine.connection.ssh_connect import open_connection, tcp_socket
 from engine.errors import UserError
-from engine.inventory.manager import Inventory
-from engine.parsing.yamlfile import check_variable_names
-from engine.playbook.modulespec import PROJECT_ROOT
+from engine.inventory.manager import Host, Inventory
+from engine.parsing import vault
+from engine.parsing.yamlfile import check_nesting, check_variable_names, load_yaml, parse_text
+from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
 from engine.playbook.plays import load_playbook
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
+from engine.report.junit import junit_case, junit_suite_element, xml_text
 from engine.run.preflight import check_tags
 from engine.run.results import TaskResult
 from engine.run.runner import Runner
 from engine.run.start_at import check_start_at_task
+from engine.run.task_executor import ACCEPTED_PREFIX
+from engine.template.markers import Unsafe
+from engine.template.secrets import mask_vault_values
+
+# The door of the engine for dfp_cli/ and bench/ (tests/engine/test_package_order.py keeps them to it): a run,
+# its inspection, and what the commands need besides: the inventory (`invoke inventory`), the kept connections
+# (`invoke disconnect`), reading -e values and files, the module tables (`invoke module-docs`), the rebuild's
+# report; the benchmark's connection floor.
+__all__ = [
+    "ACCEPTED_PREFIX", "ENGINE_ACTIONS", "LIBRARY", "PROJECT_ROOT", "Host", "Inventory", "RunResult", "TaskResult",
+    "Unsafe", "UserError", "check_nesting", "check_variable_names", "exit_code_for", "inspect_playbook", "junit_case",
+    "junit_suite_element", "load_yaml", "mask_vault_values", "module_args_spec", "modules", "open_connection",
+    "parse_text", "persist", "resolve_playbook", "run_playbook", "tcp_socket", "vault", "xml_text",
+]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -1,7 +1,7 @@
 """Make an HTTP request and check its status and, optionally, fields of its JSON answer.
 
 No role or playbook uses it (vllm_server probes the server itself) and the benchmark does not either:
-it is a general module for user playbooks (tests/engine/test_general_modules_play.py runs it).
+it is a general module for user playbooks (tests/engine/run/test_general_modules_play.py runs it).
 
 Takes ansible.builtin.uri's options (its aliases user and password too) and returns its fields: `status`,
 `url` (where the answer came from, after redirects), `redirected`, `elapsed` (whole seconds), `msg` ("OK (N

@@ -1,7 +1,7 @@
 """Wait until a TCP port is open (or closed, or drained), a path exists (or is gone), or a file shows a regex.
 
 No role or playbook uses it (vllm_server waits for the server itself) and the benchmark does not either:
-it is a general module for user playbooks (tests/engine/test_general_modules_play.py runs it).
+it is a general module for user playbooks (tests/engine/run/test_general_modules_play.py runs it).
 
 Takes ansible.builtin.wait_for's options and returns its fields: `state`, `port`, `path`, `search_regex`,
 `match_groups` and `match_groupdict` (a regex's groups, in a file), `elapsed` (whole seconds), and for a path

@@ -55,7 +55,7 @@ def failure_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
+def tcp_socket(address: str, port: int, timeout: float) -> socket.socket:
     """A connected socket with TCP_NODELAY (and quick ACKs) from the first packet of the handshake."""
     last: OSError | None = None
     for family, kind, proto, _, addr in socket.getaddrinfo(address, port, type=socket.SOCK_STREAM):
@@ -337,7 +337,7 @@ def _open_hop(hop: Hop, sock, jumps: list, is_target: bool) -> SshConnection:
 
 def _tcp_to(hop: Hop, is_target: bool) -> socket.socket:
     try:
-        return _tcp_socket(hop.hostname, hop.port, hop.timeout)
+        return tcp_socket(hop.hostname, hop.port, hop.timeout)
     except OSError as exc:
         if is_target:
             raise  # engine/connection/client.py retries and names the host's address

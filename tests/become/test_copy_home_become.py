@@ -1,5 +1,5 @@
 """copy with `src:` to a dest under `~` with become: `~` is the become user's home (the staging too), as in
-Ansible, not the login user's and not a folder named `~` (tests/engine/test_copy_home.py: without become)."""
+Ansible, not the login user's and not a folder named `~` (tests/engine/run/test_copy_home.py: without become)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from engine.api import run_playbook
 from tests.become.conftest import NOPASSWD_USER, TARGET_USER
 from tests.become.test_become import inventory, playbook
-from tests.engine.test_copy_home import check_home
+from tests.engine.run.test_copy_home import check_home
 
 pytestmark = pytest.mark.ssh
 

@@ -8,7 +8,7 @@ gid, owner, group, size, backup_file) with its value, and with --diff the diff; 
 with Ansible's words, the tree unchanged. Where we differ on purpose (library/copy.py's docstring), DIFFERENCES
 says what each side does.
 
-Copy with `src:` on the control node is the engine's (engine/run/actions/files.py; tests/engine/test_general_modules_play.py).
+Copy with `src:` on the control node is the engine's (engine/run/actions/files.py; tests/engine/run/test_general_modules_play.py).
 """
 
 from __future__ import annotations

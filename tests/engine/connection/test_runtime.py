@@ -18,7 +18,7 @@ import yaml
 from engine.api import run_playbook
 from engine.connection import runtime
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUN = (
     "import json, sys\n"
     "from engine.api import run_playbook\n"

@@ -15,7 +15,7 @@ import yaml
 from dfp_cli.module_docs import DOC, render
 from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, linked_vars, module_args_spec, modules
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TASK_MODULES = sorted(n for n, m in modules().items() if m.path is not None and n not in ENGINE_ACTIONS)
 
 
