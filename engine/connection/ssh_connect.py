@@ -182,8 +182,9 @@ class _ProxyCommandSocket:
 class SshConnection:
     """One authenticated hop: a paramiko SSHClient, and the jump hosts it was reached through (closed with it).
 
-    Plain paramiko, not fabric's Connection: the tool needs no config loading, and fabric's object (which also
-    parses ~/.ssh/known_hosts for every connection) cost about 1 ms of control-node CPU a host."""
+    Plain paramiko, not fabric's Connection: fabric's object re-reads the ssh config for every connection, checks
+    no host key unless told to (AutoAddPolicy, no known_hosts read), and costs 2-3 ms more control-node CPU a host
+    (bench/fabric_connection.py; docs/ARCHITECTURE.md, "Fabric")."""
 
     def __init__(self, client, jumps: list) -> None:
         self.client = client
