@@ -12,12 +12,13 @@ export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAG
 python3 /tmp/stage/make_tiny.py /tmp/tiny > "$R/make_tiny.log" 2>&1 || { tail "$R/make_tiny.log"; exit 3; }
 mv /tmp/tiny/dflash/config.json "$R/gpu-kit-drafter-config.json"
 PY=$(python3 -c 'import sys; print(sys.executable)')
-INV=(-i tools/gpu/h200-inventory.yaml --host h200 -e "venv_python=$PY" --skip-tags venv)
+INV=(-i tools/gpu/h200-inventory.yaml --host h200 -e "venv_python=$PY")
+NO_VENV=(--skip-tags venv)  # provision only: restart-server and teardown have no venv task (a tag no task has is exit 4)
 step() { name=$1; shift; local t0=$(date +%s.%N); python3 -m invoke "$@" > "$R/$name.out" 2>&1; local rc=$?;
          echo "$name rc=$rc $(python3 -c "print(round($(date +%s.%N)-$t0,1))")s" | tee -a "$R/steps.txt"; }
-step provision1 provision "${INV[@]}" --report "$R/provision1.json"
+step provision1 provision "${INV[@]}" "${NO_VENV[@]}" --report "$R/provision1.json"
 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$R/nvidia-smi-serving.txt"
-step provision2 provision "${INV[@]}" --report "$R/provision2.json"
+step provision2 provision "${INV[@]}" "${NO_VENV[@]}" --report "$R/provision2.json"
 step status status -i tools/gpu/h200-inventory.yaml --host h200 -e "venv_python=$PY" --json
 step restart restart-server "${INV[@]}" --report "$R/restart.json"
 step teardown teardown "${INV[@]}" --report "$R/teardown.json"
