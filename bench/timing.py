@@ -100,7 +100,8 @@ def _daemons() -> list:
     for pidfile in persist.folder().glob("*.pid"):
         try:
             proc = psutil.Process(int(pidfile.read_text()))
-            if "engine.connection.persist_daemon" in proc.cmdline():
+            if any(arg.endswith("persist_daemon") for arg in proc.cmdline()):  # engine.connection.persist_daemon, or
+                # engine.persist_daemon in a tree from before the stages (bench/compare.py compares both)
                 found.append(proc)
         except (OSError, ValueError, psutil.Error):
             continue

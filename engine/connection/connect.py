@@ -11,6 +11,8 @@ from engine.connection.transport import DaemonSilent, LocalTransport, SSHTranspo
 from engine.errors import HostUnreachable, UserError
 from engine.inventory.manager import Host
 
+SSH_CONNECTIONS = ("ssh", "paramiko", "smart")  # ansible_connection values reached over SSH
+
 
 def _ssh_transport(host: Host, hop: Hop) -> Transport:
     """Through the kept-connection daemon when the hop is kept (ControlPersist) and, where only the tool's default
@@ -27,7 +29,7 @@ def connect(host: Host) -> Transport:
     kind = host.connection
     if kind == "local":
         t: Transport = LocalTransport(host)
-    elif kind in ("ssh", "paramiko", "smart"):
+    elif kind in SSH_CONNECTIONS:
         t = _ssh_transport(host, resolve(host))
     else:
         raise HostUnreachable(f"ansible_connection '{kind}' is not supported; use ssh or local")
@@ -49,7 +51,7 @@ def _bypass(host: Host, kept: Transport, exc: DaemonSilent) -> Transport:
 
 def check_ssh_settings(host: Host) -> None:
     """For checks before any host is touched: the same refusals as a UserError (exit 4)."""
-    if host.connection not in ("ssh", "paramiko", "smart"):
+    if host.connection not in SSH_CONNECTIONS:
         return
     try:
         hop = resolve(host)
