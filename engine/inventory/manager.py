@@ -190,6 +190,7 @@ class Inventory:
         self._set_depths()
         self._fill_ungrouped()
         self.hosts: dict[str, Host] = {}
+        self._implicit: dict[str, Host] = {}  # the implicit localhost, made on first use (host())
         for name in self._host_inline:
             self.hosts[name] = self._build_host(name)
 
@@ -428,28 +429,46 @@ class Inventory:
         """Variables every host has unless the inventory gives it its own (ansible-playbook's -u, --private-key,
         -b, --become-user, -K: options below the inventory's variables, as in Ansible)."""
         self._defaults = dict(defaults)
+        self._implicit.clear()
         for host in self.hosts.values():
             for key, value in defaults.items():
                 host.vars.setdefault(key, value)
 
     def delegate_host(self, name: str) -> Host | None:
-        """The host a task may be delegated to: an inventory host, or Ansible's implicit localhost (when the
-        inventory has no host of that name: the control node itself, `ansible_connection: local`, with the 'all'
-        group's variables and its own host_vars, in no group). None for any other name."""
+        """The host a task may be delegated to: an inventory host, or Ansible's implicit localhost. None for any
+        other name."""
         if name in self.hosts:
             return self.hosts[name]
-        if name not in IMPLICIT_LOCALHOST:
-            return None
-        merged: dict[str, Any] = dict(self.groups["all"].vars)
-        for base in self._vars_dirs:
-            merged.update(self._file_vars(base, "group_vars", "all"))
-        for base in self._vars_dirs:
-            merged.update(self._file_vars(base, "host_vars", name))
-        merged.setdefault("ansible_connection", "local")
-        merged.setdefault("ansible_python_interpreter", sys.executable)  # Ansible's ansible_playbook_python
-        for key, value in self._defaults.items():
-            merged.setdefault(key, value)
-        return Host(name=name, vars=merged, groups=[])
+        return self._implicit_localhost(name) if name in IMPLICIT_LOCALHOST else None
+
+    def host(self, name: str) -> Host:
+        """A host a play or a task may name: an inventory host, or the implicit localhost (KeyError otherwise)."""
+        found = self.delegate_host(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def is_implicit(self, name: str) -> bool:
+        """True for the implicit localhost (a name the inventory lacks): in no group, not in 'all'."""
+        return name not in self.hosts and name in IMPLICIT_LOCALHOST
+
+    def _implicit_localhost(self, name: str) -> Host:
+        """Ansible's implicit localhost (the inventory has no host of that name): the control node itself,
+        `ansible_connection: local` with the python running this tool, the 'all' group's variables and its own
+        host_vars, in no group. One Host per name for the whole run (a play on it and a task delegated to it
+        share it)."""
+        if name not in self._implicit:
+            merged: dict[str, Any] = dict(self.groups["all"].vars)
+            for base in self._vars_dirs:
+                merged.update(self._file_vars(base, "group_vars", "all"))
+            for base in self._vars_dirs:
+                merged.update(self._file_vars(base, "host_vars", name))
+            merged.setdefault("ansible_connection", "local")
+            merged.setdefault("ansible_python_interpreter", sys.executable)  # Ansible's ansible_playbook_python
+            for key, value in self._defaults.items():
+                merged.setdefault(key, value)
+            self._implicit[name] = Host(name=name, vars=merged, groups=[])
+        return self._implicit[name]
 
     # -- selection -----------------------------------------------------------------------------
     def hosts_in(self, group: str) -> list[str]:
@@ -495,7 +514,7 @@ class Inventory:
     def _match_one(self, part: str) -> list[str]:
         if part in self.groups:
             return self.hosts_in(part)
-        if part in self.hosts:
+        if part in self.hosts or part in IMPLICIT_LOCALHOST:  # named alone, the implicit localhost (never by 'all')
             return [part]
         if any(c in part for c in "*?["):
             hits = [h for h in self.hosts if fnmatch.fnmatchcase(h, part)]

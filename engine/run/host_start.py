@@ -45,7 +45,7 @@ class HostStart:
         if not plays or any(p.serial is not None or p.max_fail_percentage is not None for p in plays):
             return
         for name in hosts_for(plays[0]):
-            self._early[name] = pool.submit(WorkerClient.connect, self.inventory.hosts[name])
+            self._early[name] = pool.submit(WorkerClient.connect, self.inventory.host(name))
 
     def close_early(self) -> None:
         """Connections made early for hosts the run never started (a playbook refused by the checks)."""

@@ -44,7 +44,7 @@ class Preflight:
                 | set(self.env.globals)
             )
             for name in hosts_for(play):
-                base = ChainMap(self.extra_vars, play.vars, self.inventory.hosts[name].vars, play.defaults)
+                base = ChainMap(self.extra_vars, play.vars, self.inventory.host(name).vars, play.defaults)
                 known_on_host = known_in_play | set(base)
                 for task in tasks:
                     known = known_on_host | set(task.vars) | set(task.role_vars)
@@ -59,7 +59,7 @@ class Preflight:
         from engine.connection.connect import check_ssh_settings
 
         for name in sorted(names):
-            check_ssh_settings(self.inventory.hosts[name])
+            check_ssh_settings(self.inventory.host(name))
 
     def _refs(self, task: Task, value: Any) -> set[str]:
         """Variable names a value's templates read."""

@@ -101,7 +101,7 @@ class Runner:
         return not (self.skip_tags & task.tags)
 
     def _state(self, name: str) -> HostState:
-        return self.states.setdefault(name, HostState(self.inventory.hosts[name]))
+        return self.states.setdefault(name, HostState(self.inventory.host(name)))
 
     def _delegate_state(self, name: str) -> HostState:
         """A delegate's state: an inventory host's own, or the implicit localhost's (made once)."""

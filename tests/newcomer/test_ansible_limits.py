@@ -103,13 +103,6 @@ def test_what_readme_says_is_refused_is_refused_before_the_first_task(tmp_path, 
     assert not marker.exists(), "refused at load: the playbook's first task must not have run"
 
 
-def test_a_play_on_localhost_needs_localhost_in_the_inventory(tmp_path):
-    (tmp_path / "inv.yaml").write_text(INVENTORY)
-    (tmp_path / "pb.yaml").write_text("- hosts: localhost\n  gather_facts: false\n  tasks: [{debug: {msg: a}}]\n")
-    code, out = invoke("play", str(tmp_path / "pb.yaml"), "-i", str(tmp_path / "inv.yaml"))
-    assert code == 4 and "'localhost' matches no host or group" in out, out
-
-
 def test_what_readme_says_runs_but_not_as_in_ansible_does_so(tmp_path):
     """A role's meta/main.yml dependencies are not run; include_tasks in a role finds the role's own file before
     tasks/ (Ansible: the dependency runs first, and tasks/sub.yml is included)."""
