@@ -104,6 +104,14 @@ class Play:
     max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
     become: dict = field(default_factory=dict)  # the play's own become keywords (host lock and facts use them)
     any_errors_fatal: bool = False  # a host failing (or unreachable) stops the play for every host
+    # where pre_tasks and roles+tasks end in `tasks` (handlers are flushed there, and after post_tasks)
+    flush_after: list[int] = field(default_factory=list)
+    force_handlers: bool | None = None  # None: the command line's --force-handlers
+    strategy: str = "linear"  # or "free": each host through the tasks at its own pace
+    order: str = "inventory"  # the hosts' order: inventory, reverse_inventory, sorted, reverse_sorted, shuffle
+    connection: str | None = None  # `connection: local`: hosts without their own ansible_connection run here
+    vars_files: list = field(default_factory=list)  # names as written (templates; a list inside: first found)
+    vars_prompt: list = field(default_factory=list)  # [{name, default, ...}]: answered by -e or the default
 
     def fatal(self, task: Task) -> bool:
         """Whether a failure of `task` stops the play: its own (or its block's) any_errors_fatal, else the play's."""
