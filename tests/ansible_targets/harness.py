@@ -1,0 +1,153 @@
+"""Run one of ansible-core's integration targets as ansible-test runs it, with real ansible-playbook or with ours.
+
+A role target (tasks/main.yml) becomes the role of a generated play on `testhost` (`ansible_connection: local`,
+this python), `gather_facts` as its aliases say, `output_dir` set; a script target runs its runme.sh with
+ansible-test's environment. Either way every `ansible-playbook` the target starts goes through a recording shim
+that runs the chosen tool and keeps its output, and the tasks that passed are the PLAY RECAP's `ok` (changed
+included), summed over the target's runs. Only the setup scaffolding is replaced (SCAFFOLDING): the tasks
+themselves run as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.ansible_targets.source import targets_dir
+
+# The modules and keywords README claims, one target each (ansible-core's names).
+TARGETS = ("lineinfile", "file", "copy", "template", "command_shell", "stat", "loops", "set_fact", "assert",
+           "conditionals", "handlers", "blocks", "include_import", "tags")
+TOOLS = ("ansible", "ours")
+TARGET_TIMEOUT_S = 900
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+# ansible-test's setup targets, replaced by what they leave behind: prepare_tests is empty, setup_nobody makes a
+# user Debian already has, setup_remote_tmp_dir makes a temporary folder (here made by the harness, its path a
+# default of the role) and removes it in a handler.
+SCAFFOLDING = {
+    "prepare_tests": {},
+    "setup_nobody": {},
+    "setup_remote_tmp_dir": {"defaults/main.yml": "remote_tmp_dir: {remote_tmp_dir}\n"},
+}
+
+_RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
+                    r"(?:\s+rescued=(\d+)\s+ignored=(\d+))?", re.M)
+
+
+@dataclass
+class Outcome:
+    target: str
+    tool: str
+    rc: int
+    passed: int  # tasks ok (changed included), summed over every ansible-playbook run of the target
+    failed: int
+    runs: int
+    seconds: float
+    logs: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "logs"}
+
+
+def is_script_target(source: Path) -> bool:
+    return (source / "runme.sh").is_file()
+
+
+def lay_out(target: str, workdir: Path) -> Path:
+    """workdir/targets/<target> and the setup roles it names; workdir/roles points at targets/ so a generated
+    playbook in workdir finds them; workdir/inventory is ansible-test's posix inventory for the controller."""
+    source = targets_dir()
+    shutil.rmtree(workdir, ignore_errors=True)
+    (workdir / "targets").mkdir(parents=True)
+    (workdir / "output").mkdir()
+    (workdir / "remote_tmp").mkdir()
+    shutil.copytree(source / target, workdir / "targets" / target, symlinks=True)
+    for name in os.listdir(source):
+        if name.startswith(("setup_", "prepare_")) and name not in SCAFFOLDING and name != target:
+            shutil.copytree(source / name, workdir / "targets" / name, symlinks=True)
+    for name, files in SCAFFOLDING.items():
+        role = workdir / "targets" / name
+        (role / "tasks").mkdir(parents=True)
+        (role / "tasks" / "main.yml").write_text("[]\n")
+        for rel, text in files.items():
+            (role / rel).parent.mkdir(parents=True, exist_ok=True)
+            (role / rel).write_text(text.format(remote_tmp_dir=workdir / "remote_tmp"))
+    (workdir / "roles").symlink_to("targets")
+    (workdir / "inventory").write_text(
+        "[testgroup]\ntesthost ansible_connection=local ansible_pipelining=yes "
+        f"ansible_python_interpreter={sys.executable}\n")
+    return workdir / "targets" / target
+
+
+def _aliases(target_dir: Path) -> set[str]:
+    path = target_dir / "aliases"
+    return {line.split("#")[0].strip() for line in path.read_text().splitlines()} if path.exists() else set()
+
+
+def role_playbook(target: str, workdir: Path, target_dir: Path) -> Path:
+    """The play ansible-test writes for a role target (as JSON, which is YAML)."""
+    gather = "gather_facts/no" not in _aliases(target_dir)
+    play = {"hosts": "testhost", "gather_facts": gather, "vars": {"output_dir": str(workdir / "output")},
+            "roles": [target]}
+    path = workdir / f"{target}-play.yml"
+    path.write_text(json.dumps([play], indent=4, sort_keys=True))
+    return path
+
+
+def environment(tool: str, workdir: Path) -> dict[str, str]:
+    """ansible-test's environment for Ansible commands, the recording shim first on PATH."""
+    shim = workdir / "bin"
+    shim.mkdir(exist_ok=True)
+    (shim / "ansible-playbook").symlink_to(HERE / "record_playbook.py")
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(
+        PATH=f"{shim}:{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+        ANSIBLE_FORCE_COLOR="false", ANSIBLE_NOCOLOR="true", ANSIBLE_FORCE_HANDLERS="true",
+        ANSIBLE_HOST_PATTERN_MISMATCH="error", ANSIBLE_INVENTORY="/dev/null", ANSIBLE_DEPRECATION_WARNINGS="false",
+        ANSIBLE_HOST_KEY_CHECKING="false", ANSIBLE_RETRY_FILES_ENABLED="false", ANSIBLE_DEVEL_WARNING="false",
+        ANSIBLE_LIBRARY="/dev/null", PAGER="/bin/cat", ANSIBLE_LOCAL_TEMP=str(workdir / "ansible-tmp"),
+        ANSIBLE_PYTHON_INTERPRETER="/set/ansible_python_interpreter/in/inventory",
+        OUTPUT_DIR=str(workdir / "output"), INVENTORY_PATH=str(workdir / "inventory"),
+        DFP_TARGET_TOOL=tool, DFP_TARGET_LOGS=str(workdir / "logs"), PYTHONPATH=str(REPO),
+        HOME=str(workdir / "home"), LC_ALL="C.UTF-8",
+    )
+    (workdir / "logs").mkdir(exist_ok=True)
+    (workdir / "home").mkdir(exist_ok=True)
+    return env
+
+
+def run_target(target: str, tool: str, workdir: Path) -> Outcome:
+    """Run `target` with `tool` ("ansible" or "ours") in `workdir` (made anew) and count what passed."""
+    target_dir = lay_out(target, workdir)
+    env = environment(tool, workdir)
+    if is_script_target(target_dir):
+        command, cwd = ["bash", "./runme.sh"], target_dir
+    else:
+        command = ["ansible-playbook", "-i", str(workdir / "inventory"), str(role_playbook(target, workdir, target_dir))]
+        cwd = workdir
+    start = time.monotonic()
+    try:
+        rc = subprocess.run(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=TARGET_TIMEOUT_S, start_new_session=True).returncode
+    except subprocess.TimeoutExpired:
+        rc = 124
+    return count(target, tool, rc, time.monotonic() - start, workdir / "logs")
+
+
+def count(target: str, tool: str, rc: int, seconds: float, logs: Path) -> Outcome:
+    passed = failed = 0
+    texts = [p.read_text(errors="replace") for p in sorted(logs.glob("*.log"))]
+    for text in texts:
+        for match in _RECAP.finditer(text):
+            passed += int(match.group(2))
+            failed += int(match.group(5))
+    return Outcome(target, tool, rc, passed, failed, len(texts), round(seconds, 1), texts)
