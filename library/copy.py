@@ -85,6 +85,19 @@ ARGS = {
             "help": "with remote_src: the file on the host to copy (without it, src: in a task is a file on the "
                     "control node, which the engine uploads)"},
     "remote_src": {"type": "bool", "default": False, "help": "src is a file already on the host"},
+    "local_follow": {"type": "bool", "default": True,
+                     "help": "src on the control node: follow its symlinks (false: a folder's symlinks are refused)"},
+    "decrypt": {"type": "bool", "default": True,
+                "help": "src on the control node: a vault-encrypted file is decrypted before it is sent"},
+    "original_basename": {"type": "str", "default": None,
+                          "help": "ours, the engine's: the control-node file's name (an existing folder as dest gets "
+                                  "it in that folder); its content is written as content is, and src is reported"},
+    "upload": {"type": "bool", "default": False,
+               "help": "ours, the engine's: src is its upload of a control-node file, written as content is (not "
+                       "as remote_src) and removed after"},
+    "source_sha1": {"type": "str", "default": None,
+                    "help": "ours, the engine's: the sha1 of a control-node file not sent yet; everything but the "
+                            "write is done, and a write needed answers needed: true with the file's path"},
     "mode": {  # the file attributes' mode, with what copy makes of it
         "help": 'octal string such as "0640" (or the number YAML makes of 0640), symbolic (u=rw,g=r,o=), or '
                 "preserve (remote_src: src's mode); none: a new file gets 0666 less the umask, a replaced one keeps "
@@ -129,10 +142,11 @@ ARGS = {
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/run/trust.py).
-CODE_ARGS = ("dest", "src", "validate", "staged", "manifest")
+CODE_ARGS = ("dest", "src", "validate", "staged", "manifest", "original_basename")
 
 DIFF_LIMIT = 104448  # Ansible's MAX_FILE_SIZE_FOR_DIFF: larger files are not shown in the diff
-ONE_FILE_ONLY = ("content", "content_b64", "src", "remote_src", "validate", "checksum", "directory_mode")
+ONE_FILE_ONLY = ("content", "content_b64", "src", "remote_src", "validate", "checksum", "directory_mode",
+                 "original_basename", "upload", "source_sha1")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -167,9 +181,17 @@ def sha1_file(path: str) -> str | None:
 class Source:
     """The bytes wanted at dest: `data` (content, content_b64) or the host file `path` (remote_src)."""
 
-    def __init__(self, data: bytes | None, path: str | None) -> None:
+    def __init__(self, data: bytes | None, path: str | None, sha1: str | None = None) -> None:
         self.data, self.path = data, path
-        self.sha1, self.md5, self.sha256 = _digests(data, path)
+        if sha1 is not None:  # the engine's file not sent yet: only its sha1 is known
+            self.sha1, self.md5, self.sha256 = sha1, "", ""
+        else:
+            self.sha1, self.md5, self.sha256 = _digests(data, path)
+
+    @property
+    def absent(self) -> bool:
+        """Only the sha1 is here (source_sha1): the bytes are still on the control node."""
+        return self.data is None and self.path is None
 
     def head(self, size: int) -> bytes:
         if self.data is not None:
@@ -189,7 +211,7 @@ def file_source(args: dict) -> Source:
         raise ModuleError("module 'copy': argument 'staged' belongs to folder mode; give 'manifest' too or drop it")
     if args["delete_extra"]:
         raise ModuleError("module 'copy': delete_extra only works with 'manifest' (folder mode); drop it")
-    given = [name for name in ("content", "content_b64", "src") if args[name] is not None]
+    given = [name for name in ("content", "content_b64", "src", "source_sha1") if args[name] is not None]
     if not given:
         raise ModuleError("src (or content) is required; give content (text), content_b64 (bytes), or src with "
                           "remote_src: true (a file on the host)")
@@ -203,12 +225,18 @@ def file_source(args: dict) -> Source:
 
             content = json.dumps(content)
         return Source(str(content).encode("utf-8", errors="surrogateescape"), None)
+    if args["source_sha1"] is not None:
+        if not re.fullmatch(r"[0-9a-f]{40}", args["source_sha1"]):
+            raise ModuleError("module 'copy': source_sha1 must be a sha1 (40 hex digits); the engine sends it")
+        return Source(None, None, args["source_sha1"])
     if args["content_b64"] is not None:
         try:
             return Source(base64.b64decode(args["content_b64"], validate=True), None)
         except (binascii.Error, ValueError) as exc:
             raise ModuleError(f"module 'copy': content_b64 is not valid base64 ({exc}); encode the bytes with base64")
     src = os.path.expandvars(args["src"])
+    if args["upload"] and not args["remote_src"] and os.path.isfile(src):
+        return Source(None, src)
     if not args["remote_src"]:
         raise ModuleError("module 'copy': src here is a file on the host, which needs remote_src: true (a file on the "
                           "control node is uploaded by the engine: copy with src: in a task)")
@@ -248,6 +276,8 @@ def content_diff(dest: str, source: Source) -> dict:
                     diff.update(before_header=dest, before=_text(fh.read()))
         except OSError:
             diff["before"] = ""
+    if source.absent:  # the engine adds the control-node file's side
+        return diff
     if source.size > DIFF_LIMIT:
         diff["src_larger"] = DIFF_LIMIT
     else:
@@ -286,13 +316,14 @@ def make_parents(folder: str, directory_mode: int | str | None) -> None:
 
 
 def _where(args: dict, source: Source) -> str:
-    """The file to write: dest, or with remote_src the file named as src in the folder dest names."""
+    """The file to write: dest, or the file named as src (or original_basename) in the folder dest names."""
     dest = os.path.abspath(os.path.expandvars(args["dest"]))
     if args["dest"].endswith("/") or os.path.isdir(dest):
-        if source.path is None:
+        name = args["original_basename"] or (os.path.basename(source.path) if source.path is not None else None)
+        if name is None:
             raise ModuleError(f"can not use content with a dir as dest: {dest} is a folder; give the file's full path "
                               "(folder/NAME)")
-        dest = os.path.join(dest, os.path.basename(source.path))
+        dest = os.path.join(dest, name)
     return dest
 
 
@@ -304,12 +335,12 @@ def run_file(args: dict, ctx: Context) -> dict:
     validate = args["validate"]
     if validate is not None and "%s" not in validate:
         raise ModuleError(f"validate must contain %s: {validate}; write %s where the file to check goes")
-    remote = source.path is not None
+    remote = bool(args["remote_src"]) and source.path is not None
     dest = shown = _where(args, source)
     if args["follow"] and os.path.islink(dest) and os.path.exists(dest):
         dest = os.path.realpath(dest)
     present = os.path.exists(dest) if (args["follow"] or remote) else os.path.lexists(dest)
-    base = {"dest": dest, "checksum": source.sha1, "sha256": source.sha256}
+    base = {"dest": dest, "checksum": source.sha1, **({"sha256": source.sha256} if source.sha256 else {})}
     if remote:
         base.update(src=source.path, md5sum=source.md5)
     if present and not args["force"]:
@@ -321,7 +352,10 @@ def run_file(args: dict, ctx: Context) -> dict:
                           expected_checksum=args["checksum"])
     if not write:
         return _keep(dest, base, args, mode, remote, ctx)
-    result = {**base, "md5sum": source.md5, "changed": True}  # Ansible's copy module answers a write
+    if source.absent and not ctx.check:  # the engine uploads the file, then calls again with it as src
+        return {"dest": dest, "checksum": source.sha1, "needed": True, "changed": False,
+                "msg": f"{dest} needs the file from the control node"}
+    result = {**base, "changed": True, **({"md5sum": source.md5} if source.md5 else {})}
     if ctx.diff:
         result["diff"] = content_diff(shown, source)
     if ctx.check:
@@ -330,8 +364,14 @@ def run_file(args: dict, ctx: Context) -> dict:
             set_attributes(dest, None if os.path.islink(dest) else mode, args["owner"], args["group"], True)
             result.update(path_info(dest))
         return result
+    return _write(dest, source, args, mode, directory_mode, remote, result)
+
+
+def _write(dest: str, source: Source, args: dict, mode, directory_mode, remote: bool, result: dict) -> dict:
+    """dest written from the source (through a temp file beside it, validated, renamed), its attributes set."""
     backup = backup_name(dest, "ansible") if args["backup"] and os.path.exists(dest) else False
     folder = os.path.dirname(dest)
+    passed_through = None  # the temp file an engine-sent file passed through (Ansible's src names its upload)
     try:
         if not os.path.isdir(folder):
             make_parents(folder, directory_mode)
@@ -343,8 +383,11 @@ def run_file(args: dict, ctx: Context) -> dict:
         else:
             base_mode = new_file_mode()
         final = base_mode if mode is None else mode_for(mode, _as_file(base_mode))
-        backup_file = atomic_write(dest, source.data, final, backup, validate, os.path.splitext(dest)[1],
-                                   source.path)
+        data, from_path = source.data, source.path
+        if args["original_basename"] is not None and data is not None:
+            passed_through = _pass_through(folder, data)
+            data, from_path = None, passed_through
+        backup_file = atomic_write(dest, data, final, backup, args["validate"], os.path.splitext(dest)[1], from_path)
         if remote:  # Ansible's copystat of src: its times (and, over a file, its mode) go to dest
             st = os.stat(source.path or "")
             os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -352,10 +395,26 @@ def run_file(args: dict, ctx: Context) -> dict:
     except OSError as exc:
         raise ModuleError(f"Failed to copy {source.path or 'the content'} to {dest}: {exc.strerror}; fix the "
                           "permissions of the path or its folder") from None
+    finally:
+        for used in (passed_through, source.path if args["upload"] else None):
+            if used and os.path.isfile(used):
+                os.unlink(used)
+    if args["original_basename"] is not None or args["upload"]:
+        result["src"] = passed_through or source.path
     if backup_file:
         result["backup_file"] = backup_file
     result.update(path_info(dest), msg=f"{'updated' if replaced else 'created'} {dest}")
     return result
+
+
+def _pass_through(folder: str, data: bytes) -> str:
+    """A temp file in dest's folder holding data (the engine sent a small file inline, as an upload would arrive)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=".dfp-source-", dir=folder)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
 
 
 def _as_file(mode: int) -> os.stat_result:

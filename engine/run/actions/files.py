@@ -3,12 +3,14 @@ control node uploads only what differs (a file, or a folder as a manifest)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.errors import TaskError
+from engine.parsing import vault
 from engine.run.actions.call import ActionCall
 
 if TYPE_CHECKING:
@@ -54,16 +56,9 @@ def template(call: ActionCall) -> dict:
     return call.module("copy", copy_args)
 
 
-def _copy_entries(call: ActionCall, src: Path, dest: str) -> tuple[list[tuple[Path, str]], str]:
-    """(local file, path relative to the destination folder) pairs, and that folder."""
-    if src.is_dir():
-        return [(p, str(p.relative_to(src))) for p in sorted(p for p in src.rglob("*") if p.is_file())], dest
-    if call.args.get("delete_extra"):
-        raise TaskError(f"{call.where()}: delete_extra needs a folder as src; with a single file it would delete "
-                        "the other files beside dest")
-    if dest.endswith("/"):
-        return [(src, src.name)], dest
-    return [(src, os.path.basename(dest.rstrip("/")))], os.path.dirname(dest.rstrip("/"))
+def _copy_entries(src: Path, dest: str) -> tuple[list[tuple[Path, str]], str]:
+    """(local file, path relative to the destination folder) pairs of a folder's files, and that folder."""
+    return [(p, str(p.relative_to(src))) for p in sorted(p for p in src.rglob("*") if p.is_file())], dest
 
 
 def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, dest: str) -> dict:
@@ -94,11 +89,95 @@ def staging_folder(plan: dict, dest_dir: str) -> str:
 COPY_FOLDER_ARGS = ("delete_extra", "mode", "owner", "group")  # what the host's copy takes beside a manifest
 
 
+INLINE_LIMIT = 256 * 1024  # a file up to this size travels inside the module call (one round trip)
+DIFF_LIMIT = 104448  # Ansible's MAX_FILE_SIZE_FOR_DIFF (library/copy.py's)
+ENGINE_ONLY = ("src", "local_follow", "decrypt")  # what the host's copy is not sent
+
+
 def copy_from_control_node(call: ActionCall) -> dict:
-    """copy with `src:` on the control node: plan on the host, upload what differs, install atomically."""
-    src = resolve_local(call, str(call.args.pop("src")), "files/")
+    """copy with `src:` on the control node: one file as Ansible's copy does (its result fields whichever way the
+    bytes travel), a folder through a manifest (plan on the host, upload what differs, install atomically)."""
+    src = resolve_local(call, str(call.args["src"]), "files/")
+    if src.is_dir():
+        call.args.pop("src")
+        return _copy_folder(call, src)
+    return _copy_one_file(call, src)
+
+
+def _source_bytes(call: ActionCall, src: Path) -> bytes | None:
+    """The file's bytes when it is small enough to travel inline (a vault-encrypted file decrypted, as Ansible's
+    decrypt: true); None for a larger file, which is uploaded as it is."""
+    try:
+        if src.stat().st_size > INLINE_LIMIT:
+            return None
+        data = src.read_bytes()
+    except OSError as exc:
+        raise TaskError(f"{call.where()}: could not find src={src}, {exc.strerror or exc}; fix the path or its "
+                        "permissions") from None
+    if call.args.get("decrypt", True) and vault.is_encrypted(data[:64]):
+        return vault.decrypt(data.decode("utf-8", "replace"), f"{call.where()}: copy src {src}").encode("utf-8")
+    return data
+
+
+def _sha1_of(path: Path) -> str:
+    digest = hashlib.sha1()  # noqa: S324 - Ansible's checksum field
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _copy_one_file(call: ActionCall, src: Path) -> dict:
+    """One control-node file, as Ansible's copy action: the host's copy module does what its copy or file module
+    would (content there: only mode and owner), and answers its fields (checksum, md5sum, state, mode, ...)."""
+    args = {k: v for k, v in call.args.items() if k not in ENGINE_ONLY}
+    if args.get("mode") == "preserve":  # Ansible: the control node's file's mode
+        args["mode"] = "0%03o" % (src.stat().st_mode & 0o7777)
+    args["original_basename"] = src.name
+    data = _source_bytes(call, src)
+    if data is not None:
+        result = call.module("copy", {**args, "content_b64": base64.b64encode(data).decode("ascii")})
+    else:
+        result = call.module("copy", {**args, "source_sha1": _sha1_of(src)})
+        if result.get("needed") and not result.get("failed"):
+            result = _upload_one(call, src, args, str(result["dest"]))
+        elif call.check and isinstance(result.get("diff"), dict) and "path" not in result:
+            result["diff"]["src_larger"] = DIFF_LIMIT  # the host saw dest only; this file is past the diff's limit
+    return _as_ansible_answers(result, src)
+
+
+def _upload_one(call: ActionCall, src: Path, args: dict, dest_file: str) -> dict:
+    """A large file: uploaded to a staging folder beside its destination, then written by the host's copy."""
+    stage_root = f"{os.path.dirname(dest_file)}/.dfp-staging"
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    staged = _upload(call, [src.name], {src.name: (src, digest)}, stage_root, dest_file)
+    try:
+        return call.module("copy", {**args, "src": staged[src.name], "upload": True})
+    finally:
+        call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
+
+
+def _as_ansible_answers(result: dict, src: Path) -> dict:
+    """What Ansible's copy action adds: the diff's after_header names the control-node file; an existing dest
+    left alone (force: false) names the source."""
+    result.pop("needed", None)
+    diff = result.get("diff")
+    if isinstance(diff, dict) and "after_header" in diff:
+        diff["after_header"] = str(src)
+    if result.get("msg") == "file already exists":
+        result["src"] = str(src)
+    return result
+
+
+def _copy_folder(call: ActionCall, src: Path) -> dict:
+    """A folder: a manifest of its files (each with the control node's mode unless the task gives one)."""
+    if call.args.get("local_follow") is False and any(p.is_symlink() for p in src.rglob("*")):
+        raise TaskError(f"{call.where()}: local_follow: false keeps {src}'s symlinks as links, which this tool does not "
+                        "copy; drop local_follow (the files they point to are copied) or remove the links")
+    for name in ENGINE_ONLY:
+        call.args.pop(name, None)
     dest = str(call.args["dest"])
-    entries, dest_dir = _copy_entries(call, src, dest)
+    entries, dest_dir = _copy_entries(src, dest)
     given_mode = call.args.get("mode")  # the task's mode for every file; else each keeps the control node's
     manifest = [{"path": rel, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
                  **({} if given_mode is not None else {"mode": "%04o" % (p.stat().st_mode & 0o777)})}
