@@ -73,6 +73,7 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
             quiet=False,
             lock_wait=float(opts["lock_wait"]),
             start_at_task=opts.get("start_at_task") or None,
+            force_handlers=bool(opts.get("force_handlers")),
             **selection(opts, more_vars),
         )
         settings["host_defaults"] = host_defaults_of(opts)  # -K asks only once the options are known good

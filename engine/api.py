@@ -120,6 +120,7 @@ def run_playbook(
     report_sections: dict | None = None,
     host_defaults: dict | None = None,
     start_at_task: str | None = None,
+    force_handlers: bool = False,
 ) -> RunResult:
     """Run a playbook. `host_defaults`: variables every host has unless its inventory sets them (the CLI's -u,
     --private-key, -b, --become-user, -K); `start_at_task`: skip the tasks before the first of that name."""
@@ -128,7 +129,7 @@ def run_playbook(
         if console is None:
             console = Console(verbose=verbose, show_diff=diff, quiet=quiet)
         settings = dict(check=check, diff=diff, forks=forks, console=console, lock_wait=lock_wait,
-                        start_at_task=start_at_task)
+                        start_at_task=start_at_task, force_handlers=force_handlers)
         path, plays, runner, hosts = _plan(playbook, inventory, extra_vars, limit, tags, skip_tags, settings,
                                            host_defaults)
         sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))

@@ -33,6 +33,12 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     # the include itself (engine/playbook/model.py Include): one ok result per host it reaches, as Ansible's "included"
     "include_tasks": {"file": {"type": "str", "required": True}},
     "include_role": {"name": {"type": "str", "required": True}, "tasks_from": {"type": "str"}},
+    # variables from control-node files (engine/run/actions/vars_files.py); `- include_vars: FILE` is `file`
+    "include_vars": {"file": {"type": "str"}, "dir": {"type": "str"}, "name": {"type": "str"},
+                     "depth": {"type": "int", "default": 0}, "files_matching": {"type": "str"},
+                     "ignore_files": {"type": "raw"}, "extensions": {"type": "raw"},
+                     "ignore_unknown_extensions": {"type": "bool", "default": False},
+                     "hash_behaviour": {"type": "str", "choices": ["replace", "merge"]}},
     "template": {
         "src": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True},
@@ -50,6 +56,7 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
 ENGINE_CODE_ARGS: dict[str, tuple[str, ...]] = {
     "assert": (), "fail": (), "debug": (), "set_fact": (), "meta": (),
     "include_tasks": ("file",), "include_role": ("name", "tasks_from"),
+    "include_vars": ("file", "dir", "files_matching", "ignore_files"),
     "template": ("src", "dest", "validate"),
 }
 

@@ -43,9 +43,10 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     playbook's load, which the play's files join)."""
     if not isinstance(raw, dict):
         raise UserError(f"{where}: a play must be a mapping with 'hosts:'")
-    bad = sorted(map(str, set(raw) - PLAY_KEYWORDS))
+    known = PLAY_KEYWORDS | PLAY_FLOW_KEYWORDS
+    bad = sorted(map(str, set(raw) - known))
     if bad:
-        raise UserError(f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(PLAY_KEYWORDS))}")
+        raise UserError(f"{where}: unknown play keyword(s) {', '.join(bad)}; a play may have {', '.join(sorted(known))}")
     hosts = _play_hosts(raw, where)
     name = raw.get("name", hosts)
     if not (isinstance(name, str) and name.strip()):
@@ -56,14 +57,19 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     if "any_errors_fatal" in raw:
         play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    play.tags = sorted(play_tags)
     ctx = replace(loading, play=play)
     play.tasks.extend(parse_tasks(raw.get("pre_tasks"), path, ctx))
+    play.flush_after.append(len(play.tasks))  # handlers run after pre_tasks, after roles and tasks, after post_tasks
     roles = raw.get("roles") or []
     if not isinstance(roles, list):
         raise UserError(f"{where}: 'roles' must be a list of role names")
     for entry in roles:
         load_role(entry, where, ctx)
     play.tasks.extend(parse_tasks(raw.get("tasks"), path, ctx))
+    play.flush_after.append(len(play.tasks))
+    play.tasks.extend(parse_tasks(raw.get("post_tasks"), path, ctx))
+    _flow_keywords(play, raw, where)
     play.handlers.extend(parse_tasks(raw.get("handlers"), path, loading))
     for t in play.all_tasks():
         t.tags |= play_tags
@@ -77,6 +83,66 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
         play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
     _check_notified_handlers(play)
     return play
+
+
+PLAY_FLOW_KEYWORDS = {"post_tasks", "force_handlers", "strategy", "order", "connection", "vars_files", "vars_prompt"}
+STRATEGIES = ("linear", "free")
+HOST_ORDERS = ("inventory", "reverse_inventory", "sorted", "reverse_sorted", "shuffle")
+CONNECTIONS = ("local", "ssh", "smart")  # smart: Ansible's name for ssh
+PROMPT_KEYS = {"name", "prompt", "default", "private", "confirm", "unsafe"}
+
+
+def _choice(raw: dict, key: str, choices: tuple, where: str) -> str:
+    value = raw[key]
+    if not (isinstance(value, str) and value in choices):
+        raise wrong(where, key, f"one of {', '.join(choices)}", value, choices[0])
+    return value
+
+
+def _flow_keywords(play: Play, raw: dict, where: str) -> None:
+    """The play keywords that shape how it runs: force_handlers, strategy, order, connection, vars_files,
+    vars_prompt (checked here; the Runner applies them)."""
+    if "force_handlers" in raw:
+        play.force_handlers = flag(raw["force_handlers"], where, "force_handlers")
+    if "strategy" in raw:
+        play.strategy = _choice(raw, "strategy", STRATEGIES, where)
+    if "order" in raw:
+        play.order = _choice(raw, "order", HOST_ORDERS, where)
+    if "connection" in raw:
+        play.connection = "ssh" if _choice(raw, "connection", CONNECTIONS, where) == "smart" else raw["connection"]
+    if raw.get("vars_files") is not None:
+        play.vars_files = _vars_files_of(raw["vars_files"], where)
+    if raw.get("vars_prompt") is not None:
+        play.vars_prompt = _vars_prompt_of(raw["vars_prompt"], where)
+
+
+def _vars_files_of(value: Any, where: str) -> list:
+    """`vars_files`: a file name or a list; an entry that is itself a list names alternatives (the first found)."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        names_ = item if isinstance(item, list) else [item]
+        if not names_ or not all(isinstance(n, str) and n.strip() for n in names_):
+            raise wrong(where, "vars_files", "a list of file names (an entry may be a list: the first that exists)",
+                        item, "[vars/common.yml, [\"vars/{{ os }}.yml\", vars/default.yml]]")
+    return list(items)
+
+
+def _vars_prompt_of(value: Any, where: str) -> list:
+    """`vars_prompt`: a list of {name, prompt, default, private, ...}; no prompt is ever shown (no terminal is
+    assumed): -e answers it, else its default (engine/run/runner.py)."""
+    if not isinstance(value, list):
+        raise wrong(where, "vars_prompt", "a list of prompts", value, "[{name: version, default: '1.0'}]")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"].strip():
+            raise wrong(where, "vars_prompt", "a list of mappings each with a 'name'", item,
+                        "[{name: version, prompt: Which version?, default: '1.0'}]")
+        bad = sorted(map(str, set(item) - PROMPT_KEYS))
+        if bad:
+            raise UserError(f"{where}: vars_prompt '{item['name']}': unsupported key(s) {', '.join(bad)} (encrypt "
+                            f"and salt are not supported); a prompt may have {', '.join(sorted(PROMPT_KEYS))}")
+        out.append(dict(item))
+    return out
 
 
 def _check_notified_handlers(play: Play) -> None:

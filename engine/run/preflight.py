@@ -16,6 +16,7 @@ from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Play, Task, walk_tasks
 from engine.playbook.modulespec import linked_vars, module_args_spec
+from engine.run.actions.vars_files import include_vars_names
 from engine.run.variables import MAGIC_VARS
 from engine.template.lookups import check_literal_lookups
 from engine.template.markers import is_template
@@ -43,10 +44,14 @@ class Preflight:
                 | MAGIC_VARS
                 | set(self.env.globals)
             )
+            included = [include_vars_names(t, play.source.parent) for t in every if t.module == "include_vars"]
+            # an include_vars whose file is a template: what it defines is known at run time only
+            loose = any(names is None for names in included)
+            known_in_play |= {n for names in included if names for n in names}
             for name in hosts_for(play):
                 base = ChainMap(self.extra_vars, play.vars, self.inventory.host(name).vars, play.defaults)
                 known_on_host = known_in_play | set(base)
-                for task in tasks:
+                for task in [] if loose else tasks:
                     known = known_on_host | set(task.vars) | set(task.role_vars)
                     self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base))
             for task in tasks:  # argument types do not depend on the host

@@ -59,6 +59,7 @@ class HostState:
     facts: dict | None = None
     registered: dict = field(default_factory=dict)
     facts_set: dict = field(default_factory=dict)
+    included_vars: dict = field(default_factory=dict)  # include_vars: above task vars, below set_fact (rendered)
     failed: bool = False
     unreachable: bool = False
     notified: set = field(default_factory=set)
@@ -70,6 +71,7 @@ class HostState:
     # (publish), so its own run of that task never changes what they see (linear strategy).
     shared_registered: dict = field(default_factory=dict)
     shared_facts_set: dict = field(default_factory=dict)
+    shared_included_vars: dict = field(default_factory=dict)
     shared_facts: dict | None = None
     shared_hidden: frozenset = frozenset()
     ended: bool = False  # `meta: end_host` (or end_play) in the current play: no more of its tasks nor handlers
@@ -106,6 +108,7 @@ class HostState:
         """Before a task starts on the hosts: what the others will read of this host during it (shallow copies)."""
         self.shared_registered = dict(self.registered)
         self.shared_facts_set = dict(self.facts_set)
+        self.shared_included_vars = dict(self.included_vars)
         self.shared_facts = self.facts
         self.shared_hidden = frozenset(self.hidden)
         self.shared_provenance = dict(self.provenance)

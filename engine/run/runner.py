@@ -14,6 +14,9 @@ one host's start (connection, become, lock, facts) is engine/run/host_start.py's
 
 from __future__ import annotations
 
+import getpass
+import random
+import sys
 import threading
 from collections import ChainMap
 from collections.abc import Sequence
@@ -24,6 +27,7 @@ from engine.connection import ssh_lookup_cache
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Block, Include, Play, Task
+from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
 from engine.run.host_start import HostStart
@@ -35,6 +39,29 @@ from engine.run.task_executor import TaskExecutor
 from engine.run.variables import Variables
 from engine.template.environment import environment
 from engine.template.templar import Templar
+
+
+def prompt_answers(prompts: list, extra_vars: dict, where: str) -> dict:
+    """A play's vars_prompt: -e answers a prompt (nothing is asked); else, on a terminal, the question is asked
+    (hidden input unless `private: false`; Enter keeps the default); else the default. No default and no
+    terminal: refused, naming the variable and the fix."""
+    answers: dict = {}
+    for item in prompts:
+        name = item["name"]
+        if name in extra_vars:
+            continue
+        default = item.get("default")
+        if sys.stdin is not None and sys.stdin.isatty():
+            question = f"{item.get('prompt') or name}{f' [{default}]' if default is not None else ''}: "
+            private = item.get("private", True) not in (False, "no", "false", "False")
+            typed = getpass.getpass(question) if private else input(question)
+            answers[name] = typed if typed or default is None else default
+        elif default is not None:
+            answers[name] = default
+        else:
+            raise UserError(f"{where}: vars_prompt '{name}' has no default and there is no terminal to ask on; pass "
+                            f"-e {name}=VALUE or give the prompt a default")
+    return answers
 
 
 class Runner:
@@ -52,8 +79,12 @@ class Runner:
         console=None,
         lock_wait: float = 60.0,
         start_at_task: str | None = None,
+        force_handlers: bool = False,
     ) -> None:
         self.inventory = inventory
+        self.force_handlers = force_handlers  # --force-handlers: a play's own force_handlers wins
+        self._shuffled: dict[int, list[str]] = {}  # id(play) -> its hosts in `order: shuffle`, drawn once
+        self._vars_loaded: set[int] = set()  # plays whose vars_prompt and vars_files are in their vars
         self.extra_vars = extra_vars or {}
         self.tags = tags or set()
         self.skip_tags = skip_tags or set()
@@ -87,6 +118,20 @@ class Runner:
         if self.limit:
             allowed = set(self.inventory.select(self.limit, where="--limit/--host/--group"))
             hosts = [h for h in hosts if h in allowed]
+        return self._ordered(play, hosts)
+
+    def _ordered(self, play: Play, hosts: list[str]) -> list[str]:
+        """The play's hosts in its `order` (inventory, reverse_inventory, sorted, reverse_sorted, shuffle: drawn
+        once per play, so every look at the play sees the same order)."""
+        if play.order == "reverse_inventory":
+            return hosts[::-1]
+        if play.order in ("sorted", "reverse_sorted"):
+            return sorted(hosts, reverse=play.order == "reverse_sorted")
+        if play.order == "shuffle":
+            drawn = self._shuffled.get(id(play))
+            if drawn is None or set(drawn) != set(hosts):
+                drawn = self._shuffled[id(play)] = random.sample(hosts, len(hosts))
+            return list(drawn)
         return hosts
 
     def task_selected(self, task: Task) -> bool:
@@ -115,7 +160,8 @@ class Runner:
     # -- the run ----------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
-        self.hosts.connect_early(plays, self.hosts_for, self._pool)
+        if plays and plays[0].connection is None:  # a play's `connection` may change how its hosts are reached
+            self.hosts.connect_early(plays, self.hosts_for, self._pool)
         try:
             serials = self.preflight(plays)
             for number, play in enumerate(plays):
@@ -134,6 +180,7 @@ class Runner:
     def preflight(self, plays: list[Play]) -> list:
         """Everything checked before any host is touched (secrets known first, so no message shows one); the
         plays' batch sizes. Also all that --syntax-check runs."""
+        self.load_play_vars(plays)
         for play in plays:
             for name in self.hosts_for(play):
                 self.variables.collect_secrets(self._state(name), play)
@@ -142,6 +189,21 @@ class Runner:
             return [self.serial_for(play) for play in plays]
         except UserError as exc:  # a message may quote a value: never a secret
             raise UserError(self.variables.secrets.redact(str(exc))) from None
+
+    def load_play_vars(self, plays: list[Play]) -> None:
+        """Each play's vars_prompt answers and vars_files, into its vars once (above its own vars, as Ansible's
+        precedence), before secrets are collected and anything is checked. Their names render with -e and the
+        play's vars: no host's data chooses a file."""
+        for play in plays:
+            if id(play) in self._vars_loaded or not (play.vars_files or play.vars_prompt):
+                continue
+            self._vars_loaded.add(id(play))
+            where = f"{play.source}: play '{play.name}'"
+            prompted = prompt_answers(play.vars_prompt, self.extra_vars, where)
+            view = self.templar.view(ChainMap(self.extra_vars, prompted, play.vars, play.defaults))
+            files = play_vars_files(play.vars_files, play.source.parent,
+                                    lambda name, v=view: self.templar.render_value(name, v), where)
+            play.vars = {**play.vars, **prompted, **files}
 
     def _parallel(self, states: list[HostState], fn) -> list:
         if len(states) == 1:
@@ -200,25 +262,54 @@ class Runner:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
         self.variables.publish(play)
         active = [s for s in states if s.active]
+        self._use_connection(play, states)
         self._parallel(states, lambda st: self.hosts.start(st, play))
         if play.any_errors_fatal:
             self.stops.note_fatal(active, None)
         for s in states:
             s.ended = False
-        self._run_items(states, play, play.tasks)
-        self._flush_handlers(states, play)
+        if play.strategy == "free" and len(states) > 1:  # each host through the whole play at its own pace
+            self._parallel(states, lambda st: self._run_sections([st], play))
+        else:
+            self._run_sections(states, play)
         if self.console:
             self.console.task_done()
 
-    def _flush_handlers(self, states: list[HostState], play: Play) -> None:
-        """The notified handlers, in the order the play lists them, on the hosts that notified them (at the end
-        of the play, or at a `meta: flush_handlers`)."""
+    def _use_connection(self, play: Play, states: list[HostState]) -> None:
+        """The play's `connection` keyword for its hosts whose inventory sets no ansible_connection (Ansible: the
+        variable wins over the keyword); a host an earlier play reached another way logs in anew."""
+        for state in states:
+            own = self.inventory.host(state.host.name)
+            want = own
+            if play.connection is not None and "ansible_connection" not in own.vars:
+                want = replace(own, vars={**own.vars, "ansible_connection": play.connection})
+            if want.connection != state.host.connection:
+                state.host = want
+                if state.client is not None:
+                    self.hosts.reset(state, play)
+
+    def _run_sections(self, states: list[HostState], play: Play) -> None:
+        """pre_tasks, then roles and tasks, then post_tasks, each followed by the handlers notified so far, as
+        Ansible flushes them; with force_handlers (the play's, else --force-handlers) also on the hosts that failed
+        in that part."""
+        forced = self.force_handlers if play.force_handlers is None else play.force_handlers
+        start = 0
+        for end in [*play.flush_after, len(play.tasks)]:
+            entered = [s for s in states if s.running]
+            self._run_items(states, play, play.tasks[start:end])
+            self._flush_handlers(entered if forced else states, play, forced)
+            start = end
+
+    def _flush_handlers(self, states: list[HostState], play: Play, forced: bool = False) -> None:
+        """The notified handlers, in the order the play lists them, on the hosts that notified them (after each
+        part of the play, or at a `meta: flush_handlers`); `forced`: on the failed ones too (not unreachable)."""
         consumed: dict[int, set] = {}  # per host, the names and topics that ran a handler: cleared at the end, so
         for handler in play.handlers:  # every handler listening to one topic runs, as in Ansible
-            if self.stops.fatal is not None:
+            if self.stops.fatal is not None and not forced:
                 break
             triggers = {handler.name, *handler.listen}
-            active = [s for s in states if s.running and s.notified & triggers]
+            active = [s for s in states if (s.running or (forced and not s.unreachable and not s.ended))
+                      and s.notified & triggers]
             if active:
                 self._run_on(active, play, handler, handler=True)
                 for s in active:
@@ -238,10 +329,13 @@ class Runner:
         first = running[0]
         registered = {task.register: first.registered[task.register]} if task.register in first.registered else {}
         facts = {n: first.facts_set[n] for n in task.args if n in first.facts_set} if task.module == "set_fact" else {}
+        loaded = (ran[0].result.get("ansible_facts") or {}) if task.module == "include_vars" and ran else {}
+        included = {n: first.included_vars[n] for n in loaded if n in first.included_vars}
         hidden = first.hidden & {*registered, *facts}  # a no_log task's values stay secret on every host
         for other in running[1:]:
             other.registered.update(registered)
             other.facts_set.update(facts)
+            other.included_vars.update(included)
             other.hidden |= hidden
 
     def _meta(self, states: list[HostState], play: Play, task: Task, ran: list) -> None:

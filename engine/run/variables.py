@@ -1,6 +1,6 @@
 """The variables a task sees, layered with Ansible's precedence, and the secrets among them.
 
-Layers, first wins: -e; loop item and `result`; registered results; set_fact values; facts; task vars;
+Layers, first wins: -e; loop item and `result`; registered results; set_fact values; facts; include_vars; task vars;
 role parameters; play vars; inventory (host, then groups); magic names; role defaults. The data layers
 (loop item/result, registered, set_fact, facts, magic) are never rendered (engine/template/templar.py).
 `hostvars[NAME]` is host NAME's own view (HostVars): its inventory values rendered in its context, its
@@ -164,6 +164,7 @@ class Variables:
             state.registered,
             state.facts_set,
             facts,
+            state.included_vars,
             task.vars if task else {},
             task.role_vars if task else {},
             play.vars,
@@ -186,7 +187,8 @@ class Variables:
         magic = self._magic(state, play, None, hostvars)
         facts = {"facts": state.shared_facts or {}}
         registered, facts_set = state.shared_registered, state.shared_facts_set
-        layers = ChainMap(self.extra_vars, registered, facts_set, facts, play.vars, host.vars, magic, play.defaults)
+        layers = ChainMap(self.extra_vars, registered, facts_set, facts, state.shared_included_vars, play.vars, host.vars,
+                          magic, play.defaults)
         view = HostView(layers, self.templar, (registered, facts_set, facts, magic), (magic,), state.shared_hidden,
                         self.secrets)
         view.origin = Origin(play, None, self.secrets)

@@ -15,6 +15,7 @@ from typing import Callable
 from engine.run.actions.call import ActionCall
 from engine.run.actions.control import assert_, debug, fail, included, meta, set_fact
 from engine.run.actions.files import copy_from_control_node, template
+from engine.run.actions.vars_files import include_vars
 
 Action = Callable[[ActionCall], dict]
 
@@ -36,6 +37,7 @@ ACTIONS: dict[str, Action] = {
     "meta": meta,
     "include_tasks": included,
     "include_role": included,
+    "include_vars": include_vars,
     "template": template,
     "copy": copy_from_control_node,
     "models": imported_at_first_call("engine.run.actions.models", "models_via_control_node"),
@@ -43,7 +45,7 @@ ACTIONS: dict[str, Action] = {
 
 # Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
 # only chooses whose variables it sets).
-LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "meta", "set_fact")
+LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "include_vars", "meta", "set_fact")
 
 
 def relayed(args: dict) -> bool:
