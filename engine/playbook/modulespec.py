@@ -48,6 +48,14 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
         "backup": {"type": "bool", "default": False},
         "force": {"type": "bool", "default": True},
         "validate": {"type": "str"},
+        "follow": {"type": "bool", "default": False},
+        "trim_blocks": {"type": "bool", "default": True},
+        "lstrip_blocks": {"type": "bool", "default": False},
+        "newline_sequence": {"type": "str", "default": "\n"},
+        "output_encoding": {"type": "str", "default": "utf-8"},
+        "block_start_string": {"type": "str"}, "block_end_string": {"type": "str"},
+        "variable_start_string": {"type": "str"}, "variable_end_string": {"type": "str"},
+        "comment_start_string": {"type": "str"}, "comment_end_string": {"type": "str"},
     },
 }
 

@@ -230,13 +230,15 @@ class Templar:
         """A bare expression's value and what it read; a value computed from a secret joins the secrets."""
         return self._tracked(self.evaluate, expression, variables, True)
 
-    def render_file(self, path: str, variables: Mapping) -> str:
+    def render_file(self, path: str, variables: Mapping, options: dict | None = None) -> str:
+        """A template file; `options` are Jinja environment settings for this one (template's trim_blocks,
+        lstrip_blocks, newline_sequence, block_start_string, ...), the sandbox kept."""
         with open(path, encoding="utf-8") as fh:
-            return self.render_text(fh.read(), variables)
+            return self.render_text(fh.read(), variables, options)
 
-    def render_text(self, source: str, variables: Mapping) -> str:
+    def render_text(self, source: str, variables: Mapping, options: dict | None = None) -> str:
         """A whole template as text, even when it is one expression (a file's trailing newline is kept)."""
-        template = self._template(source)
+        template = self.env.overlay(**options).from_string(source) if options else self._template(source)
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)
             return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,14 +47,46 @@ def resolve_local(call: ActionCall, src: str, sub: str) -> Path:
     raise TaskError(f"{call.where()}: {sub[:-1]} source '{src}' not found; looked in " + ", ".join(str(c) for c in candidates))
 
 
+TEMPLATE_ONLY = ("src", "newline_sequence", "block_start_string", "block_end_string", "variable_start_string",
+                 "variable_end_string", "comment_start_string", "comment_end_string", "trim_blocks", "lstrip_blocks",
+                 "output_encoding")  # Ansible's template options the copy after it is not given
+NEWLINES = {"\\n": "\n", "\\r": "\r", "\\r\\n": "\r\n"}  # as written in YAML without escapes
+
+
+def template_options(call: ActionCall) -> dict:
+    """The Jinja settings a template task gives (Ansible's defaults where it gives none)."""
+    args = call.args
+    newline = NEWLINES.get(args.get("newline_sequence") or "\n", args.get("newline_sequence") or "\n")
+    if newline not in NEWLINES.values():
+        raise TaskError(f"{call.where()}: newline_sequence needs to be one of: \\n, \\r or \\r\\n (got "
+                        f"{args['newline_sequence']!r})")
+    options = {"trim_blocks": bool(args.get("trim_blocks", True)), "lstrip_blocks": bool(args.get("lstrip_blocks", False)),
+               "newline_sequence": newline}
+    for name in TEMPLATE_ONLY[2:8]:
+        if args.get(name):
+            options[name] = str(args[name])
+    defaults = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
+    return {} if options == defaults else options
+
+
 def template(call: ActionCall) -> dict:
+    """Ansible's template: rendered here (its Jinja options, output_encoding), then copied as a control-node file
+    named as the template (a folder as dest gets that name)."""
     src = resolve_local(call, call.args["src"], "templates/")
-    content = call.executor.templar.render_file(str(src), call.view)
-    copy_args = {"dest": call.args["dest"], "content": content}
-    for k in ("mode", "owner", "group", "backup", "force", "validate"):  # Ansible's template options the copy has
-        if call.args.get(k) is not None:
-            copy_args[k] = call.args[k]
-    return call.module("copy", copy_args)
+    content = call.executor.templar.render_file(str(src), call.view, template_options(call))
+    encoding = call.args.get("output_encoding") or "utf-8"
+    try:
+        data = content.encode(encoding, errors="surrogateescape")
+    except LookupError:
+        raise TaskError(f"{call.where()}: output_encoding {encoding!r} is no encoding Python knows; give one such as "
+                        "utf-8, latin-1 or utf-16") from None
+    except UnicodeEncodeError as exc:
+        raise TaskError(f"{call.where()}: the rendered template holds {exc.object[exc.start:exc.end]!r}, which "
+                        f"{encoding} cannot encode; use another output_encoding") from None
+    args = {k: v for k, v in call.args.items() if k not in TEMPLATE_ONLY and v is not None}
+    if args.get("mode") == "preserve":  # Ansible: the template file's own mode
+        args["mode"] = "0%03o" % (src.stat().st_mode & 0o7777)
+    return _send_file(call, args, src.name, data, None, src)
 
 
 def _copy_entries(src: Path, dest: str) -> tuple[list[tuple[Path, str]], str]:
@@ -105,16 +138,19 @@ def copy_from_control_node(call: ActionCall) -> dict:
 
 
 def _source_bytes(call: ActionCall, src: Path) -> bytes | None:
-    """The file's bytes when it is small enough to travel inline (a vault-encrypted file decrypted, as Ansible's
-    decrypt: true); None for a larger file, which is uploaded as it is."""
+    """The file's bytes when they must or may travel inline: a vault-encrypted file decrypted (Ansible's decrypt:
+    true), a small one as it is; None for a larger plain file, which is uploaded as it is."""
     try:
-        if src.stat().st_size > INLINE_LIMIT:
+        with open(src, "rb") as fh:
+            head = fh.read(64)
+        vaulted = bool(call.args.get("decrypt", True)) and vault.is_encrypted(head)
+        if not vaulted and src.stat().st_size > INLINE_LIMIT:
             return None
         data = src.read_bytes()
     except OSError as exc:
         raise TaskError(f"{call.where()}: could not find src={src}, {exc.strerror or exc}; fix the path or its "
                         "permissions") from None
-    if call.args.get("decrypt", True) and vault.is_encrypted(data[:64]):
+    if vaulted:
         return vault.decrypt(data.decode("utf-8", "replace"), f"{call.where()}: copy src {src}").encode("utf-8")
     return data
 
@@ -133,17 +169,26 @@ def _copy_one_file(call: ActionCall, src: Path) -> dict:
     args = {k: v for k, v in call.args.items() if k not in ENGINE_ONLY}
     if args.get("mode") == "preserve":  # Ansible: the control node's file's mode
         args["mode"] = "0%03o" % (src.stat().st_mode & 0o7777)
-    args["original_basename"] = src.name
-    data = _source_bytes(call, src)
-    if data is not None:
+    return _send_file(call, args, src.name, _source_bytes(call, src), src, src)
+
+
+def _send_file(call: ActionCall, args: dict, name: str, data: bytes | None, path: Path | None, shown: Path) -> dict:
+    """The bytes (data, or the file at path) written at dest by the host's copy: inline when small, else its sha1
+    first and an upload only when dest differs."""
+    args = {**args, "original_basename": name}
+    if data is not None and len(data) <= INLINE_LIMIT:
         result = call.module("copy", {**args, "content_b64": base64.b64encode(data).decode("ascii")})
-    else:
-        result = call.module("copy", {**args, "source_sha1": _sha1_of(src)})
+        return _as_ansible_answers(result, shown)
+    with tempfile.TemporaryDirectory(prefix="dfp-template-") as scratch:
+        if path is None or data is not None:  # rendered (or decrypted) bytes: uploaded from a file of their own
+            path = Path(scratch) / name
+            path.write_bytes(data or b"")
+        result = call.module("copy", {**args, "source_sha1": _sha1_of(path)})
         if result.get("needed") and not result.get("failed"):
-            result = _upload_one(call, src, args, str(result["dest"]))
+            result = _upload_one(call, path, args, str(result["dest"]))
         elif call.check and isinstance(result.get("diff"), dict) and "path" not in result:
             result["diff"]["src_larger"] = DIFF_LIMIT  # the host saw dest only; this file is past the diff's limit
-    return _as_ansible_answers(result, src)
+    return _as_ansible_answers(result, shown)
 
 
 def _upload_one(call: ActionCall, src: Path, args: dict, dest_file: str) -> dict:
