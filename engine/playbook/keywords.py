@@ -144,12 +144,31 @@ def timeout_of(value: Any, where: str) -> float:
 
 
 def names(value: Any, where: str, key: str) -> list[str]:
-    """`notify`/`tags`/`listen`: a string or a list of strings."""
+    """`notify`/`tags`/`listen`: a string or a list of strings. Tags as Ansible reads them: `tags: a,b` is two
+    tags, a number is its text, and a template (`tags: "{{ x }}"`) stays one entry, rendered when the run selects
+    tasks (engine/run/runner.py resolve_tags)."""
+    if key == "tags":
+        return tag_names(value, where)
     items = value if isinstance(value, list) else [value]
     for item in items:
         if not (isinstance(item, str) and item.strip()):
             raise wrong(where, key, "a name or a list of names (strings)", item, "[name1, name2]")
     return list(items)
+
+
+def tag_names(value: Any, where: str) -> list[str]:
+    """`tags`: a name, names separated by commas, a number, a template, or a list of those."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()] if not is_template_text(value) else [value]
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            item = str(item)
+        if not (isinstance(item, str) and item.strip()):
+            raise wrong(where, "tags", "a name, names separated by commas, or a list of names", item, "[name1, name2]")
+        out.append(item.strip())
+    return out
 
 
 def identifier(value: Any, where: str, key: str) -> str:

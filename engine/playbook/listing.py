@@ -37,7 +37,7 @@ def listing(path: str | Path, plays: list[Play], hosts_for: Callable[[Play], lis
     """The text of the listings in `what` (a subset of LISTINGS), for `plays` as the run would select them."""
     lines = ["", f"playbook: {path}"]
     for number, play in enumerate(plays, 1):
-        lines += ["", f"  play #{number} ({play.hosts}): {play.name}\tTAGS: []"]
+        lines += ["", f"  play #{number} ({play.hosts}): {play.name}\tTAGS: [{','.join(play.tags)}]"]
         if "hosts" in what:
             hosts = hosts_for(play)
             lines += [f"    pattern: ['{play.hosts}']", f"    hosts ({len(hosts)}):"]

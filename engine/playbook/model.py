@@ -33,6 +33,8 @@ class Task:
     vars: dict = field(default_factory=dict)
     listen: list[str] = field(default_factory=list)
     check_mode: bool | None = None
+    diff: bool | None = None  # None: the command line's --diff
+    loop_control: dict = field(default_factory=dict)  # index_var, extended, label, pause (loop_var is loop_var)
     role_vars: dict = field(default_factory=dict)  # params given to the role in the play
     # None: inherited (block, role entry, play, then the host's ansible_become* variables). See engine/connection/become.py.
     become: bool | None = None
@@ -104,6 +106,7 @@ class Play:
     max_fail_percentage: float | None = None  # of a batch; past it the play stops (None: only when all fail)
     become: dict = field(default_factory=dict)  # the play's own become keywords (host lock and facts use them)
     any_errors_fatal: bool = False  # a host failing (or unreachable) stops the play for every host
+    tags: list[str] = field(default_factory=list)  # the play's own (its tasks carry them too): --list-tasks shows them
     # where pre_tasks and roles+tasks end in `tasks` (handlers are flushed there, and after post_tasks)
     flush_after: list[int] = field(default_factory=list)
     force_handlers: bool | None = None  # None: the command line's --force-handlers
