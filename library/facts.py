@@ -2,7 +2,9 @@
 
 Gathered at the start of every play (the variable `facts`); roles decide from it (flash-attn line
 from the compute capability, GPU roles skip without a driver). Reads /proc and /etc directly and
-calls nvidia-smi at most twice, so it stays fast; it never changes the host.
+calls nvidia-smi at most twice, so it stays fast; it never changes the host. The same gathering
+returns Ansible's facts (`ansible_facts`: ansible_distribution, ansible_python...) for playbooks
+written for Ansible (dflash_host/host/ansible_facts.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import platform
 import socket
 import sys
 
-from dflash_host.host import systemd
+from dflash_host.host import ansible_facts, systemd
 from dflash_host.host.gpus import NoDriver, query_cuda_version, query_gpus
 from dflash_host.module import Context, main
 
@@ -139,7 +141,7 @@ def run(args: dict, ctx: Context) -> dict:
     else:
         gpu_msg = f"no GPU ({reason})"
     msg = f"{facts['hostname']}: {facts['os']['distribution'] or uname.system}, python {facts['python']['version']}, {gpu_msg}"
-    return {"changed": False, "msg": msg, "facts": facts}
+    return {"changed": False, "msg": msg, "facts": facts, "ansible_facts": ansible_facts.gather()}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from engine.playbook.modulespec import modules
 from engine.run.results import HostState, TaskResult
 from engine.run.task_executor import TaskExecutor, linked_values
 from engine.run.variables import Variables
+from engine.template.secrets import secret_leaves
 from engine.template.templar import Templar
 
 FACTS = "facts"  # the module gathering facts at the start of a play (gather_facts)
@@ -163,8 +164,16 @@ class HostStart:
                 return
         facts = result.get("facts")
         state.facts = facts if isinstance(facts, dict) else {}
+        self._keep_ansible_facts(state, result.pop("ansible_facts", None))
         status = "failed" if result.get("failed") else "ok"
         if status == "failed":
             state.failed = True
         self.executor.record(state, TaskResult(state.host.name, "Gathering facts", None, "facts", status, False,
                                                str(result.get("msg", "")), time.monotonic() - started, result))
+
+    def _keep_ansible_facts(self, state: HostState, facts: object) -> None:
+        """Ansible's facts into the host's fact cache (ansible_facts, ansible_*); what sits under a secret-looking
+        name among them (an HF_TOKEN in ansible_env) joins the run's secrets, shown masked wherever it goes."""
+        if isinstance(facts, dict):
+            self.variables.secrets.add(secret_leaves(facts))
+            state.add_facts(facts)

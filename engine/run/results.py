@@ -59,6 +59,10 @@ class HostState:
     facts: dict | None = None
     registered: dict = field(default_factory=dict)
     facts_set: dict = field(default_factory=dict)
+    # Ansible's fact cache (setup's answer, a module's ansible_facts, set_fact with cacheable) and the variables it
+    # gives: ansible_facts (names without their ansible_ prefix) and each fact as a variable (fact_variables)
+    fact_cache: dict = field(default_factory=dict)
+    fact_vars: dict = field(default_factory=lambda: {"ansible_facts": {}})
     included_vars: dict = field(default_factory=dict)  # include_vars: above task vars, below set_fact (rendered)
     failed: bool = False
     unreachable: bool = False
@@ -73,6 +77,7 @@ class HostState:
     shared_facts_set: dict = field(default_factory=dict)
     shared_included_vars: dict = field(default_factory=dict)
     shared_facts: dict | None = None
+    shared_fact_vars: dict = field(default_factory=lambda: {"ansible_facts": {}})
     shared_hidden: frozenset = frozenset()
     ended: bool = False  # `meta: end_host` (or end_play) in the current play: no more of its tasks nor handlers
     # Held while a task uses this host's client: its own tasks and those delegated to it from other hosts' threads
@@ -86,6 +91,11 @@ class HostState:
     shared_provenance: dict = field(default_factory=dict)
     loop_taint: dict = field(default_factory=dict)
     task_taint: Taint = field(default_factory=Taint)  # what the current task's arguments read (its register's record)
+
+    def add_facts(self, facts: dict) -> None:
+        """Facts into this host's fact cache (a later value of a name replaces the earlier one, as Ansible's)."""
+        self.fact_cache = {**self.fact_cache, **facts}
+        self.fact_vars = fact_variables(self.fact_cache)
 
     @property
     def host_taint(self) -> Taint:
@@ -110,8 +120,38 @@ class HostState:
         self.shared_facts_set = dict(self.facts_set)
         self.shared_included_vars = dict(self.included_vars)
         self.shared_facts = self.facts
+        self.shared_fact_vars = self.fact_vars  # never changed in place: add_facts builds a new one
         self.shared_hidden = frozenset(self.hidden)
         self.shared_provenance = dict(self.provenance)
+
+
+# Names a host's facts never set as variables: the connection's, become's and the interpreter's settings, the
+# magic names, the tool's own settings (what Ansible's clean_facts removes, and dfp_*): what a host returns never
+# chooses how it or another host is reached, nor the run's own variables.
+RESERVED_FACTS = frozenset({
+    "ansible_connection", "ansible_host", "ansible_user", "ansible_port", "ansible_password", "ansible_pipelining",
+    "ansible_timeout", "ansible_shell_type", "ansible_shell_executable", "ansible_module_compression",
+    "ansible_private_key_file", "ansible_network_os", "ansible_connection_user", "ansible_host_key_checking",
+    "ansible_rsync_path", "ansible_playbook_python", "ansible_facts", "ansible_group_priority", "add_host",
+    "add_group", "inventory_hostname", "inventory_hostname_short", "group_names", "groups", "hostvars", "omit",
+    "playbook_dir", "role_path", "role_name", "vars", "environment", "facts", "ansible_play_hosts",
+    "ansible_play_hosts_all", "ansible_play_batch", "ansible_check_mode", "ansible_diff_mode", "ansible_version",
+})
+RESERVED_FACT_PREFIXES = ("ansible_ssh_", "ansible_sftp_", "ansible_scp_", "ansible_paramiko_", "ansible_become",
+                          "ansible_local_", "ansible_docker_", "dfp_")
+
+
+def reserved_fact(name: str) -> bool:
+    if name in RESERVED_FACTS or (name.startswith("ansible_") and name.endswith("_interpreter")):
+        return True
+    return name.startswith(RESERVED_FACT_PREFIXES) and not name.startswith("ansible_ssh_host_key_")
+
+
+def fact_variables(cache: dict) -> dict:
+    """The variables a fact cache gives, as Ansible's (INJECT_FACTS_AS_VARS): `ansible_facts` (each name without
+    its ansible_ prefix, ansible_local kept whole) and each fact under its own name, but the reserved ones."""
+    namespaced = {(k[8:] if k.startswith("ansible_") and k != "ansible_local" else k): v for k, v in cache.items()}
+    return {**{k: v for k, v in cache.items() if not reserved_fact(k)}, "ansible_facts": namespaced}
 
 
 def status_of(result: dict) -> str:

@@ -26,7 +26,7 @@ from engine.run.trust import check_task
 from engine.run.variables import Variables
 from engine.template.bounds import render_budget
 from engine.template.markers import to_bool, undefined_name
-from engine.template.secrets import is_secret_name
+from engine.template.secrets import is_secret_name, secret_leaves
 from engine.template.taint import Taint, close_frame, open_frame, union
 from engine.template.templar import Templar
 
@@ -265,7 +265,20 @@ class TaskExecutor:
         if isinstance(result.get("diff"), dict) and taint.secret:
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
+        self._keep_facts(state, target, task, args, result)
         return result
+
+    def _keep_facts(self, state: HostState, target: HostState, task: Task, args: dict, result: dict) -> None:
+        """A result's ansible_facts into the fact cache, as Ansible's: a module's (setup's), the delegate's with
+        delegate_facts; set_fact's only with `cacheable` (its values are set_fact variables besides); never a
+        failed or skipped result's, nor debug's or include_vars' (variables, not facts)."""
+        facts = result.get("ansible_facts")
+        if not isinstance(facts, dict) or result.get("failed") or result.get("skipped"):
+            return
+        if task.module in ("debug", "include_vars") or (task.module == "set_fact" and not to_bool(args.get("cacheable"))):
+            return
+        self.variables.secrets.add(secret_leaves(facts))
+        (target if task.delegate_facts else state).add_facts(facts)
 
     def _rendered_args(self, task: Task, view) -> tuple[dict, dict[str, Taint]]:
         """The task's arguments rendered for this host, with those its module links to variables, and what each

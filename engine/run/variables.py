@@ -1,8 +1,9 @@
 """The variables a task sees, layered with Ansible's precedence, and the secrets among them.
 
 Layers, first wins: -e; loop item and `result`; registered results; set_fact values; facts; include_vars; task vars;
-role parameters; play vars; inventory (host, then groups); magic names; role defaults. The data layers
-(loop item/result, registered, set_fact, facts, magic) are never rendered (engine/template/templar.py).
+role parameters; play vars; Ansible's facts (ansible_facts, ansible_*); inventory (host, then groups); magic names;
+role defaults. The data layers (loop item/result, registered, set_fact, facts, Ansible's facts, magic) are never
+rendered (engine/template/templar.py).
 `hostvars[NAME]` is host NAME's own view (HostVars): its inventory values rendered in its context, its
 registered results, set_fact values and facts as data, as they were when the current task started.
 """
@@ -13,6 +14,7 @@ from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dflash_host.host.fact_names import FACT_NAMES
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Play, Task
 from engine.run.results import HostState
@@ -39,7 +41,8 @@ MAGIC_VARS = {
     "result",
     "ansible_failed_task",
     "ansible_failed_result",
-}
+    "ansible_facts",
+} | FACT_NAMES  # Ansible's facts as variables (engine/run/results.py fact_variables), once gathered
 
 
 _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
@@ -168,11 +171,13 @@ class Variables:
             task.vars if task else {},
             task.role_vars if task else {},
             play.vars,
+            state.fact_vars,
             state.host.vars,
             magic,
             play.defaults,
         )
-        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, magic), (magic,))
+        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, state.fact_vars, magic),
+                                 (magic,))
         view.origin = Origin(play, task, self.secrets)  # where lookups search, whom they name, what they mask
         view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
         view.host_taint = state.host_taint
@@ -187,10 +192,10 @@ class Variables:
         magic = self._magic(state, play, None, hostvars)
         facts = {"facts": state.shared_facts or {}}
         registered, facts_set = state.shared_registered, state.shared_facts_set
-        layers = ChainMap(self.extra_vars, registered, facts_set, facts, state.shared_included_vars, play.vars, host.vars,
-                          magic, play.defaults)
-        view = HostView(layers, self.templar, (registered, facts_set, facts, magic), (magic,), state.shared_hidden,
-                        self.secrets)
+        layers = ChainMap(self.extra_vars, registered, facts_set, facts, state.shared_included_vars, play.vars,
+                          state.shared_fact_vars, host.vars, magic, play.defaults)
+        view = HostView(layers, self.templar, (registered, facts_set, facts, state.shared_fact_vars, magic), (magic,),
+                        state.shared_hidden, self.secrets)
         view.origin = Origin(play, None, self.secrets)
         view.provenance, view.host_taint = state.shared_provenance, state.host_taint
         view.display = hostvars.display

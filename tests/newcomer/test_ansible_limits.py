@@ -40,13 +40,8 @@ REFUSED = {
                                 "the arguments of 'debug' must be a mapping"),
     "action": (TASK.format("action: debug msg=hi"), "unknown module 'action'"),
     # play keywords
-    "vars_files": ("  vars_files: [v.yml]\n" + TASK.format("debug: {msg: a}"), "unknown play keyword(s) vars_files"),
-    "vars_prompt": ("  vars_prompt: []\n" + TASK.format("debug: {msg: a}"), "unknown play keyword(s) vars_prompt"),
-    "post_tasks": ("  post_tasks: [{debug: {msg: a}}]\n", "unknown play keyword(s) post_tasks"),
-    "strategy": ("  strategy: free\n" + TASK.format("debug: {msg: a}"), "unknown play keyword(s) strategy"),
-    "connection": ("  connection: local\n" + TASK.format("debug: {msg: a}"), "unknown play keyword(s) connection"),
-    "force_handlers": ("  force_handlers: true\n" + TASK.format("debug: {msg: a}"),
-                       "unknown play keyword(s) force_handlers"),
+    "strategy host_pinned": ("  strategy: host_pinned\n" + TASK.format("debug: {msg: a}"),
+                             "'strategy' must be one of linear, free"),
     "module_defaults": ("  module_defaults: {}\n" + TASK.format("debug: {msg: a}"),
                         "unknown play keyword(s) module_defaults"),
     # task keywords
@@ -70,8 +65,6 @@ REFUSED = {
                                 "a loop over includes is not supported"),
     "include_role public": (TASK.format("include_role: {name: r, public: true}"), "not supported: include_role.public"),
     # modules
-    "include_vars": (TASK.format("include_vars: v.yml"), "unknown module 'include_vars'"),
-    "setup": (TASK.format("setup:"), "unknown module 'setup'"),
     "ping": (TASK.format("ping:"), "unknown module 'ping'"),
     "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
     "service": (TASK.format("service: {name: x, state: started}"), "unknown module 'service'"),
@@ -89,7 +82,6 @@ REFUSED = {
     "flatten": (TASK.format('debug: {msg: "{{ [[1]] | flatten }}"}'), "No filter named 'flatten'"),
     "lookup sequence": (TASK.format('debug: {msg: "{{ lookup(\'sequence\', \'start=1 end=2\') }}"}'),
                         "lookup('sequence') is not a lookup dflash-provision has"),
-    "ansible_facts": (TASK.format('debug: {msg: "{{ ansible_facts.distribution }}"}'), "'ansible_facts' is undefined"),
 }
 
 
