@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
+from engine.parsing.kv import kv_arguments, parse_kv, split_module_string
 from engine.parsing.yamlfile import check_variable_names, describe_name, load_yaml
 from engine.playbook.context import ParseContext, enter
 from engine.playbook.keywords import (
@@ -22,7 +23,9 @@ from engine.playbook.keywords import (
     delegate_to_of,
     environment_of,
     flag,
+    is_template_text,
     names,
+    shown,
     task_keywords,
     variables_of,
     wrong,
@@ -60,11 +63,7 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
         raise UserError(
             f"{label}: unknown module '{module}'; available modules: {', '.join(sorted(known))} (or a misspelt task keyword)"
         )
-    args = raw[module]
-    if args is None:
-        args = {}
-    if isinstance(args, str) and module in FREE_FORM:
-        args = free_form_args(args)
+    args = module_arguments(module, raw[module], label)
     if "args" in raw:  # Ansible's `args:` keyword: more arguments beside the module's own (which win)
         if not isinstance(raw["args"], dict) or not isinstance(args, dict):
             raise UserError(f"{label}: 'args' must be a mapping of the module's arguments (args: {{chdir: /tmp}})")
@@ -76,6 +75,29 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
 
 
 FREE_FORM = ("command", "shell")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
+# Modules whose one-line free-form words are one argument: `- include_tasks: x.yml`, `- meta: flush_handlers`.
+RAW_PARAMS_ARGUMENT = {"include_tasks": "file", "import_tasks": "file", "meta": "action", "include_vars": "file"}
+
+
+def module_arguments(module: str, value: Any, label: str) -> Any:
+    """A module's arguments as written: a mapping, nothing, or Ansible's one-line `key=value` form (command and
+    shell: the command line and its trailing options, as before; any other module: engine/parsing/kv.py)."""
+    if value is None:
+        return {}
+    if not isinstance(value, str):
+        return value
+    if module in FREE_FORM:
+        return free_form_args(value)
+    args = kv_arguments(value, label, module)
+    if "_raw_params" in args:
+        target = RAW_PARAMS_ARGUMENT.get(module)
+        raw = args.pop("_raw_params")
+        if target is None or target in args:
+            what = "a template" if is_template_text(value) and value.strip().startswith("{{") else f"the words {shown(raw)}"
+            raise UserError(f"{label}: the one-line arguments of '{module}' hold {what}, which is no key=value "
+                            f"option; write each argument as key=value (or as a mapping of key: value lines)")
+        args[target] = raw
+    return args
 
 
 _TRAILING_OPTION = re.compile(
@@ -120,8 +142,6 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         raise UserError(f"{source}: a task must be a mapping with a name and one module, got {type(raw).__name__}")
     name = _task_name(raw, source)
     label = f"{source} ('{name or '?'}')"
-    if isinstance(raw.get("meta"), str):  # `- meta: flush_handlers`: Ansible's free-form argument
-        raw = {**raw, "meta": {"action": raw["meta"]}}
     module, args = _task_module(raw, label)
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
                 named=name is not None, **task_keywords(raw, label))
@@ -205,10 +225,77 @@ def short_names(raw: Any, source: str) -> Any:
     return out
 
 
+ACTION_KEYS = ("action", "local_action")
+
+
+def action_form(raw: Any, source: str) -> Any:
+    """Ansible's older task form, `action: copy src=a dest=b` (or `action: {module: copy, src: a}`), and
+    `local_action:` (the same, delegated to localhost), as the module key it stands for."""
+    if not isinstance(raw, dict) or not any(k in raw for k in ACTION_KEYS):
+        return raw
+    if all(k in raw for k in ACTION_KEYS):
+        raise UserError(f"{source}: the task has both 'action' and 'local_action'; keep one")
+    key = next(k for k in ACTION_KEYS if k in raw)
+    module, args = _action_module(raw[key], f"{source}: {key}")
+    if module in raw:
+        raise UserError(f"{source}: the task names '{module}' twice (as a key and in '{key}'); keep one")
+    out = {k: v for k, v in raw.items() if k != key}
+    out[module] = args
+    if key == "local_action":
+        out["delegate_to"] = "localhost"
+    return out
+
+
+def _action_module(value: Any, where: str) -> tuple[str, Any]:
+    """(module, arguments) of an `action:` value: a line (module name, then its one-line arguments) or a mapping
+    with `module:` (its one-line arguments, and `args:` as a mapping or a key=value line, beside the other keys)."""
+    line = value.get("module") if isinstance(value, dict) else value
+    if not (isinstance(line, str) and line.strip()):
+        raise UserError(f"{where}: write the module and its arguments as one line (action: copy src=a dest=b), or a "
+                        f"mapping with module: (action: {{module: copy, src: a, dest: b}}); got {shown(value)}")
+    try:
+        module, rest = split_module_string(line)
+    except ValueError as exc:
+        raise UserError(f"{where}: {exc.args[0]}; close it") from None
+    if not isinstance(value, dict):
+        return module, rest or None
+    args = {k: v for k, v in value.items() if k not in ("module", "args")}
+    inner = value.get("args")
+    if isinstance(inner, str):
+        inner = kv_arguments(inner, where, module)
+    if inner is not None and not isinstance(inner, dict):
+        raise wrong(where, "args", "a mapping of the module's arguments or a key=value line", inner, "{chdir: /tmp}")
+    args.update(inner or {})
+    if rest:
+        args.update(free_form_args(rest) if module in FREE_FORM else parse_kv(rest))
+    return module, args
+
+
+INCLUDE_KEYS = ("import_tasks", "include_tasks", "import_role", "include_role")
+
+
+def include_kv(raw: Any, source: str) -> Any:
+    """`- include_role: name=r tasks_from=t`, `- include_tasks: file=x.yml` (or `- import_tasks: x.yml`): the
+    one-line form of an include's options, as a mapping."""
+    if not isinstance(raw, dict):
+        return raw
+    key = next((k for k in raw if k in INCLUDE_KEYS and isinstance(raw[k], str)), None)
+    if key is None:
+        return raw
+    args = kv_arguments(raw[key], f"{source}: {key}", key)
+    if "_raw_params" in args:
+        raw_words = args.pop("_raw_params")
+        if key.endswith("_role") or "file" in args:
+            raise UserError(f"{source}: {key} holds the words {shown(raw_words)}, which are no key=value option; "
+                            f"write `- {key}: {'name=ROLE' if key.endswith('_role') else 'FILE.yml'}`")
+        args["file"] = raw_words
+    return {**raw, key: args}
+
+
 def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     """One entry of a task list: a task, a block, or `import_role` (the role's tasks, in place)."""
     spelled = raw
-    raw = short_names(raw, source)
+    raw = include_kv(short_names(action_form(raw, source), source), source)
     if isinstance(raw, dict) and "block" in raw:
         return [parse_block(raw, source, ctx)]
     if isinstance(raw, dict) and {"import_role", "include_role"} & set(raw):

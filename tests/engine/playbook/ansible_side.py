@@ -1,0 +1,73 @@
+"""Running one playbook with real ansible-playbook and with ours on this machine (`ansible_connection: local`),
+for tests that compare the two: per task the status and, for debug, the message; and the recap."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from engine.api import run_playbook
+from tests.helpers import required_ansible_tool
+
+HOST = "h"
+INVENTORY = {"all": {"hosts": {HOST: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
+COUNTS = ("ok", "changed", "failed", "skipped", "rescued", "ignored")
+_LINE = re.compile(r"^(ok|changed|skipping|fatal|failed): \[" + HOST + r"( -> [^]]+)?\]")
+_STATUS = {"skipping": "skipped", "fatal": "failed"}
+
+
+def write(path: Path, data) -> Path:
+    """A YAML file (its folders made), as a playbook or a role's file is written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict]:
+    """(exit code, [(task, status)], recap) of real ansible-playbook on the local host."""
+    inventory = write(playbook.parent / "inventory.yml", INVENTORY)
+    tool = required_ansible_tool("ansible-playbook")
+    env = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(playbook.parent), "ANSIBLE_GATHERING": "explicit",
+           "ANSIBLE_LOCAL_TEMP": str(playbook.parent / ".ansible-tmp"), "ANSIBLE_DEPRECATION_WARNINGS": "0"}
+    proc = subprocess.run([str(tool), "-i", str(inventory), str(playbook)], capture_output=True, text=True,
+                          timeout=120, cwd=playbook.parent, env=env)
+    out = proc.stdout
+    steps: list[tuple[str, str]] = []
+    task = ""
+    for line in out.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line.split("[", 1)[1].rsplit("]", 1)[0]
+        elif line.startswith("included: ") and line.endswith(f"for {HOST}"):
+            steps.append((task, "ok"))
+        elif match := _LINE.match(line):
+            steps.append((task, _STATUS.get(match.group(1), match.group(1))))
+    recap = re.search(HOST + r"\s*:\s*(.*)", out.rpartition("PLAY RECAP")[2])
+    counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
+    return proc.returncode, steps, {k: int(counts.get(k, 0)) for k in COUNTS} if counts else {"output": out + proc.stderr}
+
+
+def ours(playbook: Path) -> tuple[int, list[tuple[str, str]], dict]:
+    """The same of our engine (meta tasks, which neither tool shows as a task line, left out)."""
+    res = run_playbook(str(playbook), inventory=INVENTORY)
+    steps = [(f"{r.role} : {r.task}" if r.role else r.task, r.status) for r in res.results if r.module != "meta"]
+    recap = res.recap.get(HOST)
+    counts = {k: int(recap[k]) for k in COUNTS} if recap else {"error": res.error}
+    return res.exit_code, steps, counts
+
+
+def same_as_ansible(playbook: Path) -> tuple:
+    """Both tools' (exit code, steps, recap), asserted equal; returned for further checks. Each tool runs its own
+    copy of the playbook's folder (`ansible/`, `ours/` beside it), so what one writes under `{{ playbook_dir }}`
+    the other does not find."""
+    copies = {}
+    for tool in ("ansible", "ours"):
+        copies[tool] = playbook.parent.parent / f"{playbook.parent.name}-{tool}"
+        shutil.copytree(playbook.parent, copies[tool])
+    theirs, mine = ansible(copies["ansible"] / playbook.name), ours(copies["ours"] / playbook.name)
+    assert mine == theirs, f"ansible-playbook: {theirs}\nours: {mine}"
+    return mine
