@@ -39,8 +39,10 @@ PLAYBOOK_OPTIONS = (
     Option("diff", False, "show before/after of what changes (as ansible-playbook -D)", ("D", "d")),
     Option("extra_vars", None, "KEY=VALUE (JSON values), a JSON/YAML mapping '{\"k\": 1}', or @FILE.yaml; "
            "repeatable, later wins", ("e",), repeatable=True),
-    Option("tags", None, "only tasks with these tags (comma-separated); a tag no task has is an error", ("t",)),
-    Option("skip_tags", None, "skip tasks with these tags (comma-separated); a tag no task has is an error", ("s",)),
+    Option("tags", None, "only tasks with these tags (comma-separated, repeatable; also all, tagged, untagged); "
+           "a tag no task has is warned about", ("t",), repeatable=True),
+    Option("skip_tags", None, "skip tasks with these tags (comma-separated, repeatable; also all, tagged, untagged); "
+           "a tag no task has is warned about", ("s",), repeatable=True),
     Option("forks", 8, "hosts in parallel (default 8)", ("f",)),
     Option("report", None, "write a JSON report to this file", ("r",)),
     Option("junit", None, "write a JUnit XML report to this file", ("j",)),
@@ -242,8 +244,10 @@ def host_defaults_of(opts: dict, ask=None) -> dict:
     return out
 
 
-def split_tags(text: str | None) -> list[str]:
-    return [t.strip() for t in (text or "").split(",") if t.strip()]
+def split_tags(given: str | list[str] | None) -> list[str]:
+    """--tags a,b --tags c: every name, as ansible-playbook joins repeated and comma-separated ones."""
+    texts = [given] if isinstance(given, str) else list(given or [])
+    return [t.strip() for text in texts for t in text.split(",") if t.strip()]
 
 
 # -- extra variables (-e) --------------------------------------------------------------------------------

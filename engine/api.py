@@ -175,6 +175,7 @@ def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags,
     plays = load_playbook(path)
     runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
                     **settings)
+    runner.resolve_tags(plays)  # templated tags, before anything selects by them
     check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
     check_start_at_task(plays, settings.get("start_at_task"))
     hosts: list[str] = []
@@ -207,7 +208,9 @@ def inspect_playbook(
         if syntax_check:
             runner.preflight(plays)
         if listings:
-            return EXIT_OK, listing(playbook, plays, runner.hosts_for, runner.task_selected, set(listings))
+            everything = "tags" in listings and not (runner.tags or runner.skip_tags)  # Ansible: --tags never,all
+            selected = runner.listing_selected if everything else runner.task_selected
+            return EXIT_OK, listing(playbook, plays, runner.hosts_for, selected, set(listings))
         return EXIT_OK, f"\nplaybook: {playbook}\n"
     except UserError as exc:
         return EXIT_BAD_INPUT, str(exc)

@@ -6,6 +6,7 @@ What the YAML alone can tell (keywords, modules, argument names) is checked when
 
 from __future__ import annotations
 
+import sys
 from collections import ChainMap
 from typing import Any, Callable
 
@@ -145,21 +146,33 @@ class Preflight:
                 raise UserError(f"{task.source} ('{task.name}'): {exc.msg}") from None
 
 
-def check_tags(plays: list[Play], tags: set[str], skip_tags: set[str], selected: Callable[[Task], bool]) -> None:
-    """A --tags or --skip-tags name no task carries is a typo that would run only fact gathering (or skip
-    nothing) and exit 0; and tags that together select no task run nothing. Both are refused, listing the
-    playbook's tags (a role's tasks carry the role's name)."""
+SPECIAL_TAGS = frozenset({"all", "tagged", "untagged", "always", "never"})
+
+
+def check_tags(plays: list[Play], tags: set[str], skip_tags: set[str], selected: Callable[[Task], bool],
+               warn: Callable[[str], None] | None = None) -> list[str]:
+    """A --tags or --skip-tags name no task carries (a typo?), and tags that together select no task: warned
+    about (as ansible-playbook's "[WARNING]: " lines, on stderr), listing the playbook's tags; the run goes on
+    as Ansible's does. Returns the warnings."""
     every = [t for play in plays for t in walk_tasks(play.tasks) + play.handlers]
     known = sorted({tag for t in every for tag in t.tags})
     listing = f"the playbook's tags are: {', '.join(known)}" if known else "no task of the playbook has a tag"
+    warnings = []
     for flag, names in (("--tags", tags), ("--skip-tags", skip_tags)):
-        unknown = sorted(set(names) - set(known))
+        unknown = sorted(set(names) - set(known) - SPECIAL_TAGS)
         if unknown:
-            raise UserError(f"{flag}: no task has the tag(s) {', '.join(map(repr, unknown))}; {listing}. "
-                            f"Fix the spelling or leave {flag} out.")
+            warnings.append(f"{flag}: no task has the tag(s) {', '.join(map(repr, unknown))}; {listing}.")
     if tags and not any(selected(t) for play in plays for t in walk_tasks(play.tasks)):
-        raise UserError(f"--tags {','.join(sorted(tags))} with --skip-tags {','.join(sorted(skip_tags))} selects no "
-                        f"task: nothing would run; {listing}.")
+        warnings.append(f"--tags {','.join(sorted(tags))}"
+                        f"{' with --skip-tags ' + ','.join(sorted(skip_tags)) if skip_tags else ''} selects no task: "
+                        f"only fact gathering would run; {listing}.")
+    for line in warnings:
+        (warn or _stderr_warning)(line)
+    return warnings
+
+
+def _stderr_warning(text: str) -> None:
+    print(f"[WARNING]: {text}", file=sys.stderr, flush=True)
 
 
 def required_names(ast: Any) -> set[str]:

@@ -38,6 +38,7 @@ from engine.run.start_at import StartAt
 from engine.run.task_executor import TaskExecutor
 from engine.run.variables import Variables
 from engine.template.environment import environment
+from engine.template.markers import is_template
 from engine.template.templar import Templar
 
 
@@ -94,6 +95,8 @@ class Runner:
         self.lock_wait = max(0.0, float(lock_wait))
         self.templar = Templar(environment())
         self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
+        self.variables.run_tags = sorted(self.tags) or ["all"]
+        self.variables.skip_tags = sorted(self.skip_tags)
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
         self._pool: ThreadPoolExecutor | None = None
@@ -135,15 +138,45 @@ class Runner:
         return hosts
 
     def task_selected(self, task: Task) -> bool:
-        """Ansible's tag rules: `always` runs unless skipped by another of its tags; `never` runs only when one
-        of its tags is asked for by name."""
-        if "always" in task.tags:
-            return not (self.skip_tags & task.tags - {"always"})
-        if "never" in task.tags and not (self.tags & task.tags):
-            return False
-        if self.tags and not (self.tags & task.tags):
-            return False
-        return not (self.skip_tags & task.tags)
+        """Ansible's tag rules: no --tags means `all` (every task but `never` ones); `always` runs unless
+        `always` (or `all`) is skipped, or another of its tags is; `never` runs only when one of its tags is asked
+        for by name; `tagged` / `untagged` select the tasks with / without tags."""
+        return tags_select(task.tags, self.tags or {"all"}, self.skip_tags)
+
+    def listing_selected(self, task: Task) -> bool:
+        """What --list-tags lists when no --tags or --skip-tags is given: every task, `never` ones too (as
+        ansible-playbook, which then lists with `--tags never,all`)."""
+        return tags_select(task.tags, {"never", "all"}, set())
+
+    def resolve_tags(self, plays: list[Play]) -> None:
+        """Templated tags (`tags: "{{ x }}"`, on a task, block, role, import or play) rendered once, before any
+        task is selected: with -e, the task's and its role's vars, the play's vars and the roles' defaults (no
+        host's inventory variables: the selection is the same for every host, as Ansible's --list-tasks)."""
+        for play in plays:
+            for task in play.all_tasks():
+                if any(is_template(tag) for tag in task.tags):
+                    task.tags = self._rendered_tags(play, task)
+
+    def _rendered_tags(self, play: Play, task: Task) -> set[str]:
+        layers = ChainMap(self.extra_vars, task.vars, task.role_vars, play.vars,
+                          {"playbook_dir": str(play.source.parent), "ansible_play_name": play.name}, play.defaults)
+        view = self.templar.view(layers)
+        out: set[str] = set()
+        for tag in task.tags:
+            if not is_template(tag):
+                out.add(tag)
+                continue
+            try:
+                value = self.templar.render_value(tag, view)
+            except Exception as exc:  # undefined, a syntax error: the file and the fix, before any host
+                raise UserError(
+                    f"{task.source} ('{task.name}'): its tags {tag!r} do not render ({exc}). Tags are rendered before "
+                    "the run from -e, the play's, block's, role's and task's vars (not a host's inventory variables); "
+                    "define the variable there or write the tag plainly."
+                ) from None
+            out.update(str(v) for v in (value if isinstance(value, (list, tuple, set)) else [value])
+                       if v is not None and str(v).strip())
+        return out
 
     def _state(self, name: str) -> HostState:
         return self.states.setdefault(name, HostState(self.inventory.host(name)))
@@ -260,6 +293,7 @@ class Runner:
         states = [st for st in map(self._state, names) if not st.unreachable]
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
+        self.variables.begin_batch(play, names)
         self.variables.publish(play)
         active = [s for s in states if s.active]
         self._use_connection(play, states)
@@ -425,3 +459,18 @@ class Runner:
             self.stops.note_fatal(states, task.name)
         return self.executor.results[before:]
 
+
+UNTAGGED = frozenset({"untagged"})
+
+
+def tags_select(task_tags: set[str], only: set[str], skip: set[str]) -> bool:
+    """Whether a task with `task_tags` runs under --tags `only` (`{"all"}` when none given) and --skip-tags
+    `skip`, as Ansible decides it: a task without tags is `untagged`."""
+    tags = frozenset(task_tags) or UNTAGGED
+    wanted = ("always" in tags or ("all" in only and "never" not in tags) or not tags.isdisjoint(only)
+              or ("tagged" in only and tags != UNTAGGED and "never" not in tags))
+    if not wanted or not skip:
+        return wanted
+    if "all" in skip:
+        return "always" in tags and "always" not in skip
+    return tags.isdisjoint(skip) and not ("tagged" in skip and tags != UNTAGGED)

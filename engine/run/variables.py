@@ -32,10 +32,20 @@ MAGIC_VARS = {
     "hostvars",
     "ansible_play_hosts",
     "ansible_play_hosts_all",
+    "ansible_play_batch",
+    "ansible_play_name",
+    "ansible_run_tags",
+    "ansible_skip_tags",
     "ansible_check_mode",
     "ansible_diff_mode",
+    "ansible_version",
+    "ansible_loop_var",
+    "ansible_index_var",
+    "ansible_loop",
     "playbook_dir",
     "role_path",
+    "role_name",
+    "ansible_role_name",
     "omit",
     "facts",
     "result",
@@ -46,6 +56,10 @@ MAGIC_VARS = {
 
 
 _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets collected, preflight)
+
+# ansible_version: the ansible-core release whose behaviour this engine follows and is measured against
+# (docs/ANSIBLE.md), so that `ansible_version.full is version('2.9', '>=')` reads as it would there.
+ANSIBLE_VERSION = {"full": "2.19.14", "major": 2, "minor": 19, "revision": 14, "string": "2.19.14"}
 
 
 class HostVars(Mapping):
@@ -121,12 +135,19 @@ class Variables:
         self.states: dict[str, HostState] = {}  # the run's hosts (the Runner's), read by hostvars
         self._groups = {g: inventory.hosts_in(g) for g in inventory.groups}
         self._play_hosts: dict[int, tuple[list[str], list[str]]] = {}  # id(play) -> (all, active at this task)
+        self._batch: dict[int, list[str]] = {}  # id(play) -> the hosts of its batch now running (serial)
+        self.run_tags: list[str] = ["all"]  # ansible_run_tags, ansible_skip_tags: the Runner's --tags / --skip-tags
+        self.skip_tags: list[str] = []
         self._dirs: dict[int, str] = {}  # id(play) -> playbook_dir (Path to str costs a microsecond per view)
 
     def begin_play(self, play: Play, names: list[str]) -> None:
         """The hosts `play` targets (after --limit): ansible_play_hosts_all."""
         self._play_hosts[id(play)] = (list(names), list(names))
         self.publish(play)
+
+    def begin_batch(self, play: Play, names: list[str]) -> None:
+        """The hosts of the batch now running (the play's hosts without `serial`): ansible_play_batch."""
+        self._batch[id(play)] = list(names)
 
     def publish(self, play: Play) -> None:
         """Before a task (or fact gathering) starts on the play's hosts: what each host shows the others through
@@ -147,13 +168,20 @@ class Variables:
             "hostvars": hostvars,
             "ansible_play_hosts": active,
             "ansible_play_hosts_all": everyone,
-            "ansible_check_mode": self.check,
-            "ansible_diff_mode": self.diff,
+            "ansible_play_batch": [h for h in self._batch.get(id(play), everyone) if h in active],
+            "ansible_play_name": play.name,
+            "ansible_run_tags": self.run_tags,
+            "ansible_skip_tags": self.skip_tags,
+            "ansible_check_mode": self.check if task is None or task.check_mode is None else task.check_mode,
+            "ansible_diff_mode": self.diff if task is None or task.diff is None else task.diff,
+            "ansible_version": ANSIBLE_VERSION,
             "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
             "omit": None,
         }
         if task is not None and task.role_dir is not None:
             magic["role_path"] = str(task.role_dir)
+        if task is not None and task.role:
+            magic["role_name"] = magic["ansible_role_name"] = task.role
         return magic
 
     def view(self, state: HostState, play: Play, task: Task | None, extra: dict | None = None) -> LazyVars:
