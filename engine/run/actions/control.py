@@ -3,7 +3,10 @@ includes' own results. Messages are shown with every secret masked, however a re
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
+
+from jinja2 import UndefinedError
 
 from engine.run.actions.call import ActionCall
 from engine.template.secrets import MASK, Display, is_secret_name, secret_leaves
@@ -86,23 +89,52 @@ def included(call: ActionCall) -> dict:
 
 
 def debug(call: ActionCall) -> dict:
-    """Ansible's debug: msg or var, shown from the -v level `verbosity` on (below it: skipped, as Ansible's)."""
+    """Ansible's debug: msg (default "Hello world!") or var, an expression whose value is shown under its own
+    text; one that reads something undefined shows Ansible 2.19's placeholder and a warning, not a failure. Shown
+    from the -v level `verbosity` on (below it: skipped, as Ansible's)."""
     templar = call.executor.templar
     console = call.executor.console
+    if "var" in call.task.args and "msg" in call.task.args:
+        return {"failed": True, "changed": False, "msg": "parameters are mutually exclusive: msg|var"}
     if int(call.args.get("verbosity") or 0) > (console.verbose if console is not None else 0):
-        return {"skipped": True, "changed": False, "msg": "Verbosity threshold not met."}
-    if "var" in call.args:  # the expression as written in the playbook, never a rendered (host-derived) string
-        expr = call.task.args["var"]
+        return {"skipped": True, "changed": False, "failed": False, "msg": "Verbosity threshold not met.",
+                "skipped_reason": "Verbosity threshold not met."}
+    if "var" in call.args:
+        return _debug_var(call)
+    msg = str(call.args.get("msg", "Hello world!"))
+    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "Hello world!"), view), "msg")
+    return {"changed": False, "failed": False, "msg": str(masked) if masked is not None else msg}
+
+
+def _debug_var(call: ActionCall) -> dict:
+    """debug's var: the expression as written in the playbook (never a rendered, host-derived string) evaluated;
+    what it reads undefined gives "<< error 1 - ... >>" in its place, as ansible-core 2.19 shows it."""
+    templar = call.executor.templar
+    expr, name = call.task.args["var"], str(call.args["var"])
+    warnings = []
+    try:
         value, taint = templar.evaluate_tracked(expr, call.view)
-        if taint.secret:
-            try:
-                value = templar.evaluate(expr, display_view(call.view, Display(call.executor.variables.secrets, False)))
-            except Exception:  # a filter that cannot take the mask
-                value = MASK
-        return {"changed": False, "msg": f"{call.args['var']} = {value!r}", call.args["var"]: value}
-    msg = str(call.args.get("msg", "hello"))
-    masked = shown(call, lambda view: templar.render_value(call.task.args.get("msg", "hello"), view), "msg")
-    return {"changed": False, "msg": str(masked) if masked is not None else msg}
+    except UndefinedError as exc:
+        why = ansible_undefined_message(str(exc))
+        value, taint = f"<< error 1 - {why} >>", Taint()
+        warnings.append(f"Encountered 1 template error.\nerror 1 - {why}")
+    if taint.secret:
+        try:
+            value = templar.evaluate(expr, display_view(call.view, Display(call.executor.variables.secrets, False)))
+        except Exception:  # a filter that cannot take the mask
+            value = MASK
+    result = {"changed": False, "failed": False, "msg": f"{name} = {value!r}", name: value}
+    return dict(result, warnings=warnings) if warnings else result
+
+
+def ansible_undefined_message(text: str) -> str:
+    """Jinja2's words for an undefined name or attribute as Ansible 2.19 writes them ("'dict object' has no
+    attribute 'x'" is "object of type 'dict' has no attribute 'x'")."""
+    m = re.search(r"'(\w+) object' has no attribute '([^']*)'", text)
+    if m:
+        return f"object of type '{m.group(1)}' has no attribute '{m.group(2)}'"
+    m = re.search(r"'[^']+' is undefined", text)
+    return m.group(0) if m else text
 
 
 def set_fact(call: ActionCall) -> dict:
