@@ -51,6 +51,7 @@ class Task:
     delegate_to: str | None = None
     delegate_facts: bool = False
     named: bool = True  # the playbook gave it a name (else `name` is the module's)
+    given: set = field(default_factory=set)  # keywords the task, or a block around it, set (a block's fill the rest)
     action: str = ""  # the module as the playbook spells it (ansible.builtin.copy), for --list-tasks
 
 
