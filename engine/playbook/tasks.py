@@ -144,11 +144,12 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
     label = f"{source} ('{name or '?'}')"
     module, args = _task_module(raw, label)
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
-                named=name is not None, **task_keywords(raw, label))
+                named=name is not None, given=set(raw) & TASK_KEYWORDS, **task_keywords(raw, label))
 
 
 BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", "environment",
-                  "delegate_to", *BECOME_KEYWORDS}
+                  "delegate_to", *BECOME_KEYWORDS, "check_mode", "run_once", "ignore_errors", "notify"}
+BLOCK_FLAGS = ("check_mode", "run_once", "ignore_errors")  # given to the block's tasks that do not set them
 
 
 def inherit_become(tasks: list[Task], become: dict) -> None:
@@ -188,9 +189,28 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     if "delegate_to" in raw:
         inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
     _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
+    _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))
     return block
+
+
+def _block_values(raw: dict, where: str) -> dict:
+    """A block's check_mode, run_once, ignore_errors and notify, checked as a task's are."""
+    values: dict = {key: flag(raw[key], where, key) for key in BLOCK_FLAGS if key in raw}
+    if "notify" in raw:
+        values["notify"] = names(raw["notify"], where, "notify")
+    return values
+
+
+def _inherit_unset(tasks: list[Task], values: dict) -> None:
+    """A block's keyword applies to each task inside that does not set it (the task's own, or an inner block's,
+    wins, as Ansible's)."""
+    for task in tasks:
+        for key, value in values.items():
+            if key not in task.given:
+                setattr(task, key, list(value) if key == "notify" else value)
+                task.given.add(key)
 
 
 def inherit_environment(tasks: list[Task], layer: dict | str) -> None:
@@ -342,8 +362,8 @@ IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
 
 def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     """`- import_tasks: FILE` (or include_tasks) with optional vars/when/tags/become: the file's tasks here, each
-    with those keywords, as Ansible's static import does. The file is found beside the role's tasks (the role's
-    folder, then its tasks/ folder), else beside the playbook. include_tasks is read the same way, when the
+    with those keywords, as Ansible's static import does. The file is found as Ansible finds it (inside a role its
+    tasks/ first: task_file_candidates). include_tasks is read the same way, when the
     playbook loads: its `when` is checked for each task, and a templated file name or a loop is refused."""
     key = next(k for k in raw if k.split(".")[-1] in ("import_tasks", "include_tasks"))
     spec = raw[key]
@@ -365,6 +385,9 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
+    if ctx.play is None and key.split(".")[-1] == "include_tasks" and raw.get("name"):
+        for task in walk_tasks(tasks):  # a handler that includes: notifying its name runs what it includes
+            task.listen = [*task.listen, raw["name"]]
     if dynamic:
         return [include_of(raw, key, {"file": file}, source, ctx, tasks, when, tags, import_vars)]
     return tasks
@@ -397,14 +420,31 @@ def _name_with(tasks, import_vars: dict) -> None:
 
 
 def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
-    """An imported task file: beside the role (its folder, then tasks/), else beside the playbook."""
-    folders = ([ctx.role_dir, ctx.role_dir / "tasks"] if ctx.role_dir is not None else [])
-    folders += [ctx.playbook.parent, ctx.playbook.parent / "tasks"]
-    candidates = [Path(file)] if Path(file).is_absolute() else [f / file for f in folders]
+    """An imported or included task file, found as Ansible finds it (see task_file_candidates)."""
+    candidates = task_file_candidates(file, ctx)
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise UserError(f"{source}: task file '{file}' not found; looked in {', '.join(str(c) for c in candidates)}")
+    raise UserError(f"{source}: task file '{file}' not found; looked in {', '.join(dict.fromkeys(map(str, candidates)))}")
+
+
+def task_file_candidates(file: str, ctx: ParseContext) -> list[Path]:
+    """Where a task file named in an import or include is looked for, first found wins. Inside a role, as Ansible:
+    the role's tasks/ (handlers/ for its handlers), tasks/, then beside the file that names it, the role's own
+    folder, the playbook's folder; outside a role: beside the file that names it, then the playbook's folder
+    (and its tasks/, as before)."""
+    path = Path(file).expanduser()
+    if path.is_absolute():
+        return [path]
+    here = ctx.including[-1][0].parent if ctx.including else ctx.playbook.parent
+    folders: list[Path] = []
+    if ctx.role_dir is not None:
+        subdir = "tasks" if ctx.play is not None else "handlers"
+        folders += [ctx.role_dir / subdir, ctx.role_dir / "tasks", here, ctx.role_dir]
+    else:
+        folders.append(here)
+    folders += [ctx.playbook.parent, ctx.playbook.parent / "tasks"]
+    return [folder / file for folder in folders]
 
 
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
