@@ -5,11 +5,8 @@ Built once per process (`environment()`); the template action builds one with it
 
 from __future__ import annotations
 
-import json
-import os
+import functools
 import re
-import shlex
-from collections.abc import Mapping
 from typing import Any
 
 import jinja2
@@ -17,6 +14,7 @@ from jinja2 import StrictUndefined, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import TaskError
+from engine.template import filters_data, filters_numbers, filters_paths, filters_text, tests_ansible
 from engine.template.bounds import (
     BoundedRange,
     TemplateRefused,
@@ -30,20 +28,6 @@ from engine.template.lookups import install
 from engine.template.markers import to_bool
 from engine.template.secrets import has_value, is_secret_name
 from engine.template.taint import note_secret
-
-
-def _regex_search(value: str, pattern: str, group: int = 0) -> str | None:
-    m = re.search(pattern, str(value))
-    return m.group(group) if m else None
-
-
-def _regex_test(value: Any, pattern: str, ignorecase: bool = False, multiline: bool = False,
-                match_type: str = "search") -> bool:
-    """Ansible's `match`/`search`/`regex` tests: re.match, re.search or re.fullmatch of the pattern on the text."""
-    flags = (re.I if ignorecase else 0) | (re.M if multiline else 0)
-    find = {"match": re.match, "search": re.search, "fullmatch": re.fullmatch}[match_type]
-    return find(pattern, str(value), flags) is not None
-
 
 _VERSION_OPS = {"<": "lt", "<=": "le", "==": "eq", "=": "eq", "!=": "ne", "<>": "ne", ">=": "ge", ">": "gt"}
 
@@ -124,7 +108,10 @@ class Sandbox(ImmutableSandboxedEnvironment):
         return super().is_safe_attribute(obj, attr, value)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        """`view.name` on a variable view is the variable `name` (even `raw` or `keys`), as `view['name']`."""
+        """`view.name` on a variable view is the variable `name` (even `raw` or `keys`), as `view['name']`; an
+        attribute of an undefined value is that undefined value (`a.b.c | default(1)`, as Ansible's)."""
+        if isinstance(obj, Undefined):
+            return obj
         allowed = getattr(type(obj), "SANDBOX_ATTRS", None)
         if allowed is not None and attribute not in allowed:
             try:
@@ -134,7 +121,10 @@ class Sandbox(ImmutableSandboxedEnvironment):
         return _noted(attribute, super().getattr(obj, attribute))
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        """`creds['password']`, `creds.password`, map(attribute='password'): a secret-named key's value is a secret."""
+        """`creds['password']`, `creds.password`, map(attribute='password'): a secret-named key's value is a secret.
+        An item of an undefined value is that undefined value, as an attribute of one."""
+        if isinstance(obj, Undefined):
+            return obj
         return _noted(argument, super().getitem(obj, argument))
 
 
@@ -162,6 +152,15 @@ def _extract(item: Any, container: Any, morekeys: Any = None) -> Any:
     return value
 
 
+def _listed(jinja_filter: Any) -> Any:
+    """Jinja's map/select/... give a generator; Ansible's templates a list (`x | map('int') | length` works)."""
+    @functools.wraps(jinja_filter)  # keeps Jinja's pass_context mark
+    def listed(*args: Any, **kwargs: Any) -> list:
+        return list(jinja_filter(*args, **kwargs))
+
+    return listed
+
+
 def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     env = Sandbox(
         undefined=StrictUndefined,
@@ -170,43 +169,23 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(searchpath or []),
         autoescape=False,
     )
+    env.filters.update(filters_text.FILTERS)
+    env.filters.update(filters_data.FILTERS)
+    env.filters.update(filters_paths.FILTERS)
+    env.filters.update(filters_numbers.FILTERS)
     env.filters.update(
-        to_json=lambda v, **kw: json.dumps(v, **kw),
-        to_nice_json=lambda v, indent=2: json.dumps(v, indent=indent, sort_keys=True),
-        from_json=json.loads,
         bool=to_bool,
-        basename=os.path.basename,
-        dirname=os.path.dirname,
-        expanduser=os.path.expanduser,
-        quote=lambda v: shlex.quote(str(v)),
-        regex_search=_regex_search,
-        regex_replace=lambda v, p, r="": re.sub(p, r, str(v)),
         mandatory=_mandatory,
         type_debug=lambda v: type(v).__name__,
         extract=_extract,
     )
+    for name in ("map", "select", "reject", "selectattr", "rejectattr"):  # a list, as Ansible's templates give
+        env.filters[name] = _listed(env.filters[name])
     env.globals["range"] = _bounded_range
     bound_filters(env.filters)
     install(env)
-    tests = {  # Ansible's result tests, under each of its names
-        ("success", "succeeded", "successful"): lambda r: isinstance(r, Mapping) and not r.get("failed"),
-        ("failed", "failure"): lambda r: isinstance(r, Mapping) and bool(r.get("failed")),
-        ("changed", "change"): lambda r: isinstance(r, Mapping) and bool(r.get("changed")),
-        ("skipped", "skip"): lambda r: isinstance(r, Mapping) and bool(r.get("skipped")),
-        ("unreachable",): lambda r: isinstance(r, Mapping) and bool(r.get("unreachable")),
-        ("reachable",): lambda r: isinstance(r, Mapping) and not r.get("unreachable"),
-    }
-    env.tests.update({name: test for names, test in tests.items() for name in names})
-    env.tests.update(  # Ansible's other common tests
-        match=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "match"),
-        search=lambda v, p, ignorecase=False, multiline=False: _regex_test(v, p, ignorecase, multiline, "search"),
-        regex=_regex_test,
-        version=_version_test,
-        version_compare=_version_test,
-        contains=lambda seq, item: item in seq,
-        subset=lambda a, b: set(a) <= set(b),
-        superset=lambda a, b: set(a) >= set(b),
-    )
+    tests_ansible.install(env.tests)
+    env.tests.update(version=_version_test, version_compare=_version_test)
     return env
 
 

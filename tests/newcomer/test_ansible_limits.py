@@ -74,12 +74,8 @@ REFUSED = {
     "pause": (TASK.format("pause: {seconds: 1}"), "unknown module 'pause'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),
     # filters, lookups, facts, localhost
-    "combine": (TASK.format('debug: {msg: "{{ {} | combine({}) }}"}'), "No filter named 'combine'"),
-    "dict2items": (TASK.format('debug: {msg: "{{ {} | dict2items }}"}'), "No filter named 'dict2items'"),
-    "ternary": (TASK.format('debug: {msg: "{{ true | ternary(1, 2) }}"}'), "No filter named 'ternary'"),
-    "b64encode": (TASK.format('debug: {msg: "{{ \'a\' | b64encode }}"}'), "No filter named 'b64encode'"),
-    "to_yaml": (TASK.format('debug: {msg: "{{ {} | to_yaml }}"}'), "No filter named 'to_yaml'"),
-    "flatten": (TASK.format('debug: {msg: "{{ [[1]] | flatten }}"}'), "No filter named 'flatten'"),
+    "password_hash": (TASK.format('debug: {msg: "{{ \'a\' | password_hash }}"}'), "No filter named 'password_hash'"),
+    "json_query": (TASK.format('debug: {msg: "{{ {} | json_query(\'a\') }}"}'), "No filter named 'json_query'"),
     "lookup sequence": (TASK.format('debug: {msg: "{{ lookup(\'sequence\', \'start=1 end=2\') }}"}'),
                         "lookup('sequence') is not a lookup dflash-provision has"),
 }
