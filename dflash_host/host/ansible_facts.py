@@ -104,16 +104,17 @@ def chosen_subsets(gather_subset: list[str]) -> set[str]:
             added |= group
             if name not in ("min", "all"):
                 named |= group
-    return (added or every) - (removed - named)
+    return set(added or every) - (removed - named)
 
 
 def _subset_group(name: str, negated: bool, every: frozenset) -> set[str]:
-    """The subsets one gather_subset entry names (`!all` spares the minimal ones, as in Ansible)."""
+    """The subsets one gather_subset entry names (`!all` spares the minimal ones, `!hardware` removes its parts too,
+    as in Ansible)."""
     if name == "min":
         return set(MINIMAL)
     if name == "all":
         return set(every - set(MINIMAL)) if negated else set(every)
-    return set(ALIASES.get(name, (name,)))
+    return set(ALIASES.get(name, (name,))) if negated else {name}
 
 
 def filtered(facts: dict, patterns: list[str]) -> dict:
@@ -411,25 +412,29 @@ def parse_cpuinfo(text: str, architecture: str) -> dict:
 
 def parse_meminfo(text: str) -> dict:
     """memtotal_mb, memfree_mb, swaptotal_mb, swapfree_mb and memory_mb from /proc/meminfo (kB to MiB)."""
-    mb = {}
+    mb: dict[str, int] = {}
     for line in text.splitlines():
         key, _, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
             mb[key.lower()] = int(parts[0]) // 1024
-    out = {f"{k}_mb": mb[k] for k in ("memtotal", "swaptotal", "memfree", "swapfree") if k in mb}
-    get = mb.get
-    nocache_free = get("cached", 0) + get("memfree", 0) + get("buffers", 0) if {"cached", "memfree", "buffers"} <= mb.keys() else None
+    out: dict = {f"{k}_mb": mb[k] for k in ("memtotal", "swaptotal", "memfree", "swapfree") if k in mb}
+    total, free = mb.get("memtotal"), mb.get("memfree")
+    swap_total, swap_free = mb.get("swaptotal"), mb.get("swapfree")
+    cached, buffers = mb.get("cached"), mb.get("buffers")
+    nocache_free = None if cached is None or free is None or buffers is None else cached + free + buffers
     out["memory_mb"] = {
-        "real": {"total": get("memtotal"), "used": get("memtotal", 0) - get("memfree", 0) if "memfree" in mb else None,
-                 "free": get("memfree")},
-        "nocache": {"free": nocache_free,
-                    "used": get("memtotal") - nocache_free if nocache_free is not None and "memtotal" in mb else None},
-        "swap": {"total": get("swaptotal"), "free": get("swapfree"),
-                 "used": get("swaptotal", 0) - get("swapfree", 0) if {"swaptotal", "swapfree"} <= mb.keys() else None,
-                 "cached": get("swapcached")},
+        "real": {"total": total, "used": _minus(total, free), "free": free},
+        "nocache": {"free": nocache_free, "used": _minus(total, nocache_free)},
+        "swap": {"total": swap_total, "free": swap_free, "used": _minus(swap_total, swap_free),
+                 "cached": mb.get("swapcached")},
     }
     return out
+
+
+def _minus(a: int | None, b: int | None) -> int | None:
+    """a - b, or None when either is unknown (as Ansible leaves a figure /proc/meminfo lacks)."""
+    return None if a is None or b is None else a - b
 
 
 def hardware_facts(architecture: str) -> dict:
