@@ -22,10 +22,11 @@ file is read for its checksum by default (get_checksum: false to skip it) and a 
 none (no failure). Never changed; msg says what is there. A failure (a folder on the way not searchable, a
 symlink loop followed) starts with Ansible's words, the error's strerror.
 
-Where it differs on purpose: get_mime and get_attributes (Ansible's default true: mimetype and charset from the
-`file` program, version, attributes and attr_flags from lsattr) are taken as false only, their default here, so
-a task asking for them is refused when the playbook loads: no external program runs for a stat; a path under a
-regular file (ENOTDIR) is `{"exists": false}` where Ansible fails with "Not a directory".
+As Ansible's, get_mime adds mimetype and charset (the `file` program; without it Python's guess from the name)
+and get_attributes adds version, attributes and attr_flags (lsattr), both on by default.
+
+Where it differs on purpose: a path under a regular file (ENOTDIR) is `{"exists": false}` where Ansible fails with
+"Not a directory".
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import os
 import pwd
 import stat as st_mod
 
+from dflash_host.host import attributes
+from dflash_host.host.mime import mime_of
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -61,21 +64,17 @@ ARGS = {
     "checksum_algo": {"type": "str", "default": None, "alias_of": "checksum_algorithm",
                       "choices": ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"],
                       "help": "alias of checksum_algorithm"},
-    "get_mime": {"type": "bool", "default": False, "choices": [False],
-                 "help": "Ansible's stat.mimetype and stat.charset (it runs `file`): not done here (Ansible's default "
-                         "is true): only false is taken, so a task asking for it is refused when the playbook loads"},
-    "mime": {"type": "bool", "default": None, "choices": [False], "alias_of": "get_mime", "help": "alias of get_mime"},
-    "mime_type": {"type": "bool", "default": None, "choices": [False], "alias_of": "get_mime",
-                  "help": "alias of get_mime"},
-    "mime-type": {"type": "bool", "default": None, "choices": [False], "alias_of": "get_mime",
-                  "help": "alias of get_mime"},
-    "get_attributes": {"type": "bool", "default": False, "choices": [False],
-                       "help": "Ansible's stat.version, stat.attributes and stat.attr_flags (it runs lsattr): not "
-                               "done here (Ansible's default is true): only false is taken"},
-    "attr": {"type": "bool", "default": None, "choices": [False], "alias_of": "get_attributes",
-             "help": "alias of get_attributes"},
-    "attributes": {"type": "bool", "default": None, "choices": [False], "alias_of": "get_attributes",
-                   "help": "alias of get_attributes"},
+    "get_mime": {"type": "bool", "default": True,
+                 "help": "add stat.mimetype and stat.charset: the `file` program's answer (without it, Python's guess "
+                         "from the name, charset unknown)"},
+    "mime": {"type": "bool", "default": None, "alias_of": "get_mime", "help": "alias of get_mime"},
+    "mime_type": {"type": "bool", "default": None, "alias_of": "get_mime", "help": "alias of get_mime"},
+    "mime-type": {"type": "bool", "default": None, "alias_of": "get_mime", "help": "alias of get_mime"},
+    "get_attributes": {"type": "bool", "default": True,
+                       "help": "add stat.version, stat.attributes and stat.attr_flags from lsattr (none, [] and '' "
+                               "where the host has no lsattr or the filesystem no attributes)"},
+    "attr": {"type": "bool", "default": None, "alias_of": "get_attributes", "help": "alias of get_attributes"},
+    "attributes": {"type": "bool", "default": None, "alias_of": "get_attributes", "help": "alias of get_attributes"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/run/trust.py).
@@ -229,6 +228,12 @@ def run(args: dict, ctx: Context) -> dict:
                 result["sha256"] = stat["checksum"]
         else:
             note = " (no checksum: this user cannot read it)"
+    if args["get_mime"]:
+        stat["mimetype"], stat["charset"] = mime_of(path)
+    if args["get_attributes"]:
+        found = attributes.read(path)
+        stat.update(version=found.get("version"), attributes=found.get("attributes", []),
+                    attr_flags=found.get("attr_flags", ""))
     kind = "directory" if result["isdir"] else "file" if result["isfile"] else "symlink" if islink else "special file"
     result["msg"] = f"{path} is a {kind}" + (f" -> {result['lnk_target']}" if islink else "") + note
     return result

@@ -52,7 +52,8 @@ def test_the_stat_key_is_what_ansible_users_read(tmp_path):
     expected = {"exists", "path", "mode", "isdir", "isreg", "islnk", "ischr", "isblk", "isfifo", "issock", "uid",
                 "gid", "size", "inode", "dev", "nlink", "atime", "mtime", "ctime", "wusr", "rusr", "xusr", "wgrp",
                 "rgrp", "xgrp", "woth", "roth", "xoth", "isuid", "isgid", "readable", "writeable", "executable",
-                "pw_name", "gr_name", "checksum", "blocks", "block_size", "device_type"}
+                "pw_name", "gr_name", "checksum", "blocks", "block_size", "device_type", "mimetype", "charset", "version",
+                "attributes", "attr_flags"}
     assert set(res["stat"]) == expected
     assert call({"path": str(tmp_path / "nope")})["stat"] == {"exists": False}
 
@@ -73,12 +74,28 @@ def test_our_old_checksum_bool_is_refused_naming_the_argument(tmp_path):
         call({"path": str(tmp_path), "checksum": True})
 
 
-@pytest.mark.parametrize("option", ["get_mime", "mime", "mime_type", "mime-type", "get_attributes", "attr",
-                                    "attributes"])
-def test_mime_and_attributes_are_taken_as_false_only(tmp_path, option):
-    assert "mimetype" not in call({"path": str(tmp_path), option: False})["stat"]
-    with pytest.raises(ModuleError, match=f"argument '{option}' is True; choose one of: False"):
-        call({"path": str(tmp_path), option: True})
+@pytest.mark.parametrize("option", ["get_mime", "mime", "mime_type", "mime-type"])
+def test_mime_is_the_file_programs_answer_and_off_when_asked(tmp_path, option):
+    f = tmp_path / "f.txt"
+    f.write_text("plain\n")
+    assert "mimetype" not in call({"path": str(f), option: False})["stat"]
+    got = call({"path": str(f), option: True})["stat"]
+    assert (got["mimetype"], got["charset"]) == ("text/plain", "us-ascii")
+
+
+def test_mime_without_the_file_program_is_pythons_guess(tmp_path, monkeypatch):
+    f = tmp_path / "f.json"
+    f.write_text("{}")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `file` program there
+    got = call({"path": str(f), "get_attributes": False})["stat"]
+    assert (got["mimetype"], got["charset"]) == ("application/json", "unknown")
+
+
+@pytest.mark.parametrize("option", ["get_attributes", "attr", "attributes"])
+def test_attributes_are_lsattrs_and_off_when_asked(tmp_path, option):
+    assert "attr_flags" not in call({"path": str(tmp_path), option: False})["stat"]
+    got = call({"path": str(tmp_path), option: True})["stat"]
+    assert set(got) >= {"version", "attributes", "attr_flags"} and isinstance(got["attributes"], list)
 
 
 @pytest.mark.parametrize("algorithm", ["md5", "sha1", "sha224", "sha256", "sha384", "sha512"])

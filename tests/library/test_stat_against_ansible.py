@@ -6,8 +6,8 @@ Ansible's side is one ansible-playbook run (local connection, this python as the
 case, registered, then written out as JSON; ours is `python3 -m library.stat ARGS.json` from the repository root,
 with the same HOME. Compared: `stat`, key for key and value for value (atime too: every path's atime is set
 in the future first, so reading a file for its checksum, or a link, does not move it under relatime), less the
-fields Ansible computes that we do not (NOT_COMPUTED, with why); with get_mime and get_attributes false, the two
-`stat` dicts are equal. changed is false on both. A refusal by both: ours starting with Ansible's words where
+fields Ansible computes that we do not (NOT_COMPUTED, with why: none now; get_mime's `file` and get_attributes'
+lsattr run on both sides). changed is false on both. A refusal by both: ours starting with Ansible's words where
 it says what is wrong (missing path, a link loop). Where we differ on purpose, DIFFERENCES says what each side does.
 The playbook test at the end runs one playbook, written for Ansible (`register: st` then `st.stat.exists`), with
 ansible-playbook and with ours.
@@ -33,15 +33,7 @@ from tests.helpers import required_ansible_tool
 ROOT = Path(__file__).resolve().parents[2]
 CONTENT = b"hello\n"
 
-# Fields Ansible's stat adds that ours does not compute (its options for them are taken as false only, their
-# default here; library/stat.py's docstring)
-NOT_COMPUTED = {
-    "mimetype": "get_mime (Ansible's default true) runs the `file` program on the host; no program runs here",
-    "charset": "get_mime, as mimetype",
-    "version": "get_attributes (Ansible's default true) runs lsattr on the host; no program runs here",
-    "attributes": "get_attributes, as version",
-    "attr_flags": "get_attributes, as version",
-}
+NOT_COMPUTED: dict[str, str] = {}  # Ansible's stat fields ours does not compute (none now; with why)
 NO_PROGRAMS = {"get_mime": False, "get_attributes": False}
 
 # id, the arguments ("@NAME": the tree's NAME; a case without path, dest or name stats nothing)
@@ -77,6 +69,11 @@ CASES = [
     ("socket", {"path": "@sock", **NO_PROGRAMS}),
     ("char-device", {"path": "/dev/null", **NO_PROGRAMS}),
     ("tilde", {"path": "~/in-home", **NO_PROGRAMS}),
+    ("get-mime-true", {"path": "@file", "get_mime": True}),
+    ("mime-alias-true-on-a-script", {"path": "@exec", "mime": True, "get_attributes": False}),
+    ("get-attributes-true", {"path": "@file", "get_attributes": True, "get_mime": False}),
+    ("programs-on-a-fifo", {"path": "@fifo"}),
+    ("programs-on-a-folder", {"path": "@sgid"}),
     # refused by both
     ("no-path", {"follow": True}),
     ("symlink-loop-followed", {"path": "@loop", "follow": True}),
@@ -90,11 +87,6 @@ SAME_WORDS = {"no-path", "symlink-loop-followed"}  # refusals where ours starts 
 DIFFERENCES = [
     # a path under a regular file: Ansible's lstat raises ENOTDIR, which it fails on; ours says nothing is there
     ("path-under-a-file", {"path": "@file/child"}, {"failed": "Not a directory"}, {"stat": {"exists": False}}),
-    # get_mime / get_attributes true run `file` / lsattr: refused here (NOT_COMPUTED)
-    ("get-mime-true", {"path": "@file", "get_mime": True}, {"stat": "mimetype"}, {"failed": "'get_mime' is True"}),
-    ("mime-alias-true", {"path": "@file", "mime": True}, {"stat": "mimetype"}, {"failed": "'mime' is True"}),
-    ("get-attributes-true", {"path": "@file", "get_attributes": True}, {"stat": "attr_flags"},
-     {"failed": "'get_attributes' is True"}),
 ]
 
 
@@ -165,9 +157,9 @@ def test_stat_returns_what_ansibles_returns(both, cid):
     assert extra <= set(NOT_COMPUTED), f"Ansible's fields ours lacks: {sorted(extra - set(NOT_COMPUTED))}"
     args = dict(CASES)[cid]
     if t_stat["exists"] and not {"get_mime", "mime-type", "mime", "mime_type"} & set(args):
-        assert {"mimetype", "charset"} <= extra, "Ansible computed no mimetype here: update NOT_COMPUTED"
+        assert {"mimetype", "charset"} <= set(o_stat), "get_mime's default (true) computed nothing"
     if t_stat["exists"] and not {"get_attributes", "attr", "attributes"} & set(args):
-        assert {"version", "attributes", "attr_flags"} <= extra, "Ansible computed no attributes: update NOT_COMPUTED"
+        assert {"version", "attributes", "attr_flags"} <= set(o_stat), "get_attributes' default computed nothing"
     assert {k: v for k, v in t_stat.items() if k not in NOT_COMPUTED} == o_stat
 
 
@@ -248,13 +240,16 @@ def test_a_playbook_written_for_ansible_runs_the_same_with_ours(tmp_path):
     assert res.recap["h"]["changed"] == 0
 
 
-def test_an_option_ours_does_not_take_as_true_is_refused_when_the_playbook_loads(tmp_path):
+def test_get_mime_runs_in_a_playbook(tmp_path):
     from engine.api import run_playbook
 
+    (tmp_path / "f.txt").write_text("plain\n")
     book = tmp_path / "pb.yaml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "mime", "stat": {"path": str(tmp_path), "get_mime": True}}]}]))
+        {"name": "mime", "stat": {"path": str(tmp_path / "f.txt"), "get_mime": True}, "register": "st"},
+        {"name": "as Ansible's stat target reads it", "assert": {"that": [
+            "st.stat.mimetype == 'text/plain'", "st.stat.charset == 'us-ascii'"]}}]}]))
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h": {"ansible_connection": "local"}}}}))
     res = run_playbook(str(book), str(inv))
-    assert res.exit_code == 4 and "'get_mime' is True; choose one of: False" in res.error
+    assert res.exit_code == 0, res.tasks
