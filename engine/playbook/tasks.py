@@ -190,9 +190,28 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
         inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
     _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
     _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
+    _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))
     return block
+
+
+def _block_values(raw: dict, where: str) -> dict:
+    """A block's check_mode, run_once, ignore_errors and notify, checked as a task's are."""
+    values: dict = {key: flag(raw[key], where, key) for key in BLOCK_FLAGS if key in raw}
+    if "notify" in raw:
+        values["notify"] = names(raw["notify"], where, "notify")
+    return values
+
+
+def _inherit_unset(tasks: list[Task], values: dict) -> None:
+    """A block's keyword applies to each task inside that does not set it (the task's own, or an inner block's,
+    wins, as Ansible's)."""
+    for task in tasks:
+        for key, value in values.items():
+            if key not in task.given:
+                setattr(task, key, list(value) if key == "notify" else value)
+                task.given.add(key)
 
 
 def _block_values(raw: dict, where: str) -> dict:

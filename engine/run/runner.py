@@ -440,13 +440,25 @@ class Runner:
             for s in failed:
                 self.executor.rescue(s)
             self._run_items(failed, play, block.rescue)
-        if block.always and self.stops.fatal is None:
+        if block.always:
+            # any_errors_fatal stops the play after the always sections it is inside, as Ansible's (a fatal failure
+            # fails every host, and a failed host still runs its blocks' always)
+            fatal, self.stops.fatal = self.stops.fatal, None
             still_failed = {id(s) for s in entered if s.failed}
             for s in entered:
                 s.failed = False  # always runs on failed hosts too; they stay failed afterwards
-            self._run_items([s for s in entered if not s.unreachable], play, block.always)
+            self._run_items([s for s in entered if not s.unreachable and not s.ended], play, block.always)
             for s in entered:
                 s.failed = s.failed or id(s) in still_failed
+            self.stops.fatal = fatal or self.stops.fatal
+
+    def _fail_into_rescue(self, states: list[HostState]) -> None:
+        """any_errors_fatal inside a block with a rescue: one host failing sends every host of the task into the
+        rescue, as Ansible's (the others' failure has no result of its own: nothing of theirs is rescued)."""
+        if self.stops.rescuable and any(s.failed and not s.unreachable for s in states):
+            for s in states:
+                if s.running:
+                    s.failed, s.last_failure = True, None
 
     def _run_on(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> list[TaskResult]:
         """The task on these hosts in parallel; the results it added."""
@@ -456,6 +468,7 @@ class Runner:
         self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
         self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
         if play.fatal(task):
+            self._fail_into_rescue(states)
             self.stops.note_fatal(states, task.name)
         return self.executor.results[before:]
 

@@ -124,10 +124,13 @@ def test_a_rescued_failure_is_not_fatal(tmp_path):
 
 
 def test_a_failing_rescue_is_fatal(tmp_path):
-    res = local_play(tmp_path, [{"block": [B_FAILS], "rescue": [{"name": "rescue", "fail": {"msg": "still no"}}],
+    # every host enters the rescue (any_errors_fatal, as Ansible's); it fails on b only
+    res = local_play(tmp_path, [{"block": [B_FAILS], "rescue": [{"name": "rescue", "fail": {"msg": "still no"},
+                                                                 "when": "inventory_hostname == 'b'"}],
                                  "always": [{"name": "always", "debug": {"msg": "x"}}]}, AFTER], any_errors_fatal="yes")
     assert res.exit_code == 2
-    assert not res.find("after") and not res.find("always")
+    assert not res.find("after")
+    assert {r.host for r in res.find("always")} == {"a", "b", "c"}  # the always still runs, as Ansible's
     assert "host b failed task 'rescue'" in res.find("Play stopped")[0].msg
 
 
