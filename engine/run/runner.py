@@ -14,6 +14,7 @@ one host's start (connection, become, lock, facts) is engine/run/host_start.py's
 
 from __future__ import annotations
 
+import functools
 import getpass
 import random
 import sys
@@ -234,9 +235,11 @@ class Runner:
             where = f"{play.source}: play '{play.name}'"
             prompted = prompt_answers(play.vars_prompt, self.extra_vars, where)
             view = self.templar.view(ChainMap(self.extra_vars, prompted, play.vars, play.defaults))
-            files = play_vars_files(play.vars_files, play.source.parent,
-                                    lambda name, v=view: self.templar.render_value(name, v), where)
+            files = play_vars_files(play.vars_files, play.source.parent, functools.partial(self._render_in, view), where)
             play.vars = {**play.vars, **prompted, **files}
+
+    def _render_in(self, view, text: str):
+        return self.templar.render_value(text, view)
 
     def _parallel(self, states: list[HostState], fn) -> list:
         if len(states) == 1:
