@@ -19,8 +19,9 @@ where Ansible fails with "Destination directory ... does not exist"; `validate` 
 anything is compared; remote_src copies one file (a folder as src is refused) and validates the copy, where
 Ansible sets the task's mode and owner on src itself to validate it; mode preserve with content is refused
 (Ansible's takes its controller temp file's 0600); the result has no `src` for content (Ansible's names its
-uploaded temp file, gone when the task ends). local_follow, decrypt, unsafe_writes, attributes and the SELinux
-options are not arguments: a task using them is refused when the playbook is loaded.
+uploaded temp file, gone when the task ends). `attributes` are set with chattr where the host has it; local_follow
+and decrypt are the engine's (src on the control node). unsafe_writes and the SELinux options are not arguments: a
+task using them is refused when the playbook is loaded.
 
 A folder (the engine drives this for `src:` on the control node): `manifest` lists the files by path,
 sha256 and mode; phase `plan` says which files the host lacks, the engine uploads those to temp
@@ -46,6 +47,7 @@ import posixpath
 import re
 import stat
 
+from dflash_host.host import attributes
 from dflash_host.host.fileattrs import (
     lookup_gid,
     lookup_uid,
@@ -107,6 +109,10 @@ ARGS = {
                        "help": "the mode of each folder created for dest (none: 0755 less the umask); existing "
                                "folders keep theirs"},
     "_groups": ("file_attributes",),  # mode (above), owner, group: dflash_host/shared_args.py
+    "attributes": {"type": "str", "default": None,
+                   "help": "file attributes as chattr takes them (+i, -a, =A; letters alone: exactly those), read "
+                           "with lsattr; nothing is done where the host has no chattr"},
+    "attr": {"type": "str", "default": None, "alias_of": "attributes", "help": "alias of attributes"},
     "backup": {"type": "bool", "default": False,
                "help": "keep a copy of a file whose content is replaced (DEST.PID.YYYY-MM-DD@HH:MM:SS~, in "
                        "backup_file)"},
@@ -392,6 +398,7 @@ def _write(dest: str, source: Source, args: dict, mode, directory_mode, remote: 
             st = os.stat(source.path or "")
             os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
         set_attributes(dest, mode, args["owner"], args["group"], False)
+        attributes.ensure(dest, args["attributes"], False)
     except OSError as exc:
         raise ModuleError(f"Failed to copy {source.path or 'the content'} to {dest}: {exc.strerror}; fix the "
                           "permissions of the path or its folder") from None
@@ -427,6 +434,7 @@ def _keep(dest: str, base: dict, args: dict, mode, remote: bool, ctx: Context) -
     module for remote_src)."""
     diff: dict | None = {"before": {"path": dest}, "after": {"path": dest}} if ctx.diff and not remote else None
     changed = set_attributes(dest, mode, args["owner"], args["group"], ctx.check, diff)
+    changed = attributes.ensure(dest, args["attributes"], ctx.check, diff) or changed
     result = {**base, "changed": changed}
     if not remote:
         result["path"] = dest

@@ -28,7 +28,8 @@ Only what can be the tool's is changed:
 - relative paths (and a relative src of a hard link) are refused; recurse leaves a symlink's target alone (only
   the link's own owner and group are set): Ansible with follow changes a target outside the folder too;
 - a symlink's own mode is not looked at (Linux has none): Ansible's check mode calls a mode on one a change.
-attributes, SELinux options and unsafe_writes are not arguments: a task using them is refused when the playbook
+`attributes` (chattr's +i, -a, =A) are set with chattr where the host has it, as Ansible's. SELinux options and
+unsafe_writes are not arguments: a task using them is refused when the playbook
 is loaded. A mode or a time that cannot be read is refused before anything is looked at (Ansible's only when it
 is applied).
 """
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import os
 
+from dflash_host.host import attributes
 from dflash_host.host.fileattrs import get_state, mode_arg, path_info, set_attributes, unknown_ids
 from dflash_host.host.paths import check_plain, managed_path
 from dflash_host.module import Context, ModuleError, main
@@ -66,6 +68,10 @@ ARGS = {
                "help": "a symlink at path: its target gets the mode, owner, group and times (state file/directory: "
                        "the target is what is managed)"},
     "_groups": ("file_attributes",),  # mode, owner, group: dflash_host/shared_args.py
+    "attributes": {"type": "str", "default": None,
+                   "help": "file attributes as chattr takes them (+i, -a, =A; letters alone: exactly those), read "
+                           "with lsattr; nothing is done where the host has no chattr"},
+    "attr": {"type": "str", "default": None, "alias_of": "attributes", "help": "alias of attributes"},
     "modification_time": {"type": "str", "default": None,
                           "help": "preserve, now, or a time in modification_time_format; none: preserve (touch: now)"},
     "modification_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of modification_time"},
@@ -92,6 +98,7 @@ class Call:
     def __init__(self, args: dict, ctx: Context, state: str) -> None:
         self.mode = mode_arg(args["mode"], "file")
         self.owner, self.group = args["owner"], args["group"]
+        self.attrs = args["attributes"]
         self.follow, self.force, self.recurse = args["follow"], args["force"], args["recurse"]
         self.check = ctx.check
         self.ctx = ctx
@@ -105,6 +112,8 @@ class Call:
         """Mode, owner, group, then the times, where they differ; `made`: a path this call created, needing no
         guard (a new folder at the top level, /srv/app, gets its mode)."""
         changed = set_attributes(path, self.mode, self.owner, self.group, self.check, diff, None if made else guard)
+        if self.attrs and not os.path.islink(path):
+            changed = attributes.ensure(path, self.attrs, self.check, diff) or changed
         return update_times(path, self.mtime, self.atime, self.check, diff) or changed
 
     def target(self, path: str) -> str:

@@ -49,6 +49,7 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
         "force": {"type": "bool", "default": True},
         "validate": {"type": "str"},
         "follow": {"type": "bool", "default": False},
+        "attributes": {"type": "str"},
         "trim_blocks": {"type": "bool", "default": True},
         "lstrip_blocks": {"type": "bool", "default": False},
         "newline_sequence": {"type": "str", "default": "\n"},

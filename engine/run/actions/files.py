@@ -219,6 +219,9 @@ def _copy_folder(call: ActionCall, src: Path) -> dict:
     if call.args.get("local_follow") is False and any(p.is_symlink() for p in src.rglob("*")):
         raise TaskError(f"{call.where()}: local_follow: false keeps {src}'s symlinks as links, which this tool does not "
                         "copy; drop local_follow (the files they point to are copied) or remove the links")
+    if call.args.get("attributes") or call.args.get("attr"):
+        raise TaskError(f"{call.where()}: attributes are set on one file here; a folder ({src}) is copied without "
+                        "them: set them with a file task on each copied file after the copy")
     for name in ENGINE_ONLY:
         call.args.pop(name, None)
     dest = str(call.args["dest"])
