@@ -1,4 +1,6 @@
-"""Ansible's lookup() and query()/q() in templates: file, env, template, vars, first_found.
+"""Ansible's lookup() and query()/q() in templates: file, env, template, vars, first_found, fileglob, unvault and
+config here; sequence, items, list, dict, indexed_items, nested, together, subelements and inventory_hostnames in
+engine/template/lookups_lists.py (they only reshape their terms).
 
 Spelled as ansible-core spells them: several terms (lookup joins several strings with commas, query keeps the
 list), `errors=` (strict, warn, ignore: None or [] instead of the error), `wantlist=`; file's `lstrip`/`rstrip`
@@ -25,6 +27,7 @@ The trust rules hold (engine/template/templar.py):
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import stat
@@ -43,8 +46,9 @@ from jinja2.runtime import Context
 from jinja2.sandbox import SecurityError
 
 from engine.errors import TaskError, UserError
-from engine.parsing import vault
+from engine.parsing import ansible_cfg, vault
 from engine.parsing.yamlfile import MAX_YAML_BYTES
+from engine.template import lookups_lists
 from engine.template.secrets import is_secret_name
 from engine.template.taint import note_secret
 from engine.template.templar import LazyVars, Templar
@@ -515,7 +519,91 @@ def _first_found_names(call: LookupCall, terms: list, paths: Any, skip: bool) ->
     return out, skip
 
 
+def fileglob_lookup(call: LookupCall) -> list:
+    """The regular files a pattern matches: in the folder its path names (searched as file's), else in the role's
+    and the playbook's files/ and folder, the first that has a match; absolute paths, sorted."""
+    out: list[str] = []
+    for term in call.strings():
+        folder, pattern = os.path.split(term)
+        if folder:
+            found, _ = _locate(call, folder, ("files",))
+            places = [found] if found is not None and found.is_dir() else []
+        else:
+            places = [p for root in _roots(call) for p in (root / "files", root)]
+        for place in places:
+            hits = sorted(g for g in glob.glob(os.path.join(glob.escape(str(place)), pattern)) if os.path.isfile(g))
+            if hits:
+                for hit in hits if call.from_host else ():
+                    _keep_inside(call, term, Path(hit))
+                out += hits
+                break
+    return out
+
+
+def unvault_lookup(call: LookupCall) -> list:
+    """Each file's text as it is (not stripped), an Ansible Vault file decrypted; what it gives is a secret."""
+    out = []
+    for term in call.strings():
+        path, looked = _locate(call, term, ("files",))
+        if path is None:
+            raise call.failed(f"no file {term!r}; looked in {_looked(looked)}. Put it in the role's or the playbook's "
+                              "files/ folder, or give its absolute path")
+        text, _ = _read_text(call, term, path)
+        call.secret(text)
+        out.append(text)
+    return out
+
+
+def _roles_path() -> list[str]:
+    configured = [str(p) for p in ansible_cfg.roles_path()]
+    return configured or [os.path.expanduser("~/.ansible/roles"), "/usr/share/ansible/roles", "/etc/ansible/roles"]
+
+
+def _force_handlers() -> bool:
+    text = ansible_cfg.setting("force_handlers")
+    return (text or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# The configuration settings lookup('config') answers: those the engine reads (engine/parsing/ansible_cfg.py) and a
+# few whose value is fixed here (this tool's behaviour, which Ansible's default describes).
+CONFIG: dict[str, Callable[[], Any]] = {
+    "DEFAULT_ROLES_PATH": _roles_path,
+    "DEFAULT_FORCE_HANDLERS": _force_handlers,
+    "DEFAULT_HASH_BEHAVIOUR": lambda: "replace",
+    "DEFAULT_BECOME_METHOD": lambda: "sudo",
+    "DEFAULT_JINJA2_NATIVE": lambda: False,
+    "DEFAULT_UNDEFINED_VAR_BEHAVIOR": lambda: True,
+}
+MISSING = ("error", "skip", "warn")
+
+
+def config_lookup(call: LookupCall) -> list:
+    """Configuration settings by name (a few: CONFIG); on_missing says what an unknown one gives."""
+    missing = call.options.get("on_missing", "error")
+    if missing not in MISSING:
+        raise call.failed(f"on_missing must be one of {', '.join(MISSING)}, not {missing!r}")
+    if call.options.get("plugin_type") or call.options.get("plugin_name"):
+        raise call.failed("settings of plugins (plugin_type, plugin_name) are not read; use a setting's name such as "
+                          "DEFAULT_ROLES_PATH")
+    origin = call.flag("show_origin", False)
+    out: list = []
+    for term in call.terms:
+        if not isinstance(term, str):
+            raise call.failed(f"a setting's name is a string, not {type(term).__name__} {term!r}")
+        if term not in CONFIG:
+            if missing == "error":
+                raise call.failed(f"no setting {term!r} (the settings it reads: {', '.join(sorted(CONFIG))})")
+            continue
+        value = CONFIG[term]()
+        out.append([value, "default"] if origin else value)
+    return out
+
+
 PLUGINS: dict[str, tuple[Callable[[LookupCall], list], frozenset[str]]] = {
+    **lookups_lists.PLUGINS,
+    "fileglob": (fileglob_lookup, frozenset()),
+    "unvault": (unvault_lookup, frozenset()),
+    "config": (config_lookup, frozenset({"on_missing", "plugin_type", "plugin_name", "show_origin"})),
     "file": (file_lookup, frozenset({"lstrip", "rstrip"})),
     "env": (env_lookup, frozenset({"default"})),
     "vars": (vars_lookup, frozenset({"default"})),

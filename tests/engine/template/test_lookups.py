@@ -286,7 +286,7 @@ def test_a_hosts_answer_cannot_choose_an_environment_variable(project, monkeypat
     ("pipe", "would run a command on the control node"), ("lines", "would run a command on the control node"),
     ("url", "would reach the network"), ("password", "would create and write files"),
     ("ansible.builtin.pipe", "would run a command"), ("community.general.redis", "is not a lookup dflash-provision has"),
-    ("fileglob", "is not a lookup dflash-provision has"),
+    ("csvfile", "is not a lookup dflash-provision has"),
 ])
 def test_refused_lookups_stop_the_run_before_any_host_is_touched(project, name, needle):
     marker = project / "touched"
