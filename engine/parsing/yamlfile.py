@@ -27,6 +27,14 @@ from engine.parsing import vault
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class Unsafe(str):
+    """Text that is data wherever it stands, never a template: a value the YAML tags `!unsafe` (Ansible's unsafe
+    text), what a person typed (the -K password). A variable holding it reads back exactly as written, `{{`, `{%`,
+    quotes and backslashes included (engine/template/markers.py is_template says no to it)."""
+
+    __slots__ = ()
+
+
 class _Loader(_BaseLoader):
     """The safe loader plus Ansible's `!vault` tag; `dfp_path` names the file in errors."""
 
@@ -41,14 +49,35 @@ def _construct_vault(loader: Any, node: Any) -> str:
     return vault.decrypt(loader.construct_scalar(node), f"{where} (!vault value)")
 
 
+def _construct_unsafe(loader: Any, node: Any) -> Any:
+    """`!unsafe`: Ansible's text that is never templated (`{{` in it stays as written), on a scalar or on every
+    string inside a list or mapping."""
+    if isinstance(node, yaml.ScalarNode):
+        return Unsafe(loader.construct_scalar(node))
+    if isinstance(node, SequenceNode):
+        return [_unsafe_leaves(v) for v in loader.construct_sequence(node, deep=True)]
+    return {_unsafe_leaves(k): _unsafe_leaves(v) for k, v in loader.construct_mapping(node, deep=True).items()}
+
+
+def _unsafe_leaves(value: Any) -> Any:
+    if isinstance(value, str):
+        return Unsafe(value)
+    if isinstance(value, list):
+        return [_unsafe_leaves(v) for v in value]
+    if isinstance(value, dict):
+        return {_unsafe_leaves(k): _unsafe_leaves(v) for k, v in value.items()}
+    return value
+
+
 def _refuse_tag(loader: Any, suffix: str, node: Any) -> None:
-    """Ansible's other tags (!unsafe, ...) and Python tags are not read; say so instead of 'malformed YAML'."""
+    """Ansible's other tags and Python tags are not read; say so instead of 'malformed YAML'."""
     where = f"{loader.dfp_path}:{node.start_mark.line + 1}:{node.start_mark.column + 1}"
-    raise UserError(f"{where}: the YAML tag {node.tag} is not supported (only !vault is, besides plain YAML); "
+    raise UserError(f"{where}: the YAML tag {node.tag} is not supported (only !vault and !unsafe are, besides plain YAML); "
                     "remove the tag and write the plain value.")
 
 
 _Loader.add_constructor("!vault", _construct_vault)
+_Loader.add_constructor("!unsafe", _construct_unsafe)
 _Loader.add_multi_constructor("!", _refuse_tag)
 _Loader.add_multi_constructor("tag:yaml.org,2002:python/", _refuse_tag)
 

@@ -22,7 +22,16 @@ TASK_KEYWORDS = {
     "with_items",
     "with_dict",
     "with_together",
+    "with_list",
+    "with_sequence",
+    "with_nested",
+    "with_indexed_items",
+    "with_subelements",
+    "with_first_found",
+    "with_fileglob",
+    "with_random_choice",
     "loop_control",
+    "diff",
     "retries",
     "until",
     "delay",
@@ -56,8 +65,8 @@ PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_
 BOOL_STRINGS = {"yes": True, "true": True, "on": True, "1": True, "no": False, "false": False, "off": False, "0": False}
 # The runner reads these flags as plain booleans (it does not render them), so a template is refused.
 FLAG_KEYWORDS = ("ignore_errors", "no_log", "check_mode", "gather_facts", "become", "any_errors_fatal", "run_once",
-                 "delegate_facts")
-LOOP_CONTROL_KEYS = {"loop_var"}  # the only loop_control key the runner implements
+                 "delegate_facts", "diff")
+LOOP_CONTROL_KEYS = {"loop_var", "index_var", "label", "pause", "extended", "extended_allitems"}
 MAX_DELAY_S = 86400.0
 
 
@@ -211,35 +220,143 @@ def environment_of(value: Any, where: str) -> dict | str:
     return value
 
 
-LOOP_KEYWORDS = ("loop", "with_items", "with_dict", "with_together")
+# The loops: `loop`, and the with_* forms (each one Ansible's lookup of that name over the task's terms); how each
+# kind turns into items: engine/run/loops.py.
+LOOP_KEYWORDS = ("loop", "with_items", "with_dict", "with_together", "with_list", "with_sequence", "with_nested",
+                 "with_indexed_items", "with_subelements", "with_first_found", "with_fileglob", "with_random_choice")
+# what each takes when written out (a template giving it is checked when it renders)
+_LOOP_SHAPES = {"with_dict": (dict, "a mapping", '"{{ users }}"'),
+                "with_sequence": ((str, int, list), "a sequence such as 'start=1 end=5' or 'count=3'", "count=3"),
+                "with_first_found": ((str, list, dict), "a file name, a list of them, or {files, paths}",
+                                     "[{files: [a.yml, default.yml], paths: [vars]}]"),
+                "with_fileglob": ((str, list), "a file pattern or a list of them", "'files/*.conf'")}
 
 
 def loop_of(raw: dict, where: str) -> tuple[Any, str]:
-    """(`loop` or a legacy with_* loop's value, which one): a list (with_dict: a mapping), or a template giving
-    one. How each kind turns into items: engine/run/task_executor.py loop_items."""
+    """(`loop` or a legacy with_* loop's value, which one): a list (with_dict: a mapping; with_sequence: its
+    `start=1 end=5` text), or a template that gives one."""
     keys = [k for k in LOOP_KEYWORDS if k in raw]
     if len(keys) > 1:
         raise UserError(f"{where}: the task has {' and '.join(repr(k) for k in keys)}; keep one of them")
     if not keys:
         return None, "loop"
-    value = raw[keys[0]]
-    if is_template_text(value) or (isinstance(value, dict) if keys[0] == "with_dict" else isinstance(value, list)):
-        return value, keys[0]
-    if keys[0] == "with_dict":
-        raise wrong(where, keys[0], "a mapping, or a template that gives one", value, '"{{ users }}"')
-    raise wrong(where, keys[0], "a list, or a template that gives one", value, '"{{ models }}"')
+    kind, value = keys[0], raw[keys[0]]
+    types, expected, example = _LOOP_SHAPES.get(kind, (list, "a list", '"{{ models }}"'))
+    if kind in ("with_list", "with_items", "with_random_choice") and not isinstance(value, list) \
+            and not is_template_text(value) and value is not None:
+        value = [value]  # a single term, as Ansible takes it
+    if is_template_text(value) or isinstance(value, types) and not isinstance(value, bool):
+        if kind == "with_sequence":
+            check_sequence_terms(value, where)
+        return value, kind
+    raise wrong(where, kind, f"{expected}, or a template that gives one", value, example)
 
 
-def loop_var_of(value: Any, where: str) -> str:
+def check_sequence_terms(value: Any, where: str) -> None:
+    """with_sequence written out (no template in it): its `start= end= stride= format=` / `count=` / `4-8/2:fmt`
+    text is parsed now, so a mistake is a load error (engine/run/loops.py reads it the same way at run time)."""
+    terms = value if isinstance(value, list) else [value]
+    if any(is_template_text(t) for t in terms):
+        return
+    try:
+        for term in terms:
+            sequence_items(term)
+    except SequenceError as exc:
+        raise UserError(f"{where}: with_sequence {shown(value)}: {exc}") from None
+
+
+class SequenceError(ValueError):
+    """A with_sequence text that makes no sequence (the message says which part)."""
+
+
+_SEQ_NUM = r"(0?x?[0-9a-f]+)"
+_SEQ_SHORT = re.compile(rf"^({_SEQ_NUM}-)?{_SEQ_NUM}(/{_SEQ_NUM})?(:(.+))?$", re.IGNORECASE)
+_SEQ_FIELDS = ("start", "end", "stride", "count", "format")
+MAX_SEQUENCE = 100_000  # items of one with_sequence: a bigger one is a typo (end=1e9), not a loop
+
+
+def _seq_int(key: str, text: Any) -> int:
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    try:
+        return int(str(text), 10)
+    except ValueError:
+        try:
+            return int(str(text), 0)
+        except ValueError:
+            raise SequenceError(f"{key}={text!r} is not a whole number") from None
+
+
+def sequence_items(term: Any) -> list[str]:
+    """Ansible's with_sequence of one term: `[start-]end[/stride][:format]` or `start= end= stride= format=` /
+    `count=`; the numbers as text, formatted by `format` (printf style, default %d)."""
+    text = str(term).strip()
+    fields: dict[str, Any] = {}
+    short = _SEQ_SHORT.match(text)
+    if short:
+        fields = {k: v for k, v in zip(("start", "end", "stride", "format"), short.group(2, 3, 5, 7)) if v is not None}
+    else:
+        for part in text.split():
+            key, eq, value = part.partition("=")
+            if not eq or key not in _SEQ_FIELDS:
+                raise SequenceError(f"{part!r} is not one of {', '.join(f + '=' for f in _SEQ_FIELDS)}")
+            fields[key] = value
+    start, stride = _seq_int("start", fields.get("start", 1)), _seq_int("stride", fields.get("stride", 1))
+    fmt = str(fields.get("format", "%d"))
+    if ("count" in fields) == ("end" in fields):
+        raise SequenceError("give either end= or count=, one of them")
+    if "count" in fields:
+        count = _seq_int("count", fields["count"])
+        if count == 0:
+            return []
+        end = start + count * stride - 1
+    else:
+        end = _seq_int("end", fields["end"])
+    if stride > 0 and end < start:
+        raise SequenceError("to count backwards make stride negative")
+    if stride < 0 and end > start:
+        raise SequenceError("to count forward do not make stride negative")
+    if stride == 0:
+        return []
+    if fmt.count("%") != 1:
+        raise SequenceError(f"bad format {fmt!r}: it needs exactly one % field, as %d or %02x")
+    numbers = range(start, end + (1 if stride > 0 else -1), stride)
+    if len(numbers) > MAX_SEQUENCE:
+        raise SequenceError(f"it makes {len(numbers)} items, more than {MAX_SEQUENCE}")
+    try:
+        return [fmt % n for n in numbers]
+    except (TypeError, ValueError):
+        raise SequenceError(f"format {fmt!r} does not format a number") from None
+
+
+def loop_control_of(value: Any, where: str) -> tuple[str, dict]:
+    """`loop_control`: (loop_var, the other keys checked: index_var, label, pause, extended, extended_allitems)."""
     if not isinstance(value, dict):
         raise wrong(where, "loop_control", "a mapping", value, "{loop_var: model}")
     unknown = sorted(map(str, set(value) - LOOP_CONTROL_KEYS))
     if unknown:
         raise UserError(
-            f"{where}: 'loop_control' has unsupported key(s) {', '.join(unknown)}; the only one supported is "
-            "loop_var (e.g. loop_control: {loop_var: model}). Remove the others."
+            f"{where}: 'loop_control' has unknown key(s) {', '.join(unknown)}; it takes "
+            f"{', '.join(sorted(LOOP_CONTROL_KEYS))} (e.g. loop_control: {{loop_var: model, label: '{{{{ model }}}}'}})."
         )
-    return identifier(value.get("loop_var", "item"), where, "loop_control.loop_var")
+    loop_var = value.get("loop_var", "item")
+    if not is_template_text(loop_var):
+        loop_var = identifier(loop_var, where, "loop_control.loop_var")
+    out: dict[str, Any] = {}
+    if "index_var" in value:
+        out["index_var"] = identifier(value["index_var"], where, "loop_control.index_var")
+    for key in ("extended", "extended_allitems"):
+        if key in value:
+            out[key] = flag(value[key], where, f"loop_control.{key}")
+    if "pause" in value:
+        pause = value["pause"]
+        if not is_template_text(pause) and (isinstance(pause, bool) or not isinstance(pause, (int, float))
+                                            or not 0 <= pause <= MAX_DELAY_S):
+            raise wrong(where, "loop_control.pause", f"seconds between items, 0 to {MAX_DELAY_S:.0f}", pause, "0.5")
+        out["pause"] = pause
+    if "label" in value:
+        out["label"] = value["label"]
+    return loop_var, out
 
 
 def become_of(raw: dict, where: str) -> dict:
@@ -311,7 +428,7 @@ def task_keywords(raw: dict, where: str) -> dict:
     if "tags" in out:
         out["tags"] = set(out["tags"])
     if "loop_control" in raw:
-        out["loop_var"] = loop_var_of(raw["loop_control"], where)
+        out["loop_var"], out["loop_control"] = loop_control_of(raw["loop_control"], where)
     if "register" in raw:
         out["register"] = identifier(raw["register"], where, "register")
     if "retries" in raw:

@@ -42,6 +42,7 @@ class Preflight:
                 {t.register for t in every if t.register}
                 | {k for t in every if t.module == "set_fact" for k in t.args}
                 | {t.loop_var for t in every}
+                | {t.loop_control["index_var"] for t in every if t.loop_control.get("index_var")}
                 | MAGIC_VARS
                 | set(self.env.globals)
             )

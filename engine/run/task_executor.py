@@ -6,9 +6,9 @@ The Runner (engine/run/runner.py) decides which hosts run which task when; this 
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
+from collections import ChainMap
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +17,12 @@ from jinja2.sandbox import SecurityError
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.connection import become
 from engine.errors import HostUnreachable, TaskError, UserError
+from engine.parsing.yamlfile import is_variable_name
 from engine.playbook.model import Play, Task
 from engine.playbook.modulespec import linked_vars, module_args_spec
 from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
+from engine.run.loops import item_result_fields, item_variables, loop_items
 from engine.run.results import HostState, TaskResult, status_of
 from engine.run.trust import check_task
 from engine.run.variables import Variables
@@ -143,13 +145,7 @@ class TaskExecutor:
             else:
                 result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
-            rendered, loop_taint = self.templar.render_tracked(task.loop, view)
-            state.loop_taint = {task.loop_var: loop_taint}  # an item carries what the list it came from read
-            try:
-                results = [self._run_with_retries(state, play, task, {task.loop_var: i}) for i in loop_items(task, rendered)]
-            finally:
-                state.loop_taint = {}
-            result = self._loop_result(results)
+            result = self._loop_result(self._run_loop(state, play, task, view))
         if task.register:
             state.registered[task.register] = result
             state.provenance[task.register] = self._result_taint(state, task)
@@ -157,6 +153,55 @@ class TaskExecutor:
             self.variables.secrets.add(no_log_output(result))
         self._mark_hidden(state, task, result)
         return result
+
+    def _run_loop(self, state: HostState, play: Play, task: Task, view) -> list[dict]:
+        """Each item of the task's loop run in turn (loop_control's pause between them), each result with the
+        item and what loop_control adds (engine/run/loops.py)."""
+        rendered, loop_taint = self.templar.render_tracked(task.loop, view)
+        if task.loop_kind == "with_first_found":
+            rendered = self._first_found(rendered, loop_taint, view)
+        items = loop_items(task, rendered, play, from_host=bool(loop_taint.hosts))
+        loop_var = self._loop_var(task, view)
+        pause = float(self.templar.render_value(task.loop_control.get("pause", 0), view) or 0)
+        # an item carries what the list it came from read
+        state.loop_taint = {loop_var: loop_taint, "ansible_loop": loop_taint}
+        results: list[dict] = []
+        try:
+            for index in range(len(items)):
+                if index and pause > 0:
+                    time.sleep(pause)
+                names = item_variables(task, loop_var, items, index)
+                result = self._run_with_retries(state, play, task, names)
+                result.update(item_result_fields(task, loop_var, names))
+                if "label" in task.loop_control:
+                    self._label(state, play, task, names, result)
+                results.append(result)
+        finally:
+            state.loop_taint = {}
+        return results
+
+    def _loop_var(self, task: Task, view) -> str:
+        """loop_control.loop_var, rendered when it is a template (Ansible allows one)."""
+        name = self.templar.render_value(task.loop_var, view)
+        if not is_variable_name(name):
+            raise TaskError(f"{task.source} ('{task.name}'): loop_control.loop_var gave {name!r}, not a variable name")
+        return name
+
+    def _first_found(self, terms: Any, taint: Taint, view) -> list:
+        """with_first_found: Ansible's first_found lookup over the rendered terms (its trust rules, its search)."""
+        names = view.with_overlay({"dfp_loop_terms": terms})
+        names.provenance = ChainMap({"dfp_loop_terms": taint}, view.provenance)
+        return self.templar.evaluate("query('first_found', dfp_loop_terms)", names)
+
+    def _label(self, state: HostState, play: Play, task: Task, names: dict, result: dict) -> None:
+        """loop_control.label rendered for this item (with the item's result under the register name, as
+        Ansible): shown by Ansible instead of the item, and like there, a label that does not render fails the
+        item (its value is not kept: Ansible's `_ansible_item_label` is not in the registered result either)."""
+        extra = dict(names, **({task.register: result} if task.register else {}))
+        try:
+            self.templar.render_value(task.loop_control["label"], self.variables.view(state, play, task, extra))
+        except Exception as exc:  # an undefined name in the label: this item's failure, named
+            result.update(failed=True, msg=failure_message(task, exc))
 
     @staticmethod
     def _result_taint(state: HostState, task: Task) -> Taint:
@@ -313,7 +358,8 @@ class TaskExecutor:
         if self.console and task is not None and not task.no_log:
             progress = lambda msg, h=state.host.name: self.console.progress(h, self.variables.secrets.redact(msg))  # noqa: E731
         timeout = task.timeout if task is not None else None
-        return state.client.run(module, args, check=check, diff=self.diff, timeout_s=timeout, progress=progress,
+        diff = self.diff if task is None or task.diff is None else task.diff  # the task's `diff` keyword wins
+        return state.client.run(module, args, check=check, diff=diff, timeout_s=timeout, progress=progress,
                                 environment=environment)
 
     @staticmethod
@@ -345,24 +391,6 @@ class TaskExecutor:
                         self.variables.secrets.add(text)
                     merged[key] = text
         return merged, taint
-
-
-def loop_items(task: Task, value: Any) -> list:
-    """The items of a rendered loop, as Ansible makes them: loop as given; with_items flattened one level;
-    with_dict as {key, value} pairs; with_together as lists zipped, the shorter padded with None."""
-    kind = task.loop_kind
-    if kind == "with_dict":
-        if not isinstance(value, dict):
-            raise TaskError(f"{task.source} ('{task.name}'): with_dict must be a mapping, got {type(value).__name__}")
-        return [{"key": k, "value": v} for k, v in value.items()]
-    if not isinstance(value, list):
-        raise TaskError(f"{task.source} ('{task.name}'): {kind} must be a list, got {type(value).__name__}")
-    if kind == "with_items":
-        return [i for v in value for i in (v if isinstance(v, list) else [v])]
-    if kind == "with_together":
-        lists = [v if isinstance(v, list) else [v] for v in value]
-        return [list(t) for t in itertools.zip_longest(*lists)]
-    return value
 
 
 DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"

@@ -172,8 +172,8 @@ class Variables:
             "ansible_play_name": play.name,
             "ansible_run_tags": self.run_tags,
             "ansible_skip_tags": self.skip_tags,
-            "ansible_check_mode": self.check if task is None or task.check_mode is None else task.check_mode,
-            "ansible_diff_mode": self.diff if task is None or task.diff is None else task.diff,
+            "ansible_check_mode": self.check,  # the command line's, as Ansible's (a task's check_mode keyword aside)
+            "ansible_diff_mode": self.diff,
             "ansible_version": ANSIBLE_VERSION,
             "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
             "omit": None,

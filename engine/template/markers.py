@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.parsing.yamlfile import Unsafe  # the class lives where YAML makes it (!unsafe)
+
 
 def to_bool(value: Any) -> bool:
     if isinstance(value, str):
@@ -17,11 +19,6 @@ def is_template(value: str) -> bool:
     return ("{{" in value or "{%" in value) and not isinstance(value, Unsafe)
 
 
-class Unsafe(str):
-    """Text that is data wherever it stands, never a template: what a person typed (the -K password), as Ansible's
-    unsafe text. A variable holding it reads back exactly as typed, `{{`, `{%`, quotes and backslashes included."""
-
-    __slots__ = ()
 
 
 def trailing_newlines_kept(source: str, out: str) -> str:

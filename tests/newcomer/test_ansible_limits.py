@@ -45,17 +45,11 @@ REFUSED = {
     "module_defaults": ("  module_defaults: {}\n" + TASK.format("debug: {msg: a}"),
                         "unknown play keyword(s) module_defaults"),
     # task keywords
-    "diff": (TASK.format("copy: {content: a, dest: /tmp/x}\n      diff: false"), "unknown task keyword or module 'diff'"),
     "async": (TASK.format("command: 'true'\n      async: 10\n      poll: 1"), "unknown task keyword or module 'async'"),
     "throttle": (TASK.format("debug: {msg: a}\n      throttle: 1"), "unknown task keyword or module 'throttle'"),
-    "with_sequence": (TASK.format("debug: {msg: a}\n      with_sequence: start=1 end=2"), "'with_sequence'"),
-    "with_list": (TASK.format("debug: {msg: a}\n      with_list: [1]"), "'with_list'"),
-    "with_nested": (TASK.format("debug: {msg: a}\n      with_nested: [[1], [2]]"), "'with_nested'"),
-    "loop_control label": (TASK.format("debug: {msg: a}\n      loop: [1]\n      loop_control: {label: x}"),
-                           "'loop_control' has unsupported key(s) label"),
-    # the YAML tag
-    "!unsafe": ("  vars:\n    y: !unsafe '{{ not a template }}'\n" + TASK.format("debug: {msg: a}"),
-                "the YAML tag !unsafe is not supported"),
+    "with_flattened": (TASK.format("debug: {msg: a}\n      with_flattened: [[1], [2]]"), "'with_flattened'"),
+    "loop_control unknown key": (TASK.format("debug: {msg: a}\n      loop: [1]\n      loop_control: {loop: x}"),
+                                 "'loop_control' has unknown key(s) loop"),
     # dynamic includes
     "templated include": ("  vars: {n: a}\n" + TASK.format('include_tasks: "t_{{ n }}.yml"'),
                           "include_tasks: the file must be a name written in the playbook"),
