@@ -69,7 +69,7 @@ def nested(task: Task, lists: list) -> list:
     """with_nested: every combination, one item from each list in order, as one flat list."""
     if not lists:
         raise _fail(task, "with_nested needs at least one list")
-    combos = [[]]
+    combos: list[list] = [[]]
     for values in lists:
         combos = [c + [v] for c in combos for v in (values if isinstance(values, list) else [values])]
     return [_one_level(c) for c in combos]
