@@ -9,6 +9,7 @@ reached. Which batch stops a roll is engine/run/batches.py's.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from engine.playbook.model import Play
@@ -24,9 +25,18 @@ class PlayStops:
     def __init__(self, executor: TaskExecutor, variables: Variables, state: Callable[[str], HostState], console) -> None:
         self.executor, self.variables, self._state, self.console = executor, variables, state, console
         self.fatal: tuple[list[HostState], str] | None = None  # the hosts that stopped the play, the task
-        self.rescuable = 0  # how many blocks with a rescue the current task is inside (their failures are not fatal)
+        self._inside = threading.local()  # per thread: strategy free runs each host's tasks on a thread of its own
         # One entry per play run with serial/max_fail_percentage: batches, done, failed, untouched hosts.
         self.rolls: list[dict] = []
+
+    @property
+    def rescuable(self) -> int:
+        """How many blocks with a rescue the current task is inside (their failures are not fatal)."""
+        return getattr(self._inside, "rescuable", 0)
+
+    @rescuable.setter
+    def rescuable(self, value: int) -> None:
+        self._inside.rescuable = value
 
     # -- any_errors_fatal -------------------------------------------------------------------------------
     def note_fatal(self, states: list[HostState], task: str | None) -> None:
