@@ -74,7 +74,7 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
     return module, args
 
 
-FREE_FORM = ("command", "shell")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
+FREE_FORM = ("command", "shell", "raw")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
 # Modules whose one-line free-form words are one argument: `- include_tasks: x.yml`, `- meta: flush_handlers`.
 RAW_PARAMS_ARGUMENT = {"include_tasks": "file", "import_tasks": "file", "meta": "action", "include_vars": "file"}
 

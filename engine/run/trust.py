@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from engine.run.results import HostState
 
 # Arguments a shell parses as code wherever it runs: no host's answer may build them, on any host.
-SHELL_CODE = {"shell": ("cmd", "executable")}
+SHELL_CODE = {"shell": ("cmd", "executable"), "raw": ("cmd", "executable")}
 FIX = ("write the value in the playbook or the inventory, or check it first against a list the playbook writes "
        "(`when: out.stdout in allowed`) and use the list's item")
 

@@ -1,0 +1,90 @@
+"""ping, tempfile and raw against real ansible-playbook: the same tasks run by Ansible and by us on localhost
+(`ansible_connection: local`), in plain and check mode; compared: failed, changed, skipped, the fields Ansible
+returns (ping; tempfile's path, its kind, mode and place, its name's prefix and suffix; raw's rc, stdout, stderr,
+their lines), and raw's one-line form."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from _ansible_side import registered_by_ansible
+
+from engine.api import run_playbook
+from tests.helpers import required_ansible_tool
+
+# id, task ("@": the case's folder)
+CASES = [
+    ("ping", {"ping": None}),
+    ("ping-data", {"ping": {"data": "hello"}}),
+    ("ping-crash", {"ping": {"data": "crash"}}),
+    ("ping-check", {"ping": None, "check_mode": True}),
+    ("tempfile-file", {"tempfile": {"path": "@", "prefix": "pre.", "suffix": ".txt"}}),
+    ("tempfile-dir", {"tempfile": {"state": "directory", "path": "@", "suffix": "build"}}),
+    ("tempfile-bad-prefix", {"tempfile": {"path": "@", "prefix": "a/b"}}),
+    ("tempfile-missing-folder", {"tempfile": {"path": "@/nope"}}),
+    ("tempfile-check", {"tempfile": {"path": "@"}, "check_mode": True}),
+    ("raw", {"raw": "echo out; echo err >&2; printf 'two\\nlines'"}),
+    ("raw-executable", {"raw": "echo $0", "args": {"executable": "/bin/bash"}}),
+    ("raw-fails", {"raw": "echo before; exit 3"}),
+    ("raw-check", {"raw": "touch @/made", "check_mode": True}),
+]
+FIELDS = ("ping", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "skipped")
+
+
+def _task(task: dict, folder: Path) -> dict:
+    def point(v):
+        if isinstance(v, str):
+            return v.replace("@", str(folder))
+        if isinstance(v, dict):
+            return {k: point(x) for k, x in v.items()}
+        return v
+    return {k: point(v) for k, v in task.items()}
+
+
+def _describe(result: dict, folder: Path) -> dict:
+    out = {k: result[k] for k in FIELDS if k in result and k != "msg"}
+    path = result.get("path")
+    if path:
+        p = Path(path)
+        out["made"] = (p.parent == folder, stat.S_IMODE(p.stat().st_mode), p.is_dir(), p.name[:4], p.name[-4:])
+    return {k: str(v).replace(str(folder), "<dir>") for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    work = tmp_path_factory.mktemp("small")
+    tool = required_ansible_tool("ansible-playbook")
+    for side in ("ansible", "ours"):
+        for cid, _t in CASES:
+            (work / side / cid).mkdir(parents=True)
+    (work / "home").mkdir()
+    theirs = registered_by_ansible(tool, work / "home", work, [(cid, _task(t, work / "ansible" / cid)) for cid, t in CASES])
+    book = work / "ours.yaml"
+    tasks = [dict(_task(t, work / "ours" / cid), name=cid, ignore_errors=True) for cid, t in CASES]
+    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
+    assert not run.error, run.error
+    ours = {r.task: r.result for r in run.results}
+    return work, theirs, ours
+
+
+@pytest.mark.parametrize("cid", [c[0] for c in CASES])
+def test_as_ansibles(both, cid):
+    work, theirs, ours = both
+    t, o = theirs[cid], ours[cid]
+    assert bool(o.get("failed")) == bool(t.get("failed")), (t, o)
+    assert bool(o.get("skipped")) == bool(t.get("skipped")), (t, o)
+    assert bool(o.get("changed")) == bool(t.get("changed")), (t, o)
+    if t.get("failed"):
+        if cid.startswith("raw"):
+            assert o["msg"] == t["msg"] and o["rc"] == t["rc"] and o["stdout"] == t["stdout"]
+        elif cid != "ping-crash":
+            assert o["msg"].startswith(t["msg"].split(":")[0]), (t["msg"], o["msg"])
+        return
+    assert _describe(o, work / "ours" / cid) == _describe(t, work / "ansible" / cid)
+    assert sorted(os.listdir(work / "ours" / cid)) == sorted(os.listdir(work / "ansible" / cid)) or cid.startswith(
+        "tempfile")
