@@ -3,7 +3,7 @@ being read inside one another (a circle or a nesting past MAX_IMPORT_DEPTH is on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.errors import UserError
@@ -25,6 +25,9 @@ class ParseContext:
     # files it imports, down to this one (engine/playbook/loader.py enter: none may bring itself in)
     including: tuple = ()
     budget: LoadBudget = None  # type: ignore[assignment] # None: a load of its own (__post_init__)
+    # (id(play), RoleCall.identity) of each role use read so far: a role used again with the same parameters runs
+    # once per play, as Ansible's (shared by the contexts replace() derives for one playbook's plays)
+    roles_run: set = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.budget is None:

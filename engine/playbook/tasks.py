@@ -32,7 +32,17 @@ from engine.playbook.keywords import (
 )
 from engine.playbook.model import Block, Include, Task, walk_tasks
 from engine.playbook.modulespec import module_args_spec, modules
-from engine.playbook.roles import find_role, role_entry, role_file, role_variables, tasks_from
+from engine.playbook.roles import (
+    RoleCall,
+    RoleMeta,
+    find_role,
+    role_entry,
+    role_file,
+    role_meta,
+    role_part,
+    role_variables,
+    tasks_from,
+)
 from engine.template.environment import environment
 from engine.template.templar import Templar
 
@@ -190,28 +200,9 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
         inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
     _inherit(block.block + block.rescue + block.always, when, tags, variables_of(raw.get("vars"), where), inherited)
     _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
-    _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))
     return block
-
-
-def _block_values(raw: dict, where: str) -> dict:
-    """A block's check_mode, run_once, ignore_errors and notify, checked as a task's are."""
-    values: dict = {key: flag(raw[key], where, key) for key in BLOCK_FLAGS if key in raw}
-    if "notify" in raw:
-        values["notify"] = names(raw["notify"], where, "notify")
-    return values
-
-
-def _inherit_unset(tasks: list[Task], values: dict) -> None:
-    """A block's keyword applies to each task inside that does not set it (the task's own, or an inner block's,
-    wins, as Ansible's)."""
-    for task in tasks:
-        for key, value in values.items():
-            if key not in task.given:
-                setattr(task, key, list(value) if key == "notify" else value)
-                task.given.add(key)
 
 
 def _block_values(raw: dict, where: str) -> dict:
@@ -417,9 +408,12 @@ def include_of(raw: dict, key: str, args: dict, source: str, ctx: ParseContext, 
     """The Include of include_tasks / include_role: its marker task (named as the playbook names it, with the
     include's when, tags and vars) and the tasks it brings."""
     short = key.split(".")[-1]
-    marker = Task(name=raw.get("name") or short, module=short, args=args, source=source, role=ctx.role,
-                  role_dir=ctx.role_dir, when=list(when), tags=set(tags), vars=dict(include_vars),
-                  named="name" in raw, action=key)
+    role = ctx.role
+    name = raw.get("name") or short
+    if short == "include_role" and "name" not in raw:  # shown as Ansible shows it: `include_role : ROLE`
+        name, role = f"{short} : {args['name']}", None
+    marker = Task(name=name, module=short, args=args, source=source, role=role, role_dir=ctx.role_dir,
+                  when=list(when), tags=set(tags), vars=dict(include_vars), named="name" in raw, action=key)
     return Include(marker, tasks)
 
 
@@ -466,72 +460,119 @@ def task_file_candidates(file: str, ctx: ParseContext) -> list[Path]:
     return [folder / file for folder in folders]
 
 
+ROLE_INCLUDE_OPTIONS = ("name", "role", "tasks_from", "vars_from", "defaults_from", "handlers_from", "public",
+                        "allow_duplicates", "rolespec_validate")
+FROM_OPTIONS = {"tasks_from": "tasks", "vars_from": "vars", "defaults_from": "defaults", "handlers_from": "handlers"}
+
+
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
-    """`- import_role: {name: ROLE, tasks_from: FILE}` with optional vars/when/tags: the role's tasks (or those of
-    its FILE) here, its defaults and handlers added to the play, as Ansible's static import does. include_role is
-    read the same way when the playbook loads (its `when` checked for each task; a loop over it is refused)."""
+    """`- import_role: {name: ROLE, tasks_from: FILE, ...}` with optional vars/when/tags/become: the role's tasks
+    (its dependencies' first) here, its defaults and handlers added to the play, as Ansible's static import does.
+    include_role is read the same way when the playbook loads (its `when` decided once per host; a loop over it is
+    refused). Options: tasks_from, vars_from, defaults_from, handlers_from, public, allow_duplicates (true unless
+    said), rolespec_validate (accepted; argument specs are not checked)."""
     key = "import_role" if "import_role" in raw else "include_role"
     spec = raw[key]
     bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}))
-    bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in ("name", "tasks_from"))
-    if bad or not (isinstance(spec, dict) and isinstance(spec.get("name"), str) and "{{" not in spec["name"]):
+    bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in ROLE_INCLUDE_OPTIONS)
+    name = spec.get("name", spec.get("role")) if isinstance(spec, dict) else None
+    if bad or not (isinstance(name, str) and name.strip() and "{{" not in name):
         raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name written in the playbook, "
-                        f"optionally with tasks_from: FILE) and vars, when, tags and become beside it"
-                        f"{'; not supported: ' + ', '.join(bad) if bad else ''}")
-    entry = {"role": spec["name"], **{k: raw[k] for k in ("vars", "when", "tags", *BECOME_KEYWORDS) if k in raw}}
-    if "tasks_from" in spec:
-        entry["tasks_from"] = spec["tasks_from"]
+                        f"optionally with {', '.join(ROLE_INCLUDE_OPTIONS[2:])}) and vars, when, tags and become "
+                        f"beside it{'; not supported: ' + ', '.join(bad) if bad else ''}")
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
-    when = entry.pop("when", None) if key == "include_role" else None  # the include's own, not each task's
-    tasks = role_tasks(entry, source, ctx, key)
+    where = f"{source} ({key} {name})"
+    tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
+    when = condition_list(raw["when"], where, "when") if "when" in raw else []
+    flags = {k: flag(spec[k], where, f"{key}.{k}") for k in ("public", "allow_duplicates", "rolespec_validate")
+             if k in spec}
+    call = RoleCall(name, dict(variables_of(raw.get("vars"), where)), tags, [] if key == "include_role" else when,
+                    become_of(raw, where), {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec},
+                    static=key == "import_role", public=flags.get("public"),
+                    allow_duplicates=flags.get("allow_duplicates", True))
+    tasks = role_tasks(call, where, ctx, key)
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
     if key == "include_role":
-        where = f"{source} (include_role {spec['name']})"
-        tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-        args = {k: spec[k] for k in ("name", "tasks_from") if k in spec}
-        conditions = condition_list(when, where, "when") if when is not None else []
-        return [include_of(raw, key, args, source, ctx, tasks, conditions, tags, variables_of(raw.get("vars"), where))]
+        args = {k: spec[k] for k in ("name", "tasks_from") if k in spec} if "name" in spec else {"name": name}
+        return [include_of(raw, key, args, source, ctx, tasks, when, tags, call.params)]
     return tasks
 
 
-def role_tasks(entry: Any, where: str, ctx: ParseContext, key: str = "roles:") -> list:
-    """A role's tasks (for the play's `roles` or an import_role / include_role, `key`, at `where`, read in `ctx`:
-    the play's or the importing file's), its defaults and handlers added to the play."""
+def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:") -> list:
+    """A role's tasks, its dependencies' (meta/main.yml, each run once per play unless its parameters differ or
+    it allows duplicates) first, for the play's `roles`, a dependency or an import_role / include_role (`key`, at
+    `where`, read in `ctx`); its defaults and handlers added to the play. A role used again with the same
+    parameters brings no tasks, as Ansible skips it, unless it (or the import) allows duplicates."""
     play = ctx.play
     assert play is not None  # noqa: S101 - a role is read for a play, never in handlers
-    name, params, role_tags, role_when = role_entry(entry, where)
-    role_dir = find_role(name, ctx.playbook, where)
-    play.defaults.update(role_variables(role_dir, ctx.budget))
-    params = {**role_variables(role_dir, ctx.budget, "vars"), **params}  # Ansible's role vars, below its parameters
-    inside = replace(ctx, role=name, role_dir=role_dir)
-    from_file = isinstance(entry, dict) and "tasks_from" in entry
-    tasks_file = tasks_from(entry, role_dir, where) if from_file else role_file(role_dir, "tasks")
-    tasks: list = []
-    if tasks_file:
-        label = f"role {name}" + (f" (tasks_from {entry['tasks_from']})" if from_file else "")
-        reading = enter(inside, tasks_file, label, where, f"{key} {name}")
-        tasks = parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file, reading)
-    handlers_file = role_file(role_dir, "handlers")
-    handlers: list = []
-    if handlers_file:
-        reading = enter(replace(inside, play=None), handlers_file, f"role {name} (handlers)", where, f"{key} {name}")
-        handlers = parse_tasks(load_yaml(handlers_file, "role handlers", ctx.budget), handlers_file, reading)
-    become = become_of(entry, where) if isinstance(entry, dict) else {}
+    role_dir = find_role(call.name, ctx.playbook, where)
+    meta = role_meta(role_dir, ctx.budget)
+    allow = meta.allow_duplicates if call.allow_duplicates is None else call.allow_duplicates
+    identity = (id(play), call.identity(role_dir))
+    if not allow and identity in ctx.roles_run:
+        return []
+    tasks = _dependency_tasks(call, meta, where, ctx, key)
+    play.defaults.update(role_variables(role_dir, ctx.budget, "defaults", call.from_files.get("defaults")))
+    role_vars = role_variables(role_dir, ctx.budget, "vars", call.from_files.get("vars"))
+    if call.static if call.public is None else call.public:  # Ansible's public role vars: seen by the whole play
+        play.vars = {**play.vars, **role_vars}
+    params = {**role_vars, **call.params}  # Ansible's role vars, below its parameters
+    tasks += _own_tasks(call, role_dir, where, ctx, key)
+    handlers = _role_handlers(call, role_dir, where, ctx, key)
     for t in walk_tasks(tasks) + handlers:
-        t.tags |= role_tags | {name}
-        for key, value in become.items():
-            if getattr(t, key) is None:
-                setattr(t, key, value)
-        t.when = role_when + t.when
-        t.role_vars = {**params, **t.role_vars}  # an imported role's own parameters win
+        t.tags |= call.tags | {call.name}
+        for keyword, value in call.become.items():
+            if getattr(t, keyword) is None:
+                setattr(t, keyword, value)
+        t.when = call.when + t.when
+        t.role_vars = {**params, **t.role_vars}  # an imported role's (or a dependency's) own parameters win
     known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
     play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
-    play.roles.append(name)
+    play.roles.append(call.name)
+    ctx.roles_run.add(identity)
     return tasks
+
+
+def _dependency_tasks(call: RoleCall, meta: RoleMeta, where: str, ctx: ParseContext, key: str) -> list:
+    """The tasks of the roles in a role's meta/main.yml `dependencies`, in order, each with its own dependencies
+    first; a role depending on itself, directly or through others, is refused as a cycle."""
+    if not meta.dependencies or meta.path is None:
+        return []
+    reading = enter(ctx, meta.path, f"role {call.name} (meta)", where, f"{key} {call.name}")
+    tasks: list = []
+    for i, dep in enumerate(meta.dependencies):
+        at = f"{meta.path}: dependency {i + 1}"
+        tasks += role_tasks(role_entry(dep, at), at, reading, "dependencies")
+    return tasks
+
+
+def _own_tasks(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, key: str) -> list:
+    """The role's tasks file (tasks/main.yml, or tasks_from's), read as the role's."""
+    stem = call.from_files.get("tasks")
+    tasks_file = tasks_from(stem, role_dir, where) if stem is not None else role_file(role_dir, "tasks")
+    if not tasks_file:
+        return []
+    label = f"role {call.name}" + (f" (tasks_from {stem})" if stem is not None else "")
+    reading = enter(replace(ctx, role=call.name, role_dir=role_dir), tasks_file, label, where, f"{key} {call.name}")
+    return parse_tasks(load_yaml(tasks_file, "role tasks", ctx.budget), tasks_file, reading)
+
+
+def _role_handlers(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, key: str) -> list[Task]:
+    """The role's handlers (handlers/main.yml, or handlers_from's), each also notified as `ROLE : NAME`."""
+    stem = call.from_files.get("handlers")
+    found = role_part(role_dir, "handlers", stem) if stem is not None else role_file(role_dir, "handlers")
+    if not found:
+        return []
+    inside = replace(ctx, play=None, role=call.name, role_dir=role_dir)
+    reading = enter(inside, found, f"role {call.name} (handlers)", where, f"{key} {call.name}")
+    handlers = parse_tasks(load_yaml(found, "role handlers", ctx.budget), found, reading)
+    for handler in handlers:
+        handler.listen = [*handler.listen, f"{call.name} : {handler.name}"]
+    return handlers
 
 
 def load_role(entry: Any, where: str, ctx: ParseContext) -> None:
-    """One entry of a play's `roles`: the role's tasks appended to the play's."""
+    """One entry of a play's `roles`: the role's tasks (its dependencies' first) appended to the play's."""
     assert ctx.play is not None  # noqa: S101 - a play's roles are read for that play
-    ctx.play.tasks.extend(role_tasks(entry, where, ctx))
+    ctx.play.tasks.extend(role_tasks(role_entry(entry, where), where, ctx))

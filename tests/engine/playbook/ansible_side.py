@@ -3,6 +3,7 @@ for tests that compare the two: per task the status and, for debug, the message;
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ HOST = "h"
 INVENTORY = {"all": {"hosts": {HOST: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}
 COUNTS = ("ok", "changed", "failed", "skipped", "rescued", "ignored")
 _LINE = re.compile(r"^(ok|changed|skipping|fatal|failed): \[" + HOST + r"( -> [^]]+)?\]")
+_VAR_SHOWN = re.compile(r"^[\w.\[\]'\"]+ = ")  # our debug var=X line (Ansible's is no "msg")
 _STATUS = {"skipping": "skipped", "fatal": "failed"}
 
 
@@ -28,8 +30,8 @@ def write(path: Path, data) -> Path:
     return path
 
 
-def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict]:
-    """(exit code, [(task, status)], recap) of real ansible-playbook on the local host."""
+def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict, list[str]]:
+    """(exit code, [(task, status)], recap, debug messages) of real ansible-playbook on the local host."""
     inventory = write(playbook.parent / "inventory.yml", INVENTORY)
     tool = required_ansible_tool("ansible-playbook")
     env = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(playbook.parent), "ANSIBLE_GATHERING": "explicit",
@@ -48,16 +50,19 @@ def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict]:
             steps.append((task, _STATUS.get(match.group(1), match.group(1))))
     recap = re.search(HOST + r"\s*:\s*(.*)", out.rpartition("PLAY RECAP")[2])
     counts = dict(re.findall(r"(\w+)=(\d+)", recap.group(1))) if recap else {}
-    return proc.returncode, steps, {k: int(counts.get(k, 0)) for k in COUNTS} if counts else {"output": out + proc.stderr}
+    said = [json.loads(m) for m in re.findall(r'^    "msg": (".*")$', out, re.M)]
+    return (proc.returncode, steps, {k: int(counts.get(k, 0)) for k in COUNTS} if counts else {"output": out + proc.stderr},
+            [m for m in said if m != "All assertions passed"])
 
 
-def ours(playbook: Path) -> tuple[int, list[tuple[str, str]], dict]:
+def ours(playbook: Path) -> tuple[int, list[tuple[str, str]], dict, list[str]]:
     """The same of our engine (meta tasks, which neither tool shows as a task line, left out)."""
     res = run_playbook(str(playbook), inventory=INVENTORY)
     steps = [(f"{r.role} : {r.task}" if r.role else r.task, r.status) for r in res.results if r.module != "meta"]
     recap = res.recap.get(HOST)
     counts = {k: int(recap[k]) for k in COUNTS} if recap else {"error": res.error}
-    return res.exit_code, steps, counts
+    said = [r.msg for r in res.results if r.module == "debug" and r.status == "ok" and not _VAR_SHOWN.match(r.msg)]
+    return res.exit_code, steps, counts, said
 
 
 def same_as_ansible(playbook: Path) -> tuple:

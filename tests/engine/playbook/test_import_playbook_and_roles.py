@@ -49,8 +49,8 @@ def test_include_role_with_tasks_from_vars_and_when(tmp_path, ansible_role):
     assert res.exit_code == 0, res.tasks
     shown = [(t["task"], t["status"]) for t in res.tasks]
     # each include is a result of its own ("included: web", as Ansible's), its tasks follow where it ran
-    assert shown == [("first", "ok"), ("extra", "ok"), ("include_role", "ok"), ("say", "ok"), ("poke", "changed"),
-                     ("include_role", "skipped"), ("restart web", "ok")], shown
+    assert shown == [("first", "ok"), ("extra", "ok"), ("include_role : web", "ok"), ("say", "ok"), ("poke", "changed"),
+                     ("include_role : web", "skipped"), ("restart web", "ok")], shown
     assert res.tasks[0]["msg"] == "included: web" and res.tasks[3]["msg"] == "hi 8080"
 
 

@@ -22,7 +22,7 @@ def test_a_roles_include_looks_in_tasks_first_then_beside_the_including_file(tmp
     write(role / "tasks" / "both.yml", [{"name": "both from tasks", "debug": {"msg": "tasks"}}])
     write(role / "both.yml", [{"name": "both from the role folder", "fail": {"msg": "not this one"}}])
     book = write(tmp_path / "pb.yml", play(roles=["r"]))
-    _, steps, _ = same_as_ansible(book)
+    _, steps, _, _ = same_as_ansible(book)
     assert ("r : both from tasks", "ok") in steps and ("r : b (beside a)", "ok") in steps
 
 
