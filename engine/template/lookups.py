@@ -541,15 +541,16 @@ def fileglob_lookup(call: LookupCall) -> list:
 
 
 def unvault_lookup(call: LookupCall) -> list:
-    """Each file's text as it is (not stripped), an Ansible Vault file decrypted; what it gives is a secret."""
+    """Each file's text as it is (not stripped), an Ansible Vault file decrypted (then a secret, as file's)."""
     out = []
     for term in call.strings():
         path, looked = _locate(call, term, ("files",))
         if path is None:
             raise call.failed(f"no file {term!r}; looked in {_looked(looked)}. Put it in the role's or the playbook's "
                               "files/ folder, or give its absolute path")
-        text, _ = _read_text(call, term, path)
-        call.secret(text)
+        text, vaulted = _read_text(call, term, path)
+        if vaulted or is_secret_name(Path(term).name):
+            call.secret(text)
         out.append(text)
     return out
 

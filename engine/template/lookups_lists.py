@@ -182,8 +182,30 @@ def subelements_lookup(call: LookupCall) -> list:
             raise call.failed(f"each element must be a mapping, not {item!r:.80}")
         if item.get("skipped", False) is not False:
             continue
-        out += [[item, sub] for sub in _sublist(call, item, terms[1].split("."), skip)]
+        keys = terms[1].split(".")
+        subs = _sublist(call, item, keys, skip)
+        shown = _without(item, keys) if subs or _has_path(item, keys) else item
+        out += [[shown, sub] for sub in subs]
     return out
+
+
+def _has_path(item: Any, keys: list) -> bool:
+    for key in keys:
+        if not isinstance(item, Mapping) or key not in item:
+            return False
+        item = item[key]
+    return True
+
+
+def _without(item: dict, keys: list) -> dict:
+    """The item without the list it was split on, as ansible-core gives it (its lookup takes the list out of the
+    item); a copy: the variable itself keeps it."""
+    copy = dict(item)
+    if len(keys) == 1:
+        copy.pop(keys[0], None)
+    elif isinstance(copy.get(keys[0]), Mapping):
+        copy[keys[0]] = _without(copy[keys[0]], keys[1:])
+    return copy
 
 
 def _sublist(call: LookupCall, item: dict, keys: list, skip: bool) -> list:
