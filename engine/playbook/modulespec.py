@@ -39,6 +39,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
                      "ignore_files": {"type": "raw"}, "extensions": {"type": "raw"},
                      "ignore_unknown_extensions": {"type": "bool", "default": False},
                      "hash_behaviour": {"type": "str", "choices": ["replace", "merge"]}},
+    "pause": {"minutes": {"type": "raw"}, "seconds": {"type": "raw"}, "prompt": {"type": "str"},
+              "echo": {"type": "bool", "default": True}},
     "template": {
         "src": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True},
@@ -66,7 +68,7 @@ ENGINE_CODE_ARGS: dict[str, tuple[str, ...]] = {
     "assert": (), "fail": (), "debug": (), "set_fact": (), "meta": (),
     "include_tasks": ("file",), "include_role": ("name", "tasks_from"),
     "include_vars": ("file", "dir", "files_matching", "ignore_files"),
-    "template": ("src", "dest", "validate"),
+    "template": ("src", "dest", "validate"), "pause": (),
 }
 
 

@@ -13,7 +13,7 @@ import importlib
 from typing import Callable
 
 from engine.run.actions.call import ActionCall
-from engine.run.actions.control import assert_, debug, fail, included, meta, set_fact
+from engine.run.actions.control import assert_, debug, fail, included, meta, pause, set_fact
 from engine.run.actions.files import copy_from_control_node, template
 from engine.run.actions.vars_files import include_vars
 
@@ -40,12 +40,14 @@ ACTIONS: dict[str, Action] = {
     "include_vars": include_vars,
     "template": template,
     "copy": copy_from_control_node,
+    "pause": pause,
     "models": imported_at_first_call("engine.run.actions.models", "models_via_control_node"),
 }
 
 # Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
 # only chooses whose variables it sets).
-LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "include_vars", "meta", "set_fact")
+LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "include_vars", "meta", "pause",
+                 "set_fact")
 
 
 def relayed(args: dict) -> bool:

@@ -149,3 +149,40 @@ def set_fact(call: ActionCall) -> dict:
         owner.provenance[name] = taint
     owner.facts_set.update(values)
     return {"changed": False, "msg": f"set {', '.join(values)}", "ansible_facts": values}
+
+
+def _whole(call: ActionCall, name: str) -> int | None:
+    """pause's minutes or seconds as Ansible's int() takes them (a float is cut, "1.5" refused)."""
+    value = call.args.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        from engine.errors import TaskError
+
+        raise TaskError(f"{call.where()}: pause's {name} must be a whole number, got {value!r}") from None
+
+
+def pause(call: ActionCall) -> dict:
+    """Ansible's pause without a terminal: minutes or seconds are slept (at least 1 s); a prompt with no time is
+    not waited for (stdin is not read), with Ansible's warning. The result has its fields (stdout "Paused for N
+    seconds", delta, start, stop, user_input '', echo)."""
+    import datetime
+    import time
+
+    minutes, seconds = _whole(call, "minutes"), _whole(call, "seconds")
+    if minutes is not None and seconds is not None:
+        return {"failed": True, "changed": False, "msg": "parameters are mutually exclusive: minutes|seconds"}
+    wait, unit = (minutes * 60, "minutes") if minutes is not None else (seconds, "seconds" if seconds is not None else "minutes")
+    start, started = time.time(), str(datetime.datetime.now())
+    result: dict = {"changed": False, "rc": 0, "stderr": "", "echo": bool(call.args.get("echo", True)),
+                    "start": started, "user_input": ""}
+    if wait is None:
+        result["warnings"] = ["Not waiting for response to prompt as stdin is not interactive"]
+    else:
+        time.sleep(max(wait, 1))
+    took = time.time() - start
+    shown = round(took / 60.0, 2) if unit == "minutes" else round(took, 2)
+    result.update(stop=str(datetime.datetime.now()), delta=int(took), stdout=f"Paused for {shown} {unit}")
+    return result
