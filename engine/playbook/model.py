@@ -36,6 +36,7 @@ class Task:
     diff: bool | None = None  # None: the command line's --diff
     loop_control: dict = field(default_factory=dict)  # index_var, extended, label, pause (loop_var is loop_var)
     role_vars: dict = field(default_factory=dict)  # params given to the role in the play
+    role_defaults: dict = field(default_factory=dict)  # its role's defaults: above every role's, below all else
     # None: inherited (block, role entry, play, then the host's ansible_become* variables). See engine/connection/become.py.
     become: bool | None = None
     become_user: str | None = None

@@ -513,9 +513,10 @@ def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:
     if not allow and identity in ctx.roles_run:
         return []
     tasks = _dependency_tasks(call, meta, where, ctx, key)
-    play.defaults.update(role_variables(role_dir, ctx.budget, "defaults", call.from_files.get("defaults")))
+    defaults = role_variables(role_dir, ctx.budget, "defaults", call.from_files.get("defaults"))
     role_vars = role_variables(role_dir, ctx.budget, "vars", call.from_files.get("vars"))
-    if call.static if call.public is None else call.public:  # Ansible's public role vars: seen by the whole play
+    if call.static if call.public is None else call.public:  # Ansible's public role: seen by the whole play
+        play.defaults.update(defaults)
         play.vars = {**play.vars, **role_vars}
     params = {**role_vars, **call.params}  # Ansible's role vars, below its parameters
     tasks += _own_tasks(call, role_dir, where, ctx, key)
@@ -527,6 +528,7 @@ def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:
                 setattr(t, keyword, value)
         t.when = call.when + t.when
         t.role_vars = {**params, **t.role_vars}  # an imported role's (or a dependency's) own parameters win
+        t.role_defaults = {**defaults, **t.role_defaults}
     known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
     play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
     play.roles.append(call.name)

@@ -54,8 +54,8 @@ class Preflight:
                 base = ChainMap(self.extra_vars, play.vars, self.inventory.host(name).vars, play.defaults)
                 known_on_host = known_in_play | set(base)
                 for task in [] if loose else tasks:
-                    known = known_on_host | set(task.vars) | set(task.role_vars)
-                    self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base))
+                    known = known_on_host | set(task.vars) | set(task.role_vars) | set(task.role_defaults)
+                    self._check_undefined(task, known, ChainMap(task.vars, task.role_vars, base, task.role_defaults))
             for task in tasks:  # argument types do not depend on the host
                 self._check_static_types(task)
         self._check_connections({name for play in plays for name in hosts_for(play)})

@@ -202,6 +202,7 @@ class Variables:
             state.fact_vars,
             state.host.vars,
             magic,
+            task.role_defaults if task else {},
             play.defaults,
         )
         view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, state.fact_vars, magic),
@@ -234,7 +235,7 @@ class Variables:
         views: list[tuple[LazyVars, Any]] = [(self.view(state, play, None), None)]
         seen: set[int] = set()
         for task in play.all_tasks():
-            for layer in (task.vars, task.role_vars):
+            for layer in (task.vars, task.role_vars, task.role_defaults):
                 if id(layer) not in seen and any(is_secret_name(k) for k in layer):
                     seen.add(id(layer))
                     views.append((self.view(state, play, task), layer))
@@ -247,7 +248,7 @@ class Variables:
                         continue
         # a secret-named key inside an ordinary variable (creds: {user: u, password: ...}), as written
         for layer in (self.extra_vars, play.vars, state.host.vars, play.defaults,
-                      *(m for task in play.all_tasks() for m in (task.vars, task.role_vars))):
+                      *(m for task in play.all_tasks() for m in (task.vars, task.role_vars, task.role_defaults))):
             for name, value in layer.items():
                 if not is_secret_name(name) and isinstance(value, (dict, list)):
                     self.secrets.add([v for v in secret_leaves(value) if not (isinstance(v, str) and "{{" in v)])
