@@ -1,5 +1,5 @@
 """Ansible's lookups that only reshape what they are given (sequence, items, list, dict, indexed_items, nested,
-together, subelements) or read the inventory's groups (inventory_hostnames), as ansible-core 2.19 gives them.
+together, subelements, random_choice) or read the inventory's groups (inventory_hostnames), as ansible-core 2.19 gives them.
 
 Each takes a LookupCall (engine/template/lookups.py) and gives a list; none reads a file, the environment or the
 network, so a term that came from a host's answer is data here like any other."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import random
 import re
 import shlex
 from collections.abc import Mapping
@@ -226,6 +227,11 @@ def _sublist(call: LookupCall, item: dict, keys: list, skip: bool) -> list:
     return list(value)
 
 
+def random_choice_lookup(call: LookupCall) -> list:
+    """One of the terms, picked at random ([] when none)."""
+    return [random.SystemRandom().choice(call.terms)] if call.terms else []
+
+
 # -- inventory_hostnames --------------------------------------------------------------------------------------------
 
 
@@ -278,5 +284,6 @@ PLUGINS: dict[str, tuple[Any, frozenset[str]]] = {
     "together": (together_lookup, frozenset()),
     "subelements": (subelements_lookup, frozenset({"skip_missing"})),
     "inventory_hostnames": (inventory_hostnames_lookup, frozenset()),
+    "random_choice": (random_choice_lookup, frozenset()),
 }
 

@@ -70,8 +70,8 @@ REFUSED = {
     # filters, lookups, facts, localhost
     "password_hash": (TASK.format('debug: {msg: "{{ \'a\' | password_hash }}"}'), "No filter named 'password_hash'"),
     "json_query": (TASK.format('debug: {msg: "{{ {} | json_query(\'a\') }}"}'), "No filter named 'json_query'"),
-    "lookup sequence": (TASK.format('debug: {msg: "{{ lookup(\'sequence\', \'start=1 end=2\') }}"}'),
-                        "lookup('sequence') is not a lookup dflash-provision has"),
+    "lookup csvfile": (TASK.format('debug: {msg: "{{ lookup(\'csvfile\', \'a file=x.csv\') }}"}'),
+                       "lookup('csvfile') is not a lookup dflash-provision has"),
 }
 
 

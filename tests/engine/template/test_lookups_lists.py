@@ -43,7 +43,7 @@ EXPRESSIONS = [
     "lookup('unvault', 'plain.txt')", "query('unvault', 'plain.txt', 'b.txt')",
     "lookup('config', 'DEFAULT_HASH_BEHAVIOUR')", "lookup('config', 'DEFAULT_ROLES_PATH')",
     "query('config', 'NOPE_SETTING', on_missing='skip')", "lookup('config', 'DEFAULT_BECOME_METHOD')",
-    "lookup('config', 'DEFAULT_FORCE_HANDLERS')",
+    "lookup('config', 'DEFAULT_FORCE_HANDLERS')", "query('random_choice', 'only')", "query('random_choice')",
 ]
 
 
