@@ -6,14 +6,12 @@ Built once per process (`environment()`); the template action builds one with it
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from engine.errors import TaskError
 from engine.template import filters_data, filters_numbers, filters_paths, filters_text, tests_ansible
 from engine.template.bounds import (
     BoundedRange,
@@ -28,24 +26,7 @@ from engine.template.lookups import install
 from engine.template.markers import to_bool
 from engine.template.secrets import has_value, is_secret_name
 from engine.template.taint import note_secret
-
-_VERSION_OPS = {"<": "lt", "<=": "le", "==": "eq", "=": "eq", "!=": "ne", "<>": "ne", ">=": "ge", ">": "gt"}
-
-
-def _version_key(text: Any) -> tuple:
-    """A loose version's parts in order (numbers as numbers, before any text at the same place)."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.findall(r"\d+|[a-z]+", str(text).lower()))
-
-
-def _version_test(value: Any, version: Any, operator: str = "eq", strict: bool = False) -> bool:
-    """Ansible's `version` test (loose versions): value OPERATOR version, with Ansible's operator names."""
-    import operator as ops
-
-    name = _VERSION_OPS.get(operator, operator)
-    if name not in ("lt", "le", "eq", "ne", "ge", "gt"):
-        raise TaskError(f"the version test takes an operator of {', '.join(_VERSION_OPS)} or lt/le/eq/ne/ge/gt, "
-                        f"not {operator!r}")
-    return getattr(ops, name)(_version_key(value), _version_key(version))
+from engine.template.versions import version_test
 
 
 def _mandatory(value: Any, msg: str | None = None) -> Any:
@@ -185,7 +166,7 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     bound_filters(env.filters)
     install(env)
     tests_ansible.install(env.tests)
-    env.tests.update(version=_version_test, version_compare=_version_test)
+    env.tests.update(version=version_test, version_compare=version_test)
     return env
 
 

@@ -6,6 +6,7 @@ one clear message, secrets masked through filters in a real run, the sandbox's b
 from __future__ import annotations
 
 import os
+import re
 import types
 
 import jinja2
@@ -350,3 +351,38 @@ def test_filters_tests_and_undefined_defaults_in_a_real_run_as_ansible_playbook(
     import json
     for i, expr in enumerate(exprs):
         assert json.loads(res.find(f"t{i}", "localhost")[0].msg) == json.loads(theirs[f"t{i}"]), expr
+
+
+VERSION_CASES = [
+    ("1.0", "1.0", "=="), ("1.0", "2.0", "!="), ("1.0", "2.0", "<"), ("2.0", "1.0", ">"), ("1.0", "1.0", "<="),
+    ("2.10.1", "2.9", "gt"), ("1.0", "1.0.0", "lt"), ("1.0-RC1", "1.0-RC2", "<"), ("3.12", "3.12", "eq"),
+    ("1.0a1", "1.0", "<", {"strict": True}), ("1.0", "1.0.0", "==", {"strict": True}), ("1.2b3", "1.2b10", "lt", {"strict": True}),
+    ("1.2.3", "2.0.0", "lt", {"version_type": "semver"}), ("1.0.0-alpha", "1.0.0", "<", {"version_type": "semver"}),
+    ("1.0.0-alpha.1", "1.0.0-alpha.beta", "<", {"version_type": "semantic"}), ("1.0.0-2", "1.0.0-10", "<=", {"version_type": "semver"}),
+    ("1.0.0+b1", "1.0.0+b2", "==", {"version_type": "semver"}),
+    ("2.14.0rc1", "2.14.0", "lt", {"version_type": "pep440"}), ("1.0.post1", "1.0", ">", {"version_type": "pep440"}),
+    ("1.0", "1.0", "ge", {"version_type": "loose"}),
+]
+
+
+@pytest.mark.parametrize("case", VERSION_CASES, ids=[f"{c[0]}{c[2]}{c[1]}" for c in VERSION_CASES])
+def test_the_version_test_as_ansible_cores(case):
+    value, version, op, *rest = case
+    kwargs = rest[0] if rest else {}
+    assert ours("v is version(w, o, **k)", v=value, w=version, o=op, k=kwargs) == \
+        THEIR_TESTS["version"](value, version, op, **kwargs)
+
+
+@pytest.mark.parametrize(("expr", "words"), [
+    ("'1.0' is version('1.0', 'equals')", "Invalid operator type (equals)"),
+    ("'1.0' is version('nope', '==', true)", "Version comparison failed: invalid version number 'nope'"),
+    ("'1.0' is version('1.0', strict=False, version_type='loose')", "give strict or version_type, not both"),
+    ("'1.0' is version('1.0', version_type='boom')", "Invalid version type (boom)"),
+    ("'nope' is version('nopenope', version_type='semver')", "invalid semantic version"),
+    ("'' is version('1.0', '>')", "version value cannot be empty"),
+    ("'1.0' is version('', '>')", "to compare against cannot be empty"),
+    ("'1.a' is version('1.1', '<')", "Version comparison failed"),
+])
+def test_a_bad_version_test_fails_as_ansibles_does(expr, words):
+    with pytest.raises(Exception, match=re.escape(words)):
+        ours(expr)
