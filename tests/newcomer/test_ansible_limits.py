@@ -59,13 +59,10 @@ REFUSED = {
                                 "a loop over includes is not supported"),
     "include_role public": (TASK.format("include_role: {name: r, public: true}"), "not supported: include_role.public"),
     # modules
-    "ping": (TASK.format("ping:"), "unknown module 'ping'"),
     "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
     "service": (TASK.format("service: {name: x, state: started}"), "unknown module 'service'"),
-    "user": (TASK.format("user: {name: x}"), "unknown module 'user'"),
     "get_url": (TASK.format("get_url: {url: 'http://x', dest: /tmp/x}"), "unknown module 'get_url'"),
     "add_host": (TASK.format("add_host: {name: x}"), "unknown module 'add_host'"),
-    "pause": (TASK.format("pause: {seconds: 1}"), "unknown module 'pause'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),
     # filters, lookups, facts, localhost
     "password_hash": (TASK.format('debug: {msg: "{{ \'a\' | password_hash }}"}'), "No filter named 'password_hash'"),
