@@ -386,3 +386,17 @@ def test_the_version_test_as_ansible_cores(case):
 def test_a_bad_version_test_fails_as_ansibles_does(expr, words):
     with pytest.raises(Exception, match=re.escape(words)):
         ours(expr)
+
+
+def test_a_hosts_answer_stays_a_hosts_answer_through_filters(tmp_path):
+    """A shell command built from a registered result is refused, however filters transformed the result."""
+    tasks = [{"name": "ask", "command": {"argv": ["echo", "x"]}, "register": "out"}]
+    for i, expr in enumerate(["out.stdout | b64encode", "{'a': out.stdout} | combine({}) | to_json",
+                              "[out.stdout] | flatten | first", "out.stdout | regex_replace('x', 'y')"]):
+        tasks.append({"name": f"sh{i}", "shell": f"echo {{{{ {expr} }}}}", "ignore_errors": True})
+    book = tmp_path / "pb.yaml"
+    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    res = run_playbook(str(book), inventory=INV)
+    for i in range(4):
+        shown = res.find(f"sh{i}", "localhost")[0]
+        assert shown.status == "failed" and "host returned" in shown.msg, shown
