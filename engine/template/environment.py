@@ -30,8 +30,10 @@ from engine.template.versions import version_test
 
 
 def _mandatory(value: Any, msg: str | None = None) -> Any:
+    """Ansible's `mandatory`: an undefined value fails with `msg`, or Ansible's message naming the variable."""
     if isinstance(value, Undefined):
-        raise jinja2.UndefinedError(msg or "mandatory variable is undefined")
+        name = getattr(value, "_undefined_name", None)
+        raise jinja2.UndefinedError(msg or f"Mandatory variable {f'{name!r} ' if name else ''}not defined.")
     return value
 
 

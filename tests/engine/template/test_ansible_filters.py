@@ -400,3 +400,11 @@ def test_a_hosts_answer_stays_a_hosts_answer_through_filters(tmp_path):
     for i in range(4):
         shown = res.find(f"sh{i}", "localhost")[0]
         assert shown.status == "failed" and "host returned" in shown.msg, shown
+
+
+def test_mandatory_names_the_variable_as_ansible():
+    with pytest.raises(jinja2.UndefinedError, match=re.escape("Mandatory variable 'nope' not defined.")):
+        ours("nope | mandatory")
+    with pytest.raises(jinja2.UndefinedError, match="^set it$"):
+        ours("nope | mandatory('set it')")
+    assert ours("1 | mandatory") == 1
