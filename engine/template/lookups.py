@@ -574,6 +574,7 @@ CONFIG: dict[str, Callable[[], Any]] = {
     "DEFAULT_BECOME_METHOD": lambda: "sudo",
     "DEFAULT_JINJA2_NATIVE": lambda: False,
     "DEFAULT_UNDEFINED_VAR_BEHAVIOR": lambda: True,
+    "ALLOW_BROKEN_CONDITIONALS": lambda: False,  # a conditional that is not a truth is an error here, as by default
 }
 MISSING = ("error", "skip", "warn")
 

@@ -44,6 +44,7 @@ EXPRESSIONS = [
     "lookup('config', 'DEFAULT_HASH_BEHAVIOUR')", "lookup('config', 'DEFAULT_ROLES_PATH')",
     "query('config', 'NOPE_SETTING', on_missing='skip')", "lookup('config', 'DEFAULT_BECOME_METHOD')",
     "lookup('config', 'DEFAULT_FORCE_HANDLERS')", "query('random_choice', 'only')", "query('random_choice')",
+    "lookup('config', 'ALLOW_BROKEN_CONDITIONALS')", "lookup('list', wantlist=True, *users)",
 ]
 
 
