@@ -240,7 +240,7 @@ class Templar:
         """A whole template as text, even when it is one expression (a file's trailing newline is kept)."""
         template = self.env.overlay(**options).from_string(source) if options else self._template(source)
         with render_budget():
-            ctx = template.new_context(self._scope(variables), shared=True)
+            ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
             return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
 
 
