@@ -26,6 +26,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
     config.addinivalue_line("markers", "e2e: end-to-end with a real vLLM on CPU")
     config.addinivalue_line("markers", "ssh: needs the real sshd harness (root, openssh-server)")
+    config.addinivalue_line("markers", "ansible_targets: ansible-core's own integration targets, both tools")
 
 
 @pytest.fixture(scope="session")

@@ -13,16 +13,21 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.ansible_targets.harness import TARGETS, TOOLS, Outcome, run_target
+from tests.ansible_targets.docs_table import write
+from tests.ansible_targets.harness import TARGETS, TOOLS, Outcome, ansible_outcome, run_target, scratch_parent
+
+
+def outcome(target: str, tool: str, workdir: Path) -> Outcome:
+    return ansible_outcome(target, workdir) if tool == "ansible" else run_target(target, tool, workdir)
 
 
 def measure(targets: tuple[str, ...], tools: tuple[str, ...], root: Path, jobs: int = 2) -> dict[str, dict[str, Outcome]]:
     jobs_list = [(t, tool) for t in targets for tool in tools]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(lambda job: run_target(job[0], job[1], root / job[1] / job[0]), jobs_list))
+        outcomes = list(pool.map(lambda job: outcome(job[0], job[1], root / job[1] / job[0]), jobs_list))
     table: dict[str, dict[str, Outcome]] = {}
-    for outcome in outcomes:
-        table.setdefault(outcome.target, {})[outcome.tool] = outcome
+    for done in outcomes:
+        table.setdefault(done.target, {})[done.tool] = done
     return table
 
 
@@ -48,12 +53,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json")
     p.add_argument("--keep", help="run in this folder and keep it (default: a temporary one)")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--write-docs", action="store_true", help="write the table into docs/ANSIBLE.md")
     args = p.parse_args(argv)
     tools = tuple(args.tools.split(","))
-    with tempfile.TemporaryDirectory(prefix="dfp-targets-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dfp-targets-", dir=scratch_parent()) as tmp:
         root = Path(args.keep or tmp)
         table = measure(tuple(args.targets), tools, root, args.jobs)
     print(markdown(table))
+    if args.write_docs:
+        write(markdown(table))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {t: {tool: o.as_dict() for tool, o in by.items()} for t, by in table.items()}, indent=1) + "\n")
