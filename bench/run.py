@@ -45,7 +45,7 @@ RESULTS = ROOT / "bench" / "results.json"
 OUT_DIR = ROOT / "bench" / "out"
 # Each run its own connection: the tool keeps them 60 s by default (ControlPersist, as Ansible's ssh_args).
 DIRECT_VARS = {"ansible_ssh_common_args": "-o ControlPersist=no"}
-SECTIONS = ("peers", "parity", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
+SECTIONS = ("peers", "parity", "targets", "fleet", "scale", "reprovision", "latency", "header", "models", "cold")
 BENCH_FIRST_OCTET = 100  # 127.0.0.100..: away from the test fixtures' 127.0.0.2..10
 
 
@@ -113,6 +113,12 @@ class Bench:
         from bench import parity
 
         parity.section_parity(self)
+
+    # -- 2c: ansible-core's own integration targets, ours and ansible-playbook (bench/targets.py) ----------
+    def section_targets(self) -> None:
+        from bench import targets
+
+        targets.section_targets(self)
 
     # -- 7: 50 and 100 hosts, --forks (bench/fleet.py) ------------------------------------------------------
     def section_fleet(self) -> None:
