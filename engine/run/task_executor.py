@@ -6,6 +6,7 @@ The Runner (engine/run/runner.py) decides which hosts run which task when; this 
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import ChainMap
@@ -58,6 +59,15 @@ def failure_message(task: Task, exc: Exception) -> str:
     if name:
         return f"{where}: '{name}' is undefined while rendering this task ({exc}); define it or guard the task with a `when:`"
     return f"{where}: {type(exc).__name__}: {exc}"
+
+
+def ansible_undefined(stage: str, exc: Exception) -> TaskError | None:
+    """A render that read an undefined variable, as the task failure ansible-core 2.19 reports: `stage` is
+    its words for where ("Error while evaluating conditional", "Finalization of task args for ... failed: Error
+    while resolving value for 'msg'", or "" for a loop)."""
+    if isinstance(exc, (TaskError, UserError)) or not re.search(r"'[^']+' is undefined", str(exc)):
+        return None  # a missing attribute keeps failure_message's words
+    return TaskError(f"Task failed: {stage + ': ' if stage else ''}{exc}")
 
 
 class TaskExecutor:
@@ -139,13 +149,13 @@ class TaskExecutor:
     def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
         view = self.variables.view(state, play, task)
         if task.loop is None:
-            false = next((cond for cond in task.when if not self.truth(cond, view)), None)
+            false = next((cond for cond in task.when if not self.when_holds(cond, view)), None)
             if false is not None:  # registered too, as in Ansible (`result is skipped`)
                 result = {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
             else:
                 result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
-            result = self._loop_result(self._run_loop(state, play, task, view))
+            result = self._guarded_loop(state, play, task, view)
         if task.register:
             state.registered[task.register] = result
             state.provenance[task.register] = self._result_taint(state, task)
@@ -154,10 +164,30 @@ class TaskExecutor:
         self._mark_hidden(state, task, result)
         return result
 
+    def _guarded_loop(self, state: HostState, play: Play, task: Task, view) -> dict:
+        """A loop whose list reads an undefined name fails the task (Ansible's words), unless its `when`, read
+        without an item, is false: then the task is skipped, as Ansible's."""
+        try:
+            return self._loop_result(self._run_loop(state, play, task, view))
+        except LoopUndefined as exc:
+            try:
+                false = next((cond for cond in task.when if not self.truth(cond, view)), None)
+            except Exception:  # noqa: BLE001 - the condition needs the item: the loop's error stands
+                false = None
+            if false is None:
+                raise exc.error from None
+            return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
+
     def _run_loop(self, state: HostState, play: Play, task: Task, view) -> list[dict]:
         """Each item of the task's loop run in turn (loop_control's pause between them), each result with the
         item and what loop_control adds (engine/run/loops.py)."""
-        rendered, loop_taint = self.templar.render_tracked(task.loop, view)
+        try:
+            rendered, loop_taint = self.templar.render_tracked(task.loop, view)
+        except Exception as exc:
+            error = ansible_undefined("", exc)
+            if error is None:
+                raise
+            raise LoopUndefined(error) from None
         if task.loop_kind == "with_first_found":
             rendered = self._first_found(rendered, loop_taint, view)
         items = loop_items(task, rendered, play, from_host=bool(loop_taint.hosts))
@@ -241,6 +271,13 @@ class TaskExecutor:
     def truth(self, expr: Any, view) -> bool:
         return to_bool(self.templar.evaluate(expr, view))
 
+    def when_holds(self, expr: Any, view) -> bool:
+        """One `when` condition; an undefined name in it fails the task with Ansible's words."""
+        try:
+            return self.truth(expr, view)
+        except Exception as exc:
+            raise ansible_undefined("Error while evaluating conditional", exc) or exc from None
+
     def _run_with_retries(self, state: HostState, play: Play, task: Task, extra: dict | None, first_view=None) -> dict:
         attempts = 1 + (task.retries if task.retries is not None else (3 if task.until is not None else 0))
         result: dict = {}
@@ -249,7 +286,7 @@ class TaskExecutor:
             view = first_view if attempt == 1 and first_view is not None else self.variables.view(state, play, task, extra)
             if extra is not None:
                 for cond in task.when:
-                    if not self.truth(cond, view):
+                    if not self.when_holds(cond, view):
                         return {"skipped": True, "changed": False, "msg": f"skipped: {cond}"}
             result = self._apply_conditions(state, play, task, extra, self._attempt(state, play, task, view))
             if task.until is None:
@@ -276,14 +313,31 @@ class TaskExecutor:
             return result
         view = self._result_view(state, play, task, extra, result)
         if task.changed_when is not None:
-            result["changed"] = self.truth(task.changed_when, view)
+            changed = self._condition_result(task.changed_when, view, result, "changed_when_result")
+            if changed is None:
+                return result
+            result["changed"] = changed
         if task.failed_when is not None:
-            failed = self.truth(task.failed_when, view)
+            failed = self._condition_result(task.failed_when, view, result, "failed_when_result")
+            if failed is None:
+                return result
             if result.get("failed") and not failed:
                 result["msg"] = f"{ACCEPTED_PREFIX}{result.get('msg', '')}"  # for the reader; readers of code: the field
                 result["failure_accepted"] = True
             result["failed"] = failed
         return result
+
+    def _condition_result(self, expr: Any, view, result: dict, field: str) -> bool | None:
+        """changed_when / failed_when; None when it reads an undefined name: the result then fails, the error
+        under `field`, as Ansible's."""
+        try:
+            return self.truth(expr, view)
+        except Exception as exc:
+            error = ansible_undefined("Error while evaluating conditional", exc)
+            if error is None:
+                raise
+            result.update({"failed": True, field: str(error).removeprefix("Task failed: ")})
+            return None
 
     def _attempt(self, state: HostState, play: Play, task: Task, view) -> dict:
         """One try of the task on this host: its arguments rendered, then the engine action or the module (on the
@@ -340,7 +394,11 @@ class TaskExecutor:
                 taints[arg] = frame
         for key, value in task.args.items():
             name = self.templar.render_value(key, view)
-            args[name], taints[name] = self.templar.render_tracked(value, view)
+            try:
+                args[name], taints[name] = self.templar.render_tracked(value, view)
+            except Exception as exc:
+                raise ansible_undefined(f"Finalization of task args for 'ansible.builtin.{task.module}' failed: "
+                                        f"Error while resolving value for '{name}'", exc) or exc from None
         return {k: v for k, v in args.items() if v is not None or k in ("content",)}, taints
 
     def _target(self, state: HostState, play: Play, task: Task, view, action: bool) -> HostState:
@@ -391,6 +449,14 @@ class TaskExecutor:
                         self.variables.secrets.add(text)
                     merged[key] = text
         return merged, taint
+
+
+class LoopUndefined(Exception):
+    """A loop's list read an undefined name (its task error inside), until the task's `when` is read."""
+
+    def __init__(self, error: TaskError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 DIFF_HIDDEN = "(diff hidden: the content was rendered from a secret)\n"
