@@ -59,6 +59,25 @@ GROUPS: dict[str, dict[str, dict]] = {
         "expect_rc": {"type": "list", "default": [0], "help": "return codes that count as success"},
         "check_safe": {"type": "bool", "default": False, "help": "the command only reads: run it in check mode too"},
     },
+    # systemd_service and its alias systemd (library/systemd_service.py, library/systemd.py): Ansible's options
+    "systemd_options": {
+        "name": {"type": "str", "default": None, "help": "the unit (a name without a suffix is a .service)"},
+        "service": {"type": "str", "default": None, "alias_of": "name", "help": "alias of name"},
+        "unit": {"type": "str", "default": None, "alias_of": "name", "help": "alias of name"},
+        "state": {"type": "str", "default": None, "choices": ["reloaded", "restarted", "started", "stopped"],
+                  "help": "started/stopped: only when it is not so already; restarted/reloaded: always"},
+        "enabled": {"type": "bool", "default": None, "help": "start it at boot (systemctl enable/disable)"},
+        "force": {"type": "bool", "default": None, "help": "systemctl --force (enable over conflicting links)"},
+        "masked": {"type": "bool", "default": None, "help": "masked: it cannot be started (systemctl mask/unmask)"},
+        "daemon_reload": {"type": "bool", "default": None,
+                          "help": "systemctl daemon-reload first (reads changed unit files); not in check mode (none: false)"},
+        "daemon-reload": {"type": "bool", "default": None, "alias_of": "daemon_reload", "help": "alias of daemon_reload"},
+        "daemon_reexec": {"type": "bool", "default": None, "help": "systemctl daemon-reexec first; not in check mode"},
+        "daemon-reexec": {"type": "bool", "default": None, "alias_of": "daemon_reexec", "help": "alias of daemon_reexec"},
+        "scope": {"type": "str", "default": "system", "choices": ["system", "user", "global"],
+                  "help": "which manager: the system's, the calling user's (--user), or global (--global)"},
+        "no_block": {"type": "bool", "default": False, "help": "systemctl --no-block: do not wait for the job"},
+    },
     # file, copy, lineinfile: Ansible's file attributes (dflash_host/host/fileattrs.py sets them)
     "file_attributes": {
         "mode": {"type": "raw", "default": None,

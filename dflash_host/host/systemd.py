@@ -112,3 +112,45 @@ def _hint(res: subprocess.CompletedProcess) -> str:
     if os.geteuid() != 0 and ("access denied" in text or "authentication" in text or "permission" in text):
         return "; the tool's unit is a system unit: run the play as root (become: true) or set vllm_use_systemd: false"
     return "; check `systemctl status` and `journalctl -u` for the unit"
+
+
+def run_systemctl(prefix: list, argv: list, timeout: float = TIMEOUT_S) -> tuple[int, str, str]:
+    """(rc, stdout, stderr) of `systemctl PREFIX ARGV` (prefix: --user, --no-block, --force as the task asks), for
+    the modules named as Ansible's (library/systemd_service.py), which read systemd's answers as Ansible's does
+    rather than failing on the first non-zero exit. A systemctl that is missing or hangs is a ModuleError."""
+    cmd = ["systemctl", *prefix, *[str(a) for a in argv]]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout, check=False,
+                             stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ModuleError("Failed to find required executable \"systemctl\" in paths: "
+                          f"{os.environ.get('PATH', '')}; this host has no systemd tools (use another module, or "
+                          "install systemd)") from None
+    except subprocess.TimeoutExpired:
+        raise ModuleError(f"'{' '.join(cmd)}' did not answer within {timeout:g} s; check the unit with "
+                          "`systemctl status` and `journalctl -xe`") from None
+    except OSError as exc:
+        raise ModuleError(f"'{' '.join(cmd)}' could not run: {exc.strerror or exc}; check systemctl on this host") from None
+    return res.returncode, res.stdout, res.stderr
+
+
+def parse_show(text: str) -> dict:
+    """`systemctl show`'s KEY=VALUE lines as a dict; an Exec* value in braces may span lines (only those do,
+    as Ansible reads them: a Description starting with `{` stays one line)."""
+    parsed: dict = {}
+    key, pending = None, []
+    for line in text.split("\n"):
+        if key is None:
+            if "=" not in line:
+                continue
+            name, value = line.split("=", 1)
+            if name.startswith("Exec") and value.lstrip().startswith("{") and not value.rstrip().endswith("}"):
+                key, pending = name, [value]
+                continue
+            parsed[name] = value.strip()
+        else:
+            pending.append(line)
+            if line.rstrip().endswith("}"):
+                parsed[key] = "\n".join(pending).strip()
+                key, pending = None, []
+    return parsed
