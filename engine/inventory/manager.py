@@ -176,6 +176,7 @@ class Inventory:
         self.groups: dict[str, Group] = {"all": Group("all", children=["ungrouped"]),
                                          "ungrouped": Group("ungrouped", parents=["all"])}
         self._host_inline: dict[str, dict] = {}
+        self.host_source: dict[str, str] = {}  # host -> the source file that named it first (inventory_file)
         self._direct_groups: dict[str, list[str]] | None = None
         self._vars_cache: dict[tuple[Path, str, str], dict] = {}
         self._defaults: dict = {}  # set_defaults: the CLI's connection and become options
@@ -280,6 +281,7 @@ class Inventory:
         for host in expand(name, where):
             _check_entry_name(host, where, "host")
             inline = self._host_inline.setdefault(host, {})
+            self.host_source.setdefault(host, where)
             if port is not None:
                 inline["ansible_port"] = port
             inline.update(hvars or {})

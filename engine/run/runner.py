@@ -98,6 +98,7 @@ class Runner:
         self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
         self.variables.run_tags = sorted(self.tags) or ["all"]
         self.variables.skip_tags = sorted(self.skip_tags)
+        self.variables.set_options(forks=self.forks, verbosity=int(getattr(console, "verbose", 0) or 0), limit=limit)
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
         self._pool: ThreadPoolExecutor | None = None

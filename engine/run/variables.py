@@ -10,12 +10,15 @@ registered results, set_fact values and facts as data, as they were when the cur
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import ChainMap
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dflash_host.host.fact_names import FACT_NAMES
 from engine.inventory.manager import Inventory
+from engine.parsing.ansible_cfg import config_file
 from engine.playbook.model import Play, Task
 from engine.run.results import HostState
 from engine.template.lookups import Origin
@@ -47,6 +50,23 @@ MAGIC_VARS = {
     "role_name",
     "ansible_role_name",
     "omit",
+    "inventory_hostname_short",
+    "inventory_file",
+    "inventory_dir",
+    "ansible_playbook_python",
+    "ansible_config_file",
+    "ansible_play_role_names",
+    "ansible_role_names",
+    "ansible_dependent_role_names",
+    "role_names",
+    "ansible_parent_role_names",
+    "ansible_parent_role_paths",
+    "ansible_search_path",
+    "ansible_verbosity",
+    "ansible_forks",
+    "ansible_inventory_sources",
+    "ansible_limit",
+    "play_hosts",
     "facts",
     "result",
     "ansible_failed_task",
@@ -139,6 +159,17 @@ class Variables:
         self.run_tags: list[str] = ["all"]  # ansible_run_tags, ansible_skip_tags: the Runner's --tags / --skip-tags
         self.skip_tags: list[str] = []
         self._dirs: dict[int, str] = {}  # id(play) -> playbook_dir (Path to str costs a microsecond per view)
+        self._roles: dict[int, list[str]] = {}  # id(play) -> ansible_play_role_names
+        self._hosts: dict[str, dict] = {}  # host name -> its own magic names (inventory_file, ...)
+        self.options: dict[str, Any] = {}  # the command line's: ansible_forks, ansible_verbosity, ansible_limit
+        config = config_file()
+        self._run = {"ansible_playbook_python": sys.executable, "ansible_config_file": str(config) if config else None,
+                     "ansible_inventory_sources": [str(p.absolute()) for p in inventory.sources]}
+
+    def set_options(self, *, forks: int, verbosity: int, limit: str | None) -> None:
+        """The command line's options, as Ansible's magic variables (ansible_limit only when --limit is given)."""
+        self.options = {"ansible_forks": forks, "ansible_verbosity": verbosity,
+                        **({"ansible_limit": limit} if limit else {})}
 
     def begin_play(self, play: Play, names: list[str]) -> None:
         """The hosts `play` targets (after --limit): ansible_play_hosts_all."""
@@ -161,28 +192,54 @@ class Variables:
     def _magic(self, state: HostState, play: Play, task: Task | None, hostvars: HostVars) -> dict:
         host = state.host
         everyone, active = self._play_hosts.get(id(play), _NO_HOSTS)
+        batch = [h for h in self._batch.get(id(play), everyone) if h in active]
+        roles = self._roles.get(id(play))
+        if roles is None:
+            roles = self._roles[id(play)] = list(dict.fromkeys(play.roles))
         magic = {
+            **self._run,
+            **self.options,
+            **self._host_magic(host.name),
             "inventory_hostname": host.name,
-            "group_names": [g for g in host.groups if g != "all"],
+            "group_names": sorted(g for g in host.groups if g != "all"),
             "groups": self._groups,
             "hostvars": hostvars,
             "ansible_play_hosts": active,
             "ansible_play_hosts_all": everyone,
-            "ansible_play_batch": [h for h in self._batch.get(id(play), everyone) if h in active],
+            "ansible_play_batch": batch,
+            "play_hosts": batch,
             "ansible_play_name": play.name,
+            "ansible_play_role_names": roles,
+            "role_names": roles,
+            "ansible_role_names": roles,
             "ansible_run_tags": self.run_tags,
             "ansible_skip_tags": self.skip_tags,
             "ansible_check_mode": self.check,  # the command line's, as Ansible's (a task's check_mode keyword aside)
             "ansible_diff_mode": self.diff,
+            "ansible_verbosity": self.options.get("ansible_verbosity", 0),
             "ansible_version": ANSIBLE_VERSION,
             "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
-            "omit": None,
+            "omit": None,  # a module argument that renders to it is left out (task_executor._rendered_args)
         }
+        if task is not None:
+            magic["ansible_search_path"] = search_path(task, magic["playbook_dir"])
         if task is not None and task.role_dir is not None:
             magic["role_path"] = str(task.role_dir)
         if task is not None and task.role:
             magic["role_name"] = magic["ansible_role_name"] = task.role
         return magic
+
+    def _host_magic(self, name: str) -> dict:
+        """inventory_hostname_short, and inventory_file / inventory_dir: the source that named the host first
+        (none for the implicit localhost, as Ansible's)."""
+        found = self._hosts.get(name)
+        if found is None:
+            found = {"inventory_hostname_short": name.split(".")[0]}
+            source = self.inventory.host_source.get(name)
+            if source is not None and source != "<inventory>":
+                found |= {"inventory_file": source, "inventory_dir": os.path.dirname(source)}
+            self._hosts[name] = found
+        return found
 
     def view(self, state: HostState, play: Play, task: Task | None, extra: dict | None = None) -> LazyVars:
         hostvars = HostVars(self, play)
@@ -252,3 +309,12 @@ class Variables:
             for name, value in layer.items():
                 if not is_secret_name(name) and isinstance(value, (dict, list)):
                     self.secrets.add([v for v in secret_leaves(value) if not (isinstance(v, str) and "{{" in v)])
+
+
+def search_path(task: Task, playbook_dir: str) -> list[str]:
+    """ansible_search_path, where lookups and relative paths are searched, as Ansible's: a role's task, its
+    role folder, the folder of the file it is written in, then the playbook's; another task, its file's folder."""
+    written_in = task.source.rsplit(": task ", 1)[0] if ": task " in task.source else ""
+    folder = os.path.dirname(written_in) or playbook_dir
+    found = [str(task.role_dir), folder, playbook_dir] if task.role_dir is not None else [folder]
+    return list(dict.fromkeys(found))
