@@ -144,8 +144,9 @@ class Console:
         self._write(self._color(line, res.status))
         for w in res.result.get("warnings", []) or []:
             self._write(self._color(f"  [WARNING] [{res.host}] {printable(str(w))}", "warn"))
-        if self.show_diff and res.changed and isinstance(res.result.get("diff"), dict):
-            self._write(printable(format_diff(res.result["diff"]), indent=""))
+        if self.show_diff or res.diff:  # -D, or the task's `diff: true` (as ansible-playbook shows it)
+            for diff in changed_diffs(res.result):
+                self._write(printable(format_diff(diff), indent=""))
         if self.verbose >= 2 and res.result.get("exception"):
             self._write(printable(str(res.result["exception"]), indent=""))
 
@@ -175,6 +176,15 @@ def live_line(elapsed: float, waiting: list[str], notes: dict[str, str], task: s
     hosts = ", ".join(waiting[:4]) + (f" +{len(waiting) - 4}" if len(waiting) > 4 else "")
     note = f": {notes[waiting[0]]}" if len(waiting) == 1 and waiting[0] in notes else ""
     return f"  ... {elapsed:.0f}s on {hosts}{note} | still running: {task}"
+
+
+def changed_diffs(result: dict) -> list[dict]:
+    """The diffs a result shows: its own when it changed, else each changed loop item's."""
+    items = result.get("results")
+    if isinstance(items, list):
+        return [d for r in items if isinstance(r, dict) and r.get("changed") for d in changed_diffs(r)]
+    diff = result.get("diff")
+    return [diff] if result.get("changed") and isinstance(diff, dict) else []
 
 
 def format_diff(diff: dict) -> str:

@@ -27,6 +27,7 @@ class TaskResult:
     handler: bool = False
     rescued: bool = False  # failed inside a block whose rescue then ran
     delegated_to: str | None = None  # the host the module ran on, when the task was delegated (delegate_to)
+    diff: bool | None = None  # the task's `diff` keyword (None: the command line's -D decides what is shown)
 
     @property
     def accepted(self) -> bool:

@@ -144,7 +144,7 @@ class TaskExecutor:
             res = {k: res.get(k) for k in ("changed", "failed", "skipped", "failure_accepted")}
         self.record(state, TaskResult(state.host.name, task.name, task.role, task.module, status, bool(res.get("changed")),
                                       str(msg), time.monotonic() - started, res, ignored, handler,
-                                      delegated_to=state.delegated_to))
+                                      delegated_to=state.delegated_to, diff=task.diff))
 
     def _run_task(self, state: HostState, play: Play, task: Task) -> dict:
         view = self.variables.view(state, play, task)
