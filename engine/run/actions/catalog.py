@@ -14,7 +14,7 @@ from typing import Callable
 
 from engine.run.actions.call import ActionCall
 from engine.run.actions.control import assert_, debug, fail, included, meta, pause, set_fact
-from engine.run.actions.files import copy_from_control_node, template
+from engine.run.actions.files import copy_from_control_node, template, unarchive_from_control_node
 from engine.run.actions.vars_files import include_vars
 
 Action = Callable[[ActionCall], dict]
@@ -40,6 +40,7 @@ ACTIONS: dict[str, Action] = {
     "include_vars": include_vars,
     "template": template,
     "copy": copy_from_control_node,
+    "unarchive": unarchive_from_control_node,
     "pause": pause,
     "models": imported_at_first_call("engine.run.actions.models", "models_via_control_node"),
 }
@@ -62,7 +63,13 @@ def copies_from_control_node(args: dict) -> bool:
     return "src" in args and not args.get("remote_src")
 
 
-CLAIMS: dict[str, Callable[[dict], bool]] = {"models": relayed, "copy": copies_from_control_node}
+def unarchives_from_control_node(args: dict) -> bool:
+    """unarchive is the engine's when src is a control-node file (remote_src false, or copy not false)."""
+    return not args.get("remote_src") and args.get("copy") is not False
+
+
+CLAIMS: dict[str, Callable[[dict], bool]] = {"models": relayed, "copy": copies_from_control_node,
+                                             "unarchive": unarchives_from_control_node}
 
 
 def handles(module: str, args: dict) -> bool:

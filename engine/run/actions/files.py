@@ -243,3 +243,33 @@ def _copy_folder(call: ActionCall, src: Path) -> dict:
     if staged:
         call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
     return result
+
+
+def unarchive_from_control_node(call: ActionCall) -> dict:
+    """unarchive with a control-node `src` (Ansible's default, remote_src false): the archive uploaded to a temp
+    folder on the host (in check mode too, as Ansible's), the host's unarchive run on it, the folder removed."""
+    src = resolve_local(call, str(call.args["src"]), "files/")
+    if src.is_dir():
+        raise TaskError(f"{call.where()}: unarchive source '{src}' is a folder; give an archive file (tar, tar.gz, "
+                        "tar.bz2, tar.xz or zip)")
+    made = call.module("tempfile", {"state": "directory", "prefix": "dfp-unarchive."}, False)
+    if made.get("failed"):
+        return made
+    remote = f"{made['path']}/source"  # Ansible's name for it (a handler is picked by content, not a suffix)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dfp-unarchive-") as scratch:
+            data = _source_bytes(call, src)
+            local = src
+            if data is not None and vault.is_encrypted(src.read_bytes()[:64]):  # decrypted bytes travel, not the vault
+                local = Path(scratch) / src.name
+                local.write_bytes(data)
+            try:
+                call.on.client.put(str(local), remote)
+            except OSError as exc:
+                reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                raise TaskError(f"{call.where()}: uploading {src} to the host failed: {reason}; free space in its "
+                                "temp folder or fix its permissions") from None
+        args = {k: v for k, v in call.args.items() if k not in ("decrypt", "copy")}
+        return call.module("unarchive", {**args, "src": remote, "remote_src": True})
+    finally:
+        call.module("file", {"path": made["path"], "state": "absent"}, False)
