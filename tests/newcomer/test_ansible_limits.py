@@ -56,8 +56,7 @@ REFUSED = {
     "include_role apply": (TASK.format("include_role: {name: r, apply: {tags: [x]}}"), "not supported: include_role.apply"),
     # modules
     "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
-    "service": (TASK.format("service: {name: x, state: started}"), "unknown module 'service'"),
-    "get_url": (TASK.format("get_url: {url: 'http://x', dest: /tmp/x}"), "unknown module 'get_url'"),
+    "git": (TASK.format("git: {repo: 'https://x', dest: /tmp/x}"), "unknown module 'git'"),
     "add_host": (TASK.format("add_host: {name: x}"), "unknown module 'add_host'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),
     # filters, lookups, facts, localhost
