@@ -8,13 +8,21 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
+from engine.parsing.ansible_cfg import roles_path
 from engine.parsing.yamlfile import LoadBudget, check_variable_names, load_yaml
 from engine.playbook.keywords import BECOME_KEYWORDS, become_of, condition_list, flag, names, shown, variables_of, wrong
 from engine.playbook.modulespec import PROJECT_ROOT
 
+ANSIBLE_DEFAULT_ROLES_PATH = ("~/.ansible/roles", "/usr/share/ansible/roles", "/etc/ansible/roles")
+
 
 def role_search_dirs(playbook: Path) -> list[Path]:
-    dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles"]
+    """Where a role name is looked up, in Ansible's order: roles/ beside the playbook (and this project's
+    roles/), roles_path (ANSIBLE_ROLES_PATH or ansible.cfg, else Ansible's default folders), then the playbook's
+    own folder."""
+    configured = roles_path() or [Path(p).expanduser() for p in ANSIBLE_DEFAULT_ROLES_PATH]
+    dirs = [playbook.parent / "roles", playbook.parent.parent / "roles", PROJECT_ROOT / "roles", *configured,
+            playbook.parent]
     out: list[Path] = []
     for d in dirs:
         if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
@@ -23,10 +31,14 @@ def role_search_dirs(playbook: Path) -> list[Path]:
 
 
 def find_role(name: str, playbook: Path, where: str) -> Path:
+    """A role's folder by name, or by a path (absolute, or relative to the playbook's folder) as Ansible allows."""
     for d in role_search_dirs(playbook):
         if (d / name).is_dir():
             return d / name
-    available = sorted({p.name for d in role_search_dirs(playbook) for p in d.iterdir() if p.is_dir()})
+    given = Path(name).expanduser()
+    if "/" in name and given.is_dir():
+        return given
+    available = sorted({p.name for d in role_search_dirs(playbook)[:3] for p in d.iterdir() if p.is_dir()})
     raise UserError(f"{where}: unknown role '{name}'; available roles: {', '.join(available) or '(none)'}")
 
 
