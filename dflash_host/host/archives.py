@@ -54,7 +54,7 @@ def open_archive(path: str) -> tuple[str, Any]:
                               f"({exc})") from None
     for compression, handler in TAR_HANDLERS.items():
         try:
-            archive = tarfile.open(path, f"r:{compression}")
+            archive = tarfile.open(path, f"r:{compression}")  # type: ignore[call-overload]  # one of r:, r:gz, r:bz2, r:xz
         except (tarfile.TarError, OSError, EOFError):
             continue
         return ("TarArchive" if path.endswith(TAR_SUFFIXES) else handler), archive

@@ -136,7 +136,7 @@ def fetch(url: str, opts: dict, method: str = "GET", last_mod_time: float | None
         info["msg"] = f"Connection failure: {exc or 'timed out'}"
         return None, info
     except http.client.BadStatusLine as exc:
-        info["msg"] = f"Connection failure: connection was closed before a valid response was received: {exc.line}"
+        info["msg"] = f"Connection failure: connection was closed before a valid response was received: {getattr(exc, 'line', exc)}"
         return None, info
     except (OSError, http.client.HTTPException, ValueError) as exc:
         info["msg"] = f"Connection failure: {exc}"
