@@ -57,7 +57,8 @@ def raw_args(name: str) -> dict:
 
 
 @pytest.mark.parametrize(("group", "users"), [("command_options", {"command", "shell"}),
-                                              ("file_attributes", {"file", "copy", "lineinfile"})])
+                                              ("file_attributes", {"file", "copy", "lineinfile", "get_url", "unarchive"}),
+                                              ("systemd_options", {"systemd_service", "systemd"})])
 def test_a_group_is_one_definition_several_modules_use(group, users):
     assert {n for n in task_modules() if group in raw_args(n).get(GROUPS_KEY, ())} == users
     for name in users:
