@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from dflash_host.host import pip_requirements as reqs
+from dflash_host.host import pip_requirements
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -147,8 +147,8 @@ def packages_list(pip: list, chdir: str) -> tuple[str, str, str]:
     return " ".join(command), out, err
 
 
-def requirements_of(args: dict) -> list[reqs.Requirement]:
-    packages = [reqs.Requirement(p) for p in reqs.join_names(args["name"])]
+def requirements_of(args: dict) -> list[pip_requirements.Requirement]:
+    packages = [pip_requirements.Requirement(p) for p in pip_requirements.join_names(args["name"])]
     if args["version"] is not None:
         if len(packages) > 1:
             raise ModuleError("'version' argument is ambiguous when installing multiple package distributions. Please "
@@ -156,7 +156,7 @@ def requirements_of(args: dict) -> list[reqs.Requirement]:
         if packages[0].specs:
             raise ModuleError("The 'version' argument conflicts with any version specifier provided along with a "
                               "package name. Please keep the version specifier, but remove the 'version' argument.")
-        packages[0] = reqs.Requirement(packages[0].text, args["version"])
+        packages[0] = pip_requirements.Requirement(packages[0].text, args["version"])
     return packages
 
 
@@ -165,8 +165,8 @@ def check_only(args: dict, pip: list, chdir: str, packages: list, out: str, err:
     if extra or args["requirements"] or state == "latest" or not args["name"]:
         return {"changed": True}
     cmd, listed, list_err = packages_list(pip, chdir)
-    have = reqs.installed([line for line in listed.split("\n") if line and not line.startswith("You ")])
-    changed = any((state == "present" and not reqs.present(p, have)) or (state == "absent" and reqs.present(p, have))
+    have = pip_requirements.installed([line for line in listed.split("\n") if line and not line.startswith("You ")])
+    changed = any((state == "present" and not pip_requirements.present(p, have)) or (state == "absent" and pip_requirements.present(p, have))
                   for p in packages)
     return {"changed": changed, "cmd": cmd, "stdout": out + listed, "stderr": err + list_err}
 
