@@ -15,6 +15,9 @@ class Task:
     source: str  # "file: task N" for messages
     role: str | None = None
     role_dir: Path | None = None
+    # module arguments written as templates (`args: "{{ d }}"`, `debug: "{{ d }}"`), lowest first: each renders to
+    # a mapping per host, `args` over them, then checked as the load checks `args` (engine/run/task_args.py)
+    args_templates: list = field(default_factory=list)
     register: str | None = None
     when: list = field(default_factory=list)
     loop: Any = None

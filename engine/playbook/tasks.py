@@ -54,8 +54,10 @@ def _task_name(raw: dict, source: str) -> str | None:
     return name
 
 
-def _task_module(raw: dict, label: str) -> tuple[str, dict]:
-    """The one module key of a task and its arguments, checked against the module's argument table."""
+def _task_module(raw: dict, label: str) -> tuple[str, dict, list]:
+    """The one module key of a task, its arguments checked against the module's argument table, and the
+    arguments written as templates (`args: "{{ d }}"`, `debug: "{{ d }}"`: rendered to a mapping per host, lowest
+    first; checked then, engine/run/task_args.py)."""
     known = modules()
     module_keys = [k for k in raw if k not in TASK_KEYWORDS]
     if not module_keys:
@@ -73,15 +75,28 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict]:
         raise UserError(
             f"{label}: unknown module '{module}'; available modules: {', '.join(sorted(known))} (or a misspelt task keyword)"
         )
-    args = module_arguments(module, raw[module], label)
-    if "args" in raw:  # Ansible's `args:` keyword: more arguments beside the module's own (which win)
+    templates = []
+    if "args" in raw and whole_template(raw["args"]):
+        templates.append(raw["args"])
+    if whole_template(raw[module]) and module not in FREE_FORM and module not in RAW_PARAMS_ARGUMENT:
+        templates.append(raw[module])
+        args = {}
+    else:
+        args = module_arguments(module, raw[module], label)
+    if "args" in raw and not whole_template(raw["args"]):  # `args:` beside the module's own (which win)
         if not isinstance(raw["args"], dict) or not isinstance(args, dict):
-            raise UserError(f"{label}: 'args' must be a mapping of the module's arguments (args: {{chdir: /tmp}})")
+            raise UserError(f"{label}: 'args' must be a mapping of the module's arguments (args: {{chdir: /tmp}}), "
+                            "or a template giving one (args: \"{{ some_dict }}\")")
         args = {**raw["args"], **args}
     if not isinstance(args, dict):
         raise UserError(f"{label}: the arguments of '{module}' must be a mapping (key: value lines), not {type(args).__name__}")
-    _check_module_args(module, args, label)
-    return module, args
+    check_module_args(module, args, label, complete=not templates)
+    return module, args, templates
+
+
+def whole_template(value: Any) -> bool:
+    """A string that is one template from end to end (as Ansible tells a templated `args:` from text)."""
+    return is_template_text(value) and value.startswith(("{{", "{%")) and value.endswith(("}}", "%}"))
 
 
 FREE_FORM = ("command", "shell", "raw")  # modules that take Ansible's one-line form: `- command: ls -l /tmp creates=/x`
@@ -125,10 +140,12 @@ def free_form_args(text: str) -> dict:
     return {"cmd": text.strip(), **options}
 
 
-def _check_module_args(module: str, args: dict, label: str) -> None:
+def check_module_args(module: str, args: dict, label: str, complete: bool = True) -> None:
+    """The arguments against the module's table: names, unknown ones, and (when `complete`: no templated
+    arguments are still to come) the required ones. The load checks a task's, the run a templated one's."""
     spec = module_args_spec(module)
-    if spec is None:  # set_fact: its arguments become variables
-        check_variable_names(args, f"{label}: '{module}'")
+    if spec is None:  # set_fact: its arguments become variables (a templated key is checked once rendered)
+        check_variable_names({k: v for k, v in args.items() if not is_template_text(k)}, f"{label}: '{module}'")
         return
     bad_names = [a for a in args if not isinstance(a, str)]
     if bad_names:
@@ -138,12 +155,14 @@ def _check_module_args(module: str, args: dict, label: str) -> None:
     unknown_args = sorted(set(args) - set(spec))
     if unknown_args:
         raise UserError(
-            f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)}; it accepts: {', '.join(sorted(spec))}"
+            f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)} (Unsupported parameters for "
+            f"({module}) module: {', '.join(unknown_args)}); it accepts: {', '.join(sorted(spec))}"
         )
     # A required argument linked to a variable may be left out: preflight checks the variable is defined.
     missing = [a for a, o in spec.items() if o.get("required") and a not in args and not o.get("var")]
-    if missing:
-        raise UserError(f"{label}: module '{module}' needs argument(s) {', '.join(missing)}")
+    if missing and complete:
+        raise UserError(f"{label}: module '{module}' needs argument(s) {', '.join(missing)} (missing required "
+                        f"arguments: {', '.join(missing)})")
 
 
 def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | None = None) -> Task:
@@ -152,8 +171,9 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
         raise UserError(f"{source}: a task must be a mapping with a name and one module, got {type(raw).__name__}")
     name = _task_name(raw, source)
     label = f"{source} ('{name or '?'}')"
-    module, args = _task_module(raw, label)
+    module, args, templates = _task_module(raw, label)
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
+                args_templates=templates,
                 named=name is not None, given=set(raw) & TASK_KEYWORDS, **task_keywords(raw, label))
 
 

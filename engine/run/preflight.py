@@ -70,7 +70,7 @@ class RunNames:
                     names.add(str(t.loop_control["index_var"]))
                 if t.module == "set_fact":
                     keys = {str(k) for k in t.args}
-                    is_open = is_open or any(is_template(k) for k in keys)
+                    is_open = is_open or any(is_template(k) for k in keys) or bool(t.args_templates)
                     names |= keys
                 elif t.module == "include_vars":
                     found = include_vars_names(t, play.source.parent)

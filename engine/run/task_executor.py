@@ -25,6 +25,7 @@ from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
 from engine.run.loops import item_result_fields, item_variables, loop_items
 from engine.run.results import HostState, TaskResult, status_of
+from engine.run.task_args import ArgsRejected, check_rendered, templated_layers
 from engine.run.trust import check_task
 from engine.run.variables import Variables
 from engine.template.bounds import render_budget
@@ -345,7 +346,10 @@ class TaskExecutor:
         check = self.check if task.check_mode is None else bool(task.check_mode)
         # As whom the task's module calls (and uploads) run: its become keywords, else the host's variables.
         identity = become.for_task(task, view, self.templar, self.variables.secrets)
-        args, taints = self._rendered_args(task, view)
+        try:
+            args, taints = self._rendered_args(task, view)
+        except ArgsRejected as exc:  # templated arguments that do not fit the module: this host's (item's) failure
+            return {"failed": True, "changed": False, "msg": str(exc)}
         environment, env_taint = self.task_environment(task, view)
         action = handles(task.module, args)
         target = self._target(state, play, task, view, action)
@@ -392,6 +396,9 @@ class TaskExecutor:
                 finally:
                     close_frame(frame)
                 taints[arg] = frame
+        for layer, taint in templated_layers(self.templar, task, view):  # `args: "{{ d }}"`: under the written ones
+            for key, value in layer.items():
+                args[key], taints[key] = value, taint
         for key, value in task.args.items():
             name = self.templar.render_value(key, view)
             try:
@@ -399,7 +406,9 @@ class TaskExecutor:
             except Exception as exc:
                 raise ansible_undefined(f"Finalization of task args for 'ansible.builtin.{task.module}' failed: "
                                         f"Error while resolving value for '{name}'", exc) or exc from None
-        return {k: v for k, v in args.items() if v is not None or k in ("content",)}, taints
+        check_rendered(task, args)
+        keep_none = task.module == "set_fact"  # `x: ~` sets x to None, as Ansible's
+        return {k: v for k, v in args.items() if v is not None or keep_none or k in ("content",)}, taints
 
     def _target(self, state: HostState, play: Play, task: Task, view, action: bool) -> HostState:
         """Where the module runs: this host, or its delegate (connected unless the action never leaves here)."""

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import UndefinedError
 
 from engine.run.actions.call import ActionCall
+from engine.run.task_args import as_written
+from engine.template.markers import is_template
 from engine.template.secrets import MASK, Display, is_secret_name, secret_leaves
 from engine.template.taint import Taint
 
@@ -19,7 +21,12 @@ if TYPE_CHECKING:
 def assert_(call: ActionCall) -> dict:
     """Ansible's assert: `that` (one or a list), fail_msg (alias msg), success_msg, quiet; the result's
     assertion and evaluated_to name the condition that failed (ours also puts it in the default message)."""
-    that = call.task.args["that"]
+    that = as_written(call.task, call.args, call.taints, "that")
+    if isinstance(that, str) and is_template(that) and isinstance(call.args.get("that"), list):
+        that = rendered_conditions(call)  # `that: "{{ checks }}"`: the list of conditions a variable holds
+    if that is None or that == "" or that == []:
+        return {"failed": True, "changed": False, "msg": "Empty conditional expression in assert's 'that'; give "
+                                                          "one condition or a list of them (that: x > 1)"}
     conditions = that if isinstance(that, list) else [that]
     for cond in conditions:
         if not call.truth(cond):
@@ -29,6 +36,19 @@ def assert_(call: ActionCall) -> dict:
             msg = str(masked) if masked is not None and call.args.get(key) else msg
             return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False}
     return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed"}
+
+
+def rendered_conditions(call: ActionCall) -> list:
+    """assert's `that` written as a template giving a list: its conditions, as Ansible evaluates them, unless
+    a host's answer wrote them (an expression is code)."""
+    taint = call.taints.get("that")
+    if taint is not None and taint.hosts:
+        from engine.errors import TaskError
+
+        raise TaskError(f"{call.where()}: assert's 'that' gave conditions built from what a host returned "
+                        f"({taint.describe()}), and a host's answer is never evaluated as an expression here; write "
+                        "the conditions in the playbook.")
+    return list(call.args["that"])
 
 
 def fail(call: ActionCall) -> dict:
@@ -94,7 +114,7 @@ def debug(call: ActionCall) -> dict:
     from the -v level `verbosity` on (below it: skipped, as Ansible's)."""
     templar = call.executor.templar
     console = call.executor.console
-    if "var" in call.task.args and "msg" in call.task.args:
+    if "var" in call.args and "msg" in call.args:
         return {"failed": True, "changed": False, "msg": "parameters are mutually exclusive: msg|var"}
     if int(call.args.get("verbosity") or 0) > (console.verbose if console is not None else 0):
         return {"skipped": True, "changed": False, "failed": False, "msg": "Verbosity threshold not met.",
@@ -110,7 +130,7 @@ def _debug_var(call: ActionCall) -> dict:
     """debug's var: the expression as written in the playbook (never a rendered, host-derived string) evaluated;
     what it reads undefined gives "<< error 1 - ... >>" in its place, as ansible-core 2.19 shows it."""
     templar = call.executor.templar
-    expr, name = call.task.args["var"], str(call.args["var"])
+    expr, name = as_written(call.task, call.args, call.taints, "var"), str(call.args["var"])
     warnings = []
     try:
         value, taint = templar.evaluate_tracked(expr, call.view)
@@ -137,9 +157,31 @@ def ansible_undefined_message(text: str) -> str:
     return m.group(0) if m else text
 
 
+JINJA_NAMES = frozenset({"true", "false", "none", "True", "False", "None", "not"})  # never a variable's name
+
+
+def check_fact_name(call: ActionCall, name: Any) -> None:
+    """A set_fact key, once rendered (`"{{ a_key }}": value`), is a variable name, with Ansible's words if not."""
+    if isinstance(name, str) and name.isidentifier() and name.isascii() and name not in JINJA_NAMES:
+        return
+    from engine.errors import TaskError
+
+    shown_name = f"name {str(name)!r}" if isinstance(name, (str, int, float, bool, type(None))) else "name"
+    if not isinstance(name, str):
+        shown_name += f" of type {type(name).__name__!r}"
+    raise TaskError(f"{call.where()}: Invalid variable {shown_name}. Variable names must be strings starting with a "
+                    "letter or underscore character, and contain only letters, numbers and underscores; fix the "
+                    "set_fact key (or the variable its template reads).")
+
+
 def set_fact(call: ActionCall) -> dict:
     variables = call.executor.variables
     values = {k: v for k, v in call.args.items() if k != "cacheable"}  # Ansible's fact cache: none here
+    if not values:
+        return {"failed": True, "changed": False,
+                "msg": "No key/value pairs provided, at least one is required for this action to succeed"}
+    for name in values:
+        check_fact_name(call, name)
     owner = call.facts_owner
     for name, value in values.items():
         taint = (call.taints.get(name) or Taint()).copy()  # what the value read is what it carries (engine/template/taint.py)
