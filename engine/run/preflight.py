@@ -72,6 +72,9 @@ class RunNames:
                     keys = {str(k) for k in t.args}
                     is_open = is_open or any(is_template(k) for k in keys) or bool(t.args_templates)
                     names |= keys
+                elif t.module in ("include_tasks", "include_role") and (
+                        t.loop is not None or any(is_template(str(v)) for v in t.args.values())):
+                    is_open = True  # an include read when reached: what its tasks set is known only then
                 elif t.module == "include_vars":
                     found = include_vars_names(t, play.source.parent)
                     is_open = is_open or found is None

@@ -246,9 +246,11 @@ class Variables:
         magic = self._magic(state, play, task, hostvars)
         extra = extra or {}
         facts = {"facts": state.facts or {}}
+        brought = task.include_names if task else {}  # a looped include's item, for the tasks it brought
         layers = ChainMap(
             self.extra_vars,
             extra,
+            brought,
             state.registered,
             state.facts_set,
             facts,
@@ -262,10 +264,12 @@ class Variables:
             task.role_defaults if task else {},
             play.defaults,
         )
-        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, state.fact_vars, magic),
-                                 (magic,))
+        view = self.templar.view(layers, (extra, brought, state.registered, state.facts_set, facts, state.fact_vars,
+                                          magic), (magic,))
         view.origin = Origin(play, task, self.secrets)  # where lookups search, whom they name, what they mask
         view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
+        if brought:
+            view.provenance = ChainMap(state.loop_taint, task.include_taints, state.provenance)  # type: ignore[union-attr]
         view.host_taint = state.host_taint
         return view
 
