@@ -139,6 +139,9 @@ class Play:
     connection: str | None = None  # `connection: local`: hosts without their own ansible_connection run here
     vars_files: list = field(default_factory=list)  # names as written (templates; a list inside: first found)
     vars_prompt: list = field(default_factory=list)  # [{name, default, ...}]: answered by -e or the default
+    # play keywords written as templates (`strategy: "{{ s | default('linear') }}"`): rendered from -e and the play's
+    # vars before the run, then checked as written ones (engine/playbook/plays.py resolve_play_keywords)
+    keyword_templates: dict = field(default_factory=dict)
 
     def fatal(self, task: Task) -> bool:
         """Whether a failure of `task` stops the play: its own (or its block's) any_errors_fatal, else the play's."""
