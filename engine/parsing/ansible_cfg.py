@@ -15,7 +15,9 @@ from pathlib import Path
 
 from engine.errors import UserError
 
-SETTINGS = {"roles_path": "ANSIBLE_ROLES_PATH", "force_handlers": "ANSIBLE_FORCE_HANDLERS"}
+SETTINGS = {"roles_path": "ANSIBLE_ROLES_PATH", "force_handlers": "ANSIBLE_FORCE_HANDLERS",
+            "allow_broken_conditionals": "ANSIBLE_ALLOW_BROKEN_CONDITIONALS",
+            "deprecation_warnings": "ANSIBLE_DEPRECATION_WARNINGS"}
 
 
 def config_file() -> Path | None:
