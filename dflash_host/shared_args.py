@@ -78,6 +78,85 @@ GROUPS: dict[str, dict[str, dict]] = {
                   "help": "which manager: the system's, the calling user's (--user), or global (--global)"},
         "no_block": {"type": "bool", "default": False, "help": "systemctl --no-block: do not wait for the job"},
     },
+    # apt (library/apt.py; package on a Debian-family host): Ansible's options (dflash_host/host/apt_task.py)
+    "apt_options": {
+        "name": {"type": "list", "default": None,
+                 "help": "packages: NAME, NAME=VERSION (a glob such as 1.2*), NAME>=VERSION, wildcards (nginx*); "
+                         "* with state latest upgrades every package"},
+        "package": {"type": "list", "default": None, "alias_of": "name", "help": "alias of name"},
+        "pkg": {"type": "list", "default": None, "alias_of": "name", "help": "alias of name"},
+        "state": {"type": "str", "default": "present", "choices": ["absent", "build-dep", "fixed", "latest", "present"],
+                  "help": "present: installed; latest: the newest; absent: removed (build-dep and fixed are refused)"},
+        "update_cache": {"type": "bool", "default": None, "help": "apt-get update first (alone: only that)"},
+        "update-cache": {"type": "bool", "default": None, "alias_of": "update_cache", "help": "alias of update_cache"},
+        "update_cache_retries": {"type": "int", "default": 5, "help": "tries of apt-get update before failing"},
+        "update_cache_retry_max_delay": {"type": "int", "default": 12,
+                                         "help": "the longest pause (seconds) between those tries"},
+        "cache_valid_time": {"type": "int", "default": 0,
+                             "help": "update only when apt's lists are older than this many seconds"},
+        "purge": {"type": "bool", "default": False, "help": "with absent: remove the configuration files too"},
+        "deb": {"type": "path", "default": None,
+                "help": "a .deb file on the host (several: comma-separated), installed with its dependencies; a "
+                        "URL is refused (get_url it first)"},
+        "default_release": {"type": "str", "default": None, "help": "apt-get -t: the release packages come from"},
+        "default-release": {"type": "str", "default": None, "alias_of": "default_release",
+                            "help": "alias of default_release"},
+        "install_recommends": {"type": "bool", "default": None,
+                               "help": "install recommended packages too (none: the host's apt setting)"},
+        "install-recommends": {"type": "bool", "default": None, "alias_of": "install_recommends",
+                               "help": "alias of install_recommends"},
+        "force": {"type": "bool", "default": False, "help": "apt-get --force-yes (dangerous: unsigned, downgrades)"},
+        "upgrade": {"type": "str", "default": None, "choices": ["dist", "full", "no", "safe", "yes"],
+                    "help": "upgrade installed packages: yes/safe (apt-get upgrade --with-new-pkgs), full/dist "
+                            "(apt-get dist-upgrade); none or no: do not"},
+        "dpkg_options": {"type": "str", "default": "force-confdef,force-confold",
+                         "help": "dpkg options, comma-separated, without their leading --"},
+        "autoremove": {"type": "bool", "default": False, "help": "remove packages no longer needed"},
+        "autoclean": {"type": "bool", "default": False, "help": "drop downloaded .debs that can no longer be fetched"},
+        "fail_on_autoremove": {"type": "bool", "default": False,
+                               "help": "apt-get --no-remove: fail rather than remove a package"},
+        "policy_rc_d": {"type": "int", "default": None,
+                        "help": "/usr/sbin/policy-rc.d's exit code while the task runs (101: no service starts)"},
+        "only_upgrade": {"type": "bool", "default": False, "help": "upgrade only packages already installed"},
+        "force_apt_get": {"type": "bool", "default": False, "help": "accepted: this tool always uses apt-get"},
+        "clean": {"type": "bool", "default": False, "help": "apt-get clean first (alone: only that)"},
+        "allow_unauthenticated": {"type": "bool", "default": False,
+                                  "help": "apt-get --allow-unauthenticated"},
+        "allow-unauthenticated": {"type": "bool", "default": None, "alias_of": "allow_unauthenticated",
+                                  "help": "alias of allow_unauthenticated"},
+        "allow_downgrade": {"type": "bool", "default": False, "help": "apt-get --allow-downgrades"},
+        "allow-downgrade": {"type": "bool", "default": None, "alias_of": "allow_downgrade",
+                            "help": "alias of allow_downgrade"},
+        "allow_downgrades": {"type": "bool", "default": None, "alias_of": "allow_downgrade",
+                             "help": "alias of allow_downgrade"},
+        "allow-downgrades": {"type": "bool", "default": None, "alias_of": "allow_downgrade",
+                             "help": "alias of allow_downgrade"},
+        "allow_change_held_packages": {"type": "bool", "default": False,
+                                       "help": "apt-get --allow-change-held-packages"},
+        "lock_timeout": {"type": "int", "default": 60,
+                         "help": "seconds to wait for apt's and dpkg's locks before failing"},
+        "auto_install_module_deps": {"type": "bool", "default": True,
+                                     "help": "accepted: this tool needs no python3-apt"},
+    },
+    # dnf (library/dnf.py; package on a Fedora/RHEL-family host): Ansible's options (dflash_host/host/dnf_task.py)
+    "dnf_options": {
+        "name": {"type": "list", "default": None,
+                 "help": "packages: NAME, NAME-VERSION, 'NAME >= VERSION', @group, a path on the host; * with latest: "
+                         "every package"},
+        "pkg": {"type": "list", "default": None, "alias_of": "name", "help": "alias of name"},
+        "state": {"type": "str", "default": None, "choices": ["absent", "installed", "latest", "present", "removed"],
+                  "help": "present/installed (none: present), latest, absent/removed"},
+        "update_cache": {"type": "bool", "default": False, "help": "refresh the repositories' metadata first"},
+        "expire-cache": {"type": "bool", "default": None, "alias_of": "update_cache", "help": "alias of update_cache"},
+        "enablerepo": {"type": "list", "default": [], "help": "repositories to enable for this task (globs)"},
+        "disablerepo": {"type": "list", "default": [], "help": "repositories to disable for this task (globs)"},
+        "install_weak_deps": {"type": "bool", "default": True, "help": "install weak dependencies (Recommends)"},
+        "autoremove": {"type": "bool", "default": False, "help": "with absent: remove unneeded dependencies too"},
+        "disable_gpg_check": {"type": "bool", "default": False, "help": "dnf --nogpgcheck"},
+        "exclude": {"type": "list", "default": [], "help": "packages never to install or upgrade (globs)"},
+        "update_only": {"type": "bool", "default": False, "help": "with latest: only upgrade, never install"},
+        "lock_timeout": {"type": "int", "default": 30, "help": "seconds to wait for dnf's lock"},
+    },
     # file, copy, lineinfile: Ansible's file attributes (dflash_host/host/fileattrs.py sets them)
     "file_attributes": {
         "mode": {"type": "raw", "default": None,
@@ -88,6 +167,15 @@ GROUPS: dict[str, dict[str, dict]] = {
     },
 }
 
+
+# package (library/package.py): every option of apt and dnf, passed on to the one the host uses (none: not given)
+GROUPS["package_options"] = {
+    entry: {**opts, "default": None, "help": " or ".join(
+        m for m, g in (("apt", "apt_options"), ("dnf", "dnf_options")) if entry in GROUPS[g]) + "'s " + entry +
+        ", passed on to the host's manager (refused there when it has no such option)"}
+    for group in ("apt_options", "dnf_options") for entry, opts in GROUPS[group].items()
+    if entry not in ("name", "state") and opts.get("alias_of") != "name"
+}
 
 class UnknownInclude(KeyError):
     """An ARGS entry includes a name SHARED does not have (or ARGS names a group GROUPS does not have)."""

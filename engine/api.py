@@ -14,7 +14,7 @@ from engine.inventory.manager import Host, Inventory
 from engine.parsing import vault
 from engine.parsing.yamlfile import check_nesting, check_variable_names, load_yaml, parse_text
 from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
-from engine.playbook.plays import load_playbook
+from engine.playbook.plays import load_playbook, resolve_play_keywords
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
 from engine.report.junit import junit_case, junit_suite_element, xml_text
 from engine.run.preflight import check_tags
@@ -175,6 +175,7 @@ def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags,
     plays = load_playbook(path)
     runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
                     **settings)
+    resolve_play_keywords(plays, runner.templar, runner.extra_vars)  # `strategy: "{{ s }}"`, before any use
     runner.resolve_tags(plays)  # templated tags, before anything selects by them
     check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)
     check_start_at_task(plays, settings.get("start_at_task"))

@@ -86,10 +86,11 @@ CODE_ARGS = ("argv", "cmd", "chdir", "creates", "removes", "executable", "env")
 
 def command_words(cmd: str | None, argv: object) -> list[str]:
     """What runs, before expansion: cmd split as Ansible splits it, or argv; exactly one of them."""
-    if (cmd is None) == (argv is None):
-        got = "both" if cmd is not None else "neither"
+    if (cmd is None) == (argv is None):  # Ansible's words first (its cmd is _raw_params)
+        got = ("parameters are mutually exclusive: _raw_params|cmd|argv" if cmd is not None
+               else "one of the following is required: _raw_params, cmd, argv")
         raise ModuleError(
-            f"module 'command': give exactly one of 'cmd' and 'argv', got {got}: cmd is a command line split into "
+            f"{got}. module 'command': give exactly one of 'cmd' and 'argv': cmd is a command line split into "
             'arguments like a shell line but never run by one (cmd: ls -l /tmp), argv a list with one item per '
             'argument (argv: ["ls", "-l", "/tmp"]); for pipes or redirections use the shell module'
         )

@@ -14,8 +14,8 @@ CODE_ARGS); pass such a value as an argument instead, with command's `argv`, whi
 in the line is still spliced in as shell code: quote it (`{{ path | quote }}`).
 
 Result: command's fields, with `cmd` the string as given (as Ansible returns it) and `argv` what ran
-(`[executable, "-c", cmd]`). Ansible's `expand_argument_vars` is refused here, as Ansible's shell refuses it: the
-shell expands variables itself.
+(`[executable, "-c", cmd]`). Ansible's `expand_argument_vars` fails the task here with Ansible's words, as Ansible's
+shell action fails it: the shell expands variables itself.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ ARGS = {
                 "built from what a host returned)",
     },
     "executable": {"type": "str", "default": "/bin/sh", "help": "the shell that runs cmd (with -c)"},
+    "expand_argument_vars": {"type": "raw", "default": None,
+                             "help": "command's option, refused here as Ansible's shell refuses it (the task fails: "
+                                     "the shell expands variables itself)"},
     "_groups": ("command_options",),  # chdir, creates, removes, stdin, env, timeout_s, expect_rc...: dflash_host/shared_args.py
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
@@ -42,6 +45,8 @@ SHOWN_CHARS = 60  # of the command line, in messages
 
 def run(args: dict, ctx: Context) -> dict:
     cmd, executable = args["cmd"], args["executable"]
+    if args["expand_argument_vars"] is not None:  # Ansible's shell action fails so, before anything runs
+        raise ModuleError("Unsupported parameters for (shell) module: expand_argument_vars")
     if not cmd.strip():
         raise ModuleError("module 'shell': cmd is empty; give the command line, e.g. cmd: ls /tmp | wc -l")
     if not executable:

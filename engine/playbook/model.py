@@ -57,6 +57,10 @@ class Task:
     named: bool = True  # the playbook gave it a name (else `name` is the module's)
     given: set = field(default_factory=set)  # keywords the task, or a block around it, set (a block's fill the rest)
     action: str = ""  # the module as the playbook spells it (ansible.builtin.copy), for --list-tasks
+    # tasks a looped include brought: its loop's names (item, ansible_loop, the index_var) as data (never rendered,
+    # above set_fact as Ansible's include params), and what each read (engine/template/taint.py)
+    include_names: dict = field(default_factory=dict)
+    include_taints: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -74,12 +78,27 @@ class Block:
 
 @dataclass
 class Include:
-    """include_tasks / include_role, read when the playbook loads: `marker` is the include itself (its `when`
-    decides per host, and it counts as one ok task, as Ansible's "included: ..."), `tasks` what it brings, run on
-    the hosts where the marker ran."""
+    """include_tasks / include_role: `marker` is the include itself (its `when` decides per host, and it counts as
+    one ok task, as Ansible's "included: ..."), `tasks` what it brings, run on the hosts where the marker ran. A
+    plain name without a loop is read when the playbook loads; a templated name or a loop is read when reached
+    (`dynamic`), per host and item (engine/run/includes.py)."""
 
     marker: Task
     tasks: list = field(default_factory=list)  # Task | Block | Include
+    dynamic: DynamicInclude | None = None
+
+
+@dataclass
+class DynamicInclude:
+    """What reading an include when it is reached needs: its options as written (`apply` apart), where it was
+    read (the ParseContext: play, role, files), and which of the marker's when and tags are its own (the rest, and
+    its become, environment and vars, came from the blocks, role and play around it: they reach what it brings)."""
+
+    spec: dict
+    apply: dict
+    context: Any  # engine/playbook/context.py ParseContext
+    own_when: int = 0  # the marker's last `own_when` conditions are the include's own
+    own_tags: set = field(default_factory=set)
 
 
 def walk_tasks(items: list) -> list[Task]:
@@ -120,6 +139,9 @@ class Play:
     connection: str | None = None  # `connection: local`: hosts without their own ansible_connection run here
     vars_files: list = field(default_factory=list)  # names as written (templates; a list inside: first found)
     vars_prompt: list = field(default_factory=list)  # [{name, default, ...}]: answered by -e or the default
+    # play keywords written as templates (`strategy: "{{ s | default('linear') }}"`): rendered from -e and the play's
+    # vars before the run, then checked as written ones (engine/playbook/plays.py resolve_play_keywords)
+    keyword_templates: dict = field(default_factory=dict)
 
     def fatal(self, task: Task) -> bool:
         """Whether a failure of `task` stops the play: its own (or its block's) any_errors_fatal, else the play's."""

@@ -4,6 +4,7 @@ A bad playbook is refused whole before any host is touched."""
 
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from engine.playbook.keywords import (
     condition_list,
     environment_of,
     flag,
+    is_template_text,
     max_fail_percentage_of,
     names,
     serial_of,
@@ -25,6 +27,7 @@ from engine.playbook.keywords import (
 )
 from engine.playbook.model import Play, walk_tasks
 from engine.playbook.tasks import inherit_become, inherit_environment, load_role, parse_tasks, short_names
+from engine.template.templar import Templar
 
 
 def _play_hosts(raw: dict, where: str) -> str:
@@ -52,6 +55,8 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     if not (isinstance(name, str) and name.strip()):
         raise wrong(where, "name", "a non-empty string", name, '"Provision the GPU hosts"')
     play = Play(name=name, hosts=hosts, source=path, vars=variables_of(raw.get("vars"), where))
+    play.keyword_templates = {k: raw[k] for k in TEMPLATED_PLAY_KEYWORDS if k in raw and is_template_text(raw[k])}
+    raw = {k: v for k, v in raw.items() if k == "hosts" or k not in play.keyword_templates}  # checked once rendered
     if "gather_facts" in raw:
         play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
     if "any_errors_fatal" in raw:
@@ -83,6 +88,47 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
         play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
     _check_notified_handlers(play)
     return play
+
+
+# Play keywords Ansible renders before the play runs (from -e and the play's vars); become_user renders per task.
+TEMPLATED_PLAY_KEYWORDS = ("hosts", "gather_facts", "any_errors_fatal", "max_fail_percentage", "become",
+                           "become_method", "strategy", "order", "force_handlers")
+
+
+def resolve_play_keywords(plays: list[Play], templar: Templar, extra_vars: dict) -> None:
+    """Each play's templated keywords rendered before the run, from -e, the play's vars and its roles'
+    defaults (no host's variables: one value for the whole play), then checked as written ones would be."""
+    for play in plays:
+        if not play.keyword_templates:
+            continue
+        where = f"{play.source}: play '{play.name}'"
+        view = templar.view(ChainMap(extra_vars, play.vars, {"playbook_dir": str(play.source.parent)}, play.defaults))
+        rendered = {}
+        for key, text in play.keyword_templates.items():
+            try:
+                rendered[key] = templar.render_value(text, view)
+            except Exception as exc:  # undefined, a syntax error: the file and the fix, before any host
+                raise UserError(f"{where}: its '{key}' {text!r} does not render ({exc}). Play keywords are rendered "
+                                "before the run from -e and the play's vars (not a host's variables); define the "
+                                f"variable there or write {key} plainly.") from None
+        _apply_rendered(play, rendered, f"{where} ('{{{{ }}}}' rendered)")
+        play.keyword_templates = {}
+
+
+def _apply_rendered(play: Play, rendered: dict, where: str) -> None:
+    """The rendered keywords into the play, each checked by the load's own rule."""
+    if "hosts" in rendered:
+        play.hosts = _play_hosts(rendered, where)
+    for key in ("gather_facts", "any_errors_fatal"):
+        if key in rendered:
+            setattr(play, key, flag(rendered[key], where, key))
+    if "max_fail_percentage" in rendered:
+        play.max_fail_percentage = max_fail_percentage_of(rendered["max_fail_percentage"], where)
+    _flow_keywords(play, {k: rendered[k] for k in ("force_handlers", "strategy", "order") if k in rendered}, where)
+    become = become_of(rendered, where)
+    if become:
+        play.become = {**play.become, **become}
+        inherit_become(play.all_tasks(), become)
 
 
 PLAY_FLOW_KEYWORDS = {"post_tasks", "force_handlers", "strategy", "order", "connection", "vars_files", "vars_prompt"}

@@ -13,10 +13,11 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.parsing.kv import kv_arguments, parse_kv, split_module_string
-from engine.parsing.yamlfile import check_variable_names, describe_name, load_yaml
+from engine.parsing.yamlfile import LoadBudget, check_variable_names, describe_name, load_yaml
 from engine.playbook.context import ParseContext, enter
 from engine.playbook.keywords import (
     BECOME_KEYWORDS,
+    LOOP_KEYWORDS,
     TASK_KEYWORDS,
     become_of,
     condition_list,
@@ -30,7 +31,7 @@ from engine.playbook.keywords import (
     variables_of,
     wrong,
 )
-from engine.playbook.model import Block, Include, Task, walk_tasks
+from engine.playbook.model import Block, DynamicInclude, Include, Task, walk_tasks
 from engine.playbook.modulespec import module_args_spec, modules
 from engine.playbook.roles import (
     RoleCall,
@@ -211,6 +212,12 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
             raise wrong(where, key, "a list of tasks", raw[key], "[{name: ..., command: ...}]")
         parts[key] = parse_tasks(raw.get(key), f"{source} {key}", ctx)
     block = Block(name=str(raw.get("name") or "block"), source=source, **parts)
+    block_keywords(block, raw, where)
+    return block
+
+
+def block_keywords(block: Block, raw: dict, where: str) -> None:
+    """A block's keywords (or an include's `apply`) given to every task inside it."""
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     inherited = become_of(raw, where)
@@ -222,7 +229,6 @@ def parse_block(raw: dict, source: str, ctx: ParseContext) -> Block:
     _inherit_unset(walk_tasks(block.block + block.rescue + block.always), _block_values(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(block.block + block.rescue + block.always), environment_of(raw["environment"], where))
-    return block
 
 
 def _block_values(raw: dict, where: str) -> dict:
@@ -388,53 +394,201 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
 
 
 IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
+# what an include (not an import) may have besides, as Ansible's: a loop, register, ignore_errors, no_log
+INCLUDE_ONLY_KEYS = {"register", "ignore_errors", "no_log", "loop_control", "run_once", "debugger", "args",
+                     *LOOP_KEYWORDS}
+MARKER_KEYS = ("when", "tags", "vars", "register", "ignore_errors", "no_log", "loop_control", *LOOP_KEYWORDS)
+
+
+def _with_args(raw: dict, key: str, source: str) -> dict:
+    """An include's `args:` (Ansible's: its options written beside it, `args: {apply: ...}`) merged into its
+    options; the options given with the key win."""
+    if "args" not in raw:
+        return raw
+    extra, spec = raw["args"], raw[key]
+    if not isinstance(extra, dict):
+        raise wrong(f"{source} ({key})", "args", "a mapping of the include's options", extra, "{apply: {tags: [x]}}")
+    if isinstance(spec, str):
+        spec = {"name" if key.endswith("_role") else "file": spec}
+    return {k: v for k, v in raw.items() if k != "args"} | {key: {**extra, **(spec or {})}}
+
+
+def _include_spec(spec: Any, key: str, source: str, include: bool) -> tuple[Any, dict]:
+    """The file an import_tasks / include_tasks names and an include's `apply` (keywords for the tasks it
+    brings): `- include_tasks: FILE`, or `{file: FILE, apply: {...}}`."""
+    if not isinstance(spec, dict):
+        return spec, {}
+    extra = sorted(map(str, set(spec) - {"file", "apply"}))
+    if extra or ("apply" in spec and not include):
+        raise UserError(f"{source}: Invalid options for {key}: {', '.join(extra or ['apply'])}; write `- {key}: "
+                        f"FILE.yml`{' (apply: only on include_tasks / include_role)' if not extra else ''}")
+    apply = spec.get("apply") or {}
+    if not isinstance(apply, dict):
+        raise wrong(f"{source} ({key})", "apply", "a mapping of task keywords", apply, "{tags: [web]}")
+    return spec.get("file"), apply
+
+
+def _looped(raw: dict) -> bool:
+    return any(k in raw for k in LOOP_KEYWORDS)
 
 
 def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     """`- import_tasks: FILE` (or include_tasks) with optional vars/when/tags/become: the file's tasks here, each
     with those keywords, as Ansible's static import does. The file is found as Ansible finds it (inside a role its
-    tasks/ first: task_file_candidates). include_tasks is read the same way, when the
-    playbook loads: its `when` is checked for each task, and a templated file name or a loop is refused."""
+    tasks/ first: task_file_candidates). include_tasks keeps its keywords for itself (its tasks get its vars, and
+    `apply`'s keywords): a plain name without a loop is read now, a templated name or a loop when reached
+    (engine/run/includes.py), both giving the same run."""
     key = next(k for k in raw if k.split(".")[-1] in ("import_tasks", "include_tasks"))
-    spec = raw[key]
-    file = spec.get("file") if isinstance(spec, dict) and set(spec) == {"file"} else spec
-    bad = sorted(map(str, set(raw) - IMPORT_KEYS - {key}))
-    if bad or not isinstance(file, str) or not file.strip() or "{{" in file or "{%" in file:
-        why = f"unknown keyword(s) {', '.join(bad)} (a loop over includes is not supported)" if bad else \
-            "the file must be a name written in the playbook (not templated)"
+    include = key.split(".")[-1] == "include_tasks"
+    handler_keys = {"listen"} if ctx.play is None and include else set()
+    raw = _with_args(raw, key, source) if include else raw
+    file, apply = _include_spec(raw[key], key, source, include)
+    bad = sorted(map(str, set(raw) - IMPORT_KEYS - (INCLUDE_ONLY_KEYS if include else set()) - handler_keys - {key}))
+    dynamic = include and (_looped(raw) or is_template_text(file))
+    if bad or not isinstance(file, str) or not file.strip() or (not include and is_template_text(file)):
+        why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "") \
+            if bad else "the file must be a name written in the playbook (templated names need include_tasks)"
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
+    if ctx.play is None and (dynamic or apply):
+        raise UserError(f"{source}: {key} in handlers is read as an import: a templated file name, a loop or apply "
+                        "is not supported there; include the file from a task instead")
+    where = f"{source} ({key} {file})"
+    import_vars = variables_of(raw.get("vars"), where)
+    if dynamic or (include and ctx.play is not None and "when" in raw and not _task_file_exists(file, ctx)):
+        return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]  # missing behind a when
     path = _task_file(file, source, ctx)
     inner = enter(ctx, path, str(path), source, f"{key} {file}")
-    tasks = parse_tasks(load_yaml(path, "task file", ctx.budget), path, inner)
-    where = f"{source} ({key} {file})"
+    tasks = read_task_file(path, inner, apply, where)
+    if include and ctx.play is not None:
+        _inherit(tasks, [], set(), import_vars, {})  # an include's vars reach its tasks; its other keywords do not
+        _name_with(walk_tasks(tasks), import_vars)
+        return [include_of(raw, key, {"file": file}, source, ctx, tasks, apply)]
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    import_vars = variables_of(raw.get("vars"), where)
-    dynamic = key.split(".")[-1] == "include_tasks" and ctx.play is not None  # in handlers: read as an import
-    _inherit(tasks, [] if dynamic else when, tags, import_vars, become_of(raw, where))
+    _inherit(tasks, when, tags, import_vars, become_of(raw, where))
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
-    if ctx.play is None and key.split(".")[-1] == "include_tasks" and raw.get("name"):
-        for task in walk_tasks(tasks):  # a handler that includes: notifying its name runs what it includes
-            task.listen = [*task.listen, raw["name"]]
-    if dynamic:
-        return [include_of(raw, key, {"file": file}, source, ctx, tasks, when, tags, import_vars)]
+    if ctx.play is None and include:  # a handler that includes: notifying its name (or listen) runs what it includes
+        heard = ([raw["name"]] if raw.get("name") else []) + (names(raw["listen"], where, "listen") if "listen" in raw else [])
+        for task in walk_tasks(tasks):
+            task.listen = [*task.listen, *heard]
     return tasks
 
 
-def include_of(raw: dict, key: str, args: dict, source: str, ctx: ParseContext, tasks: list, when: list,
-               tags: set, include_vars: dict) -> Include:
+def _task_file_exists(file: str, ctx: ParseContext) -> bool:
+    return any(c.is_file() for c in task_file_candidates(file, ctx))
+
+
+def read_task_file(path: Path, ctx: ParseContext, apply: dict, where: str) -> list:
+    """A task file's tasks; with an include's `apply`, inside a block holding its keywords (as Ansible's)."""
+    data = load_yaml(path, "task file", ctx.budget)
+    if not apply:
+        return parse_tasks(data, path, ctx)
+    if data is not None and not isinstance(data, list):
+        raise UserError(f"{path}: tasks must be a list (each entry starting with '- name:')")
+    bad = sorted(map(str, set(apply) - BLOCK_KEYWORDS)) + [k for k in ("block", "rescue", "always") if k in apply]
+    if bad:
+        raise UserError(f"{where}: apply may hold block keywords only ({', '.join(sorted(BLOCK_KEYWORDS - {'block', 'rescue', 'always'}))}), "
+                        f"not {', '.join(bad)}")
+    return [parse_block({**apply, "block": data or []}, str(path), ctx)]
+
+
+def include_of(raw: dict, key: str, args: dict, source: str, ctx: ParseContext, tasks: list, apply: dict,
+               dynamic: bool = False) -> Include:
     """The Include of include_tasks / include_role: its marker task (named as the playbook names it, with the
-    include's when, tags and vars) and the tasks it brings."""
+    include's when, tags, vars, loop, register, ignore_errors) and the tasks it brings, or (a templated name, a
+    loop) what reading it when reached needs."""
     short = key.split(".")[-1]
     role = ctx.role
     name = raw.get("name") or short
     if short == "include_role" and "name" not in raw:  # shown as Ansible shows it: `include_role : ROLE`
         name, role = f"{short} : {args['name']}", None
+    where = f"{source} ({key})"
+    own = task_keywords({k: raw[k] for k in MARKER_KEYS if k in raw}, where)
     marker = Task(name=name, module=short, args=args, source=source, role=role, role_dir=ctx.role_dir,
-                  when=list(when), tags=set(tags), vars=dict(include_vars), named="name" in raw, action=key)
-    return Include(marker, tasks)
+                  named="name" in raw, action=key, given=set(raw) & TASK_KEYWORDS, **own)
+    if not (dynamic or _looped(raw) or any(is_template_text(v) for v in args.values())):
+        return Include(marker, tasks)
+    spec = dict(raw[key]) if isinstance(raw[key], dict) else {"file": raw[key]}
+    return Include(marker, [], DynamicInclude(spec, apply, ctx, own_when=len(marker.when), own_tags=set(marker.tags)))
+
+
+MAX_RUN_DEPTH = 64  # includes read when reached, inside one another (a file may include itself under a `when`)
+
+
+def _run_context(include: Include, path: Path, label: str) -> ParseContext:
+    """Where a file an include reads when reached is read: the include's context, one file deeper, with a load
+    budget of its own (each reach reads the file again)."""
+    assert include.dynamic is not None  # noqa: S101 - only dynamic includes are read when reached
+    ctx: ParseContext = include.dynamic.context
+    chain = (*ctx.including, (path.resolve(), label))
+    if len(chain) > MAX_RUN_DEPTH:
+        raise UserError(f"{include.marker.source}: includes nest more than {MAX_RUN_DEPTH} deep (the last: {label}); "
+                        "a file that includes itself needs a `when` that ends it")
+    return replace(ctx, including=chain, budget=LoadBudget(path))
+
+
+def included_tasks(include: Include, file: str, loop_names: dict, taints: dict) -> list:
+    """What a dynamic include_tasks brings on a host that reached it with this file name (and loop item): the
+    file read now with every check a load makes; a UserError names the file and the field."""
+    assert include.dynamic is not None  # noqa: S101 - only dynamic includes are read when reached
+    marker = include.marker
+    where = f"{marker.source} ({marker.action or marker.module} {file})"
+    path = _task_file(file, where, include.dynamic.context)
+    tasks = read_task_file(path, _run_context(include, path, str(path)), include.dynamic.apply, where)
+    return _brought(include, tasks, loop_names, taints)
+
+
+def included_role(include: Include, args: dict, loop_names: dict, taints: dict) -> list:
+    """What a dynamic include_role brings on a host that reached it with these (rendered) name and tasks_from:
+    the role read now (its defaults and handlers join the play)."""
+    assert include.dynamic is not None  # noqa: S101 - only dynamic includes are read when reached
+    marker, spec = include.marker, include.dynamic.spec
+    name = args.get("name")
+    where = f"{marker.source} ({marker.action or marker.module} {name})"
+    if not (isinstance(name, str) and name.strip()):
+        raise UserError(f"{where}: the role name rendered to {name!r}; it must give a role's name")
+    from_files = {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec}
+    if args.get("tasks_from") is not None:
+        from_files["tasks"] = args["tasks_from"]
+    flags = {k: flag(spec[k], where, f"include_role.{k}") for k in ("public", "allow_duplicates") if k in spec}
+    call = RoleCall(name, dict(marker.vars), set(), [], {}, from_files, static=False, public=flags.get("public"),
+                    allow_duplicates=flags.get("allow_duplicates", True))
+    ctx = replace(include.dynamic.context, budget=LoadBudget(include.dynamic.context.playbook))
+    tasks = role_tasks(call, where, ctx, "include_role")
+    if include.dynamic.apply:
+        tasks = [_applied(tasks, include.dynamic.apply, where)]
+    return _brought(include, tasks, loop_names, taints)
+
+
+def _applied(tasks: list, apply: dict, where: str) -> Block:
+    """A role's tasks inside a block holding an include_role's `apply` keywords."""
+    bad = sorted(map(str, set(apply) - BLOCK_KEYWORDS)) + [k for k in ("block", "rescue", "always") if k in apply]
+    if bad:
+        raise UserError(f"{where}: apply may hold block keywords only, not {', '.join(bad)}")
+    block = Block(name=str(apply.get("name") or "block"), source=where, block=tasks)
+    block_keywords(block, apply, where)
+    return block
+
+
+def _brought(include: Include, tasks: list, loop_names: dict, taints: dict) -> list:
+    """The tasks a dynamic include brought, given what the blocks, role and play around the include gave it
+    (not the include's own keywords, as Ansible's), its vars and the item of its loop."""
+    assert include.dynamic is not None  # noqa: S101 - only dynamic includes are read when reached
+    marker, own = include.marker, include.dynamic
+    when = marker.when[:len(marker.when) - own.own_when]
+    tags = marker.tags - own.own_tags
+    become = {k: getattr(marker, k) for k in (*BECOME_KEYWORDS, "any_errors_fatal") if getattr(marker, k) is not None}
+    _inherit(tasks, when, tags, marker.vars, become)
+    for task in walk_tasks(tasks):
+        task.environment = [*marker.environment, *task.environment]
+        task.role_vars = {**marker.role_vars, **task.role_vars}
+        task.role_defaults = {**marker.role_defaults, **task.role_defaults}
+        task.include_names = {**marker.include_names, **loop_names, **task.include_names}
+        task.include_taints = {**marker.include_taints, **taints, **task.include_taints}
+    _name_with(walk_tasks(tasks), {**marker.vars, **loop_names})
+    return tasks
 
 
 def _name_with(tasks, import_vars: dict) -> None:
@@ -488,34 +642,49 @@ FROM_OPTIONS = {"tasks_from": "tasks", "vars_from": "vars", "defaults_from": "de
 def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     """`- import_role: {name: ROLE, tasks_from: FILE, ...}` with optional vars/when/tags/become: the role's tasks
     (its dependencies' first) here, its defaults and handlers added to the play, as Ansible's static import does.
-    include_role is read the same way when the playbook loads (its `when` decided once per host; a loop over it is
-    refused). Options: tasks_from, vars_from, defaults_from, handlers_from, public, allow_duplicates (true unless
-    said), rolespec_validate (accepted; argument specs are not checked)."""
+    include_role keeps its keywords for itself (its tasks get its vars and `apply`'s keywords); a plain name
+    without a loop is read now, a templated name or tasks_from, or a loop, when reached (engine/run/includes.py).
+    Options: tasks_from, vars_from, defaults_from, handlers_from, public, allow_duplicates (true unless said),
+    rolespec_validate (accepted; argument specs are not checked), apply (include_role)."""
     key = "import_role" if "import_role" in raw else "include_role"
+    include = key == "include_role"
+    raw = _with_args(raw, key, source) if include else raw
     spec = raw[key]
-    bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}))
-    bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in ROLE_INCLUDE_OPTIONS)
+    bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
+                     - (INCLUDE_ONLY_KEYS if include else set())))
+    options = (*ROLE_INCLUDE_OPTIONS, "apply") if include else ROLE_INCLUDE_OPTIONS
+    bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in options)
     name = spec.get("name", spec.get("role")) if isinstance(spec, dict) else None
-    if bad or not (isinstance(name, str) and name.strip() and "{{" not in name):
+    templated = [k for k in ("vars_from", "defaults_from", "handlers_from")
+                 if isinstance(spec, dict) and is_template_text(spec.get(k))]
+    if bad or templated or not (isinstance(name, str) and name.strip()) or (not include and is_template_text(name)):
         raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name written in the playbook, "
-                        f"optionally with {', '.join(ROLE_INCLUDE_OPTIONS[2:])}) and vars, when, tags and become "
-                        f"beside it{'; not supported: ' + ', '.join(bad) if bad else ''}")
+                        f"or templated in include_role, optionally with {', '.join(ROLE_INCLUDE_OPTIONS[2:])}) and "
+                        f"vars, when, tags and become beside it{'; not supported: ' + ', '.join(bad + templated) if bad or templated else ''}")
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
     where = f"{source} ({key} {name})"
+    apply = spec.get("apply") or {} if include else {}
+    if not isinstance(apply, dict):
+        raise wrong(where, "apply", "a mapping of task keywords", apply, "{tags: [web]}")
+    if include:
+        args = {k: spec[k] for k in ("name", "tasks_from") if k in spec} if "name" in spec else {"name": name}
+        if _looped(raw) or any(is_template_text(v) for v in args.values()) or (
+                "when" in raw and not role_exists(name, ctx.playbook)):  # missing, behind a `when`: read when reached
+            return [include_of(raw, key, args, source, ctx, [], apply, dynamic=True)]
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     flags = {k: flag(spec[k], where, f"{key}.{k}") for k in ("public", "allow_duplicates", "rolespec_validate")
              if k in spec}
-    call = RoleCall(name, dict(variables_of(raw.get("vars"), where)), tags, [] if key == "include_role" else when,
-                    become_of(raw, where), {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec},
-                    static=key == "import_role", public=flags.get("public"),
-                    allow_duplicates=flags.get("allow_duplicates", True))
+    call = RoleCall(name, dict(variables_of(raw.get("vars"), where)), set() if include else tags,
+                    [] if include else when, {} if include else become_of(raw, where),
+                    {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec},
+                    static=not include, public=flags.get("public"), allow_duplicates=flags.get("allow_duplicates", True))
     tasks = role_tasks(call, where, ctx, key)
+    if include:
+        tasks = [_applied(tasks, apply, where)] if apply else tasks
+        return [include_of(raw, key, args, source, ctx, tasks, apply)]
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
-    if key == "include_role":
-        args = {k: spec[k] for k in ("name", "tasks_from") if k in spec} if "name" in spec else {"name": name}
-        return [include_of(raw, key, args, source, ctx, tasks, when, tags, call.params)]
     return tasks
 
 
@@ -598,3 +767,13 @@ def load_role(entry: Any, where: str, ctx: ParseContext) -> None:
     """One entry of a play's `roles`: the role's tasks (its dependencies' first) appended to the play's."""
     assert ctx.play is not None  # noqa: S101 - a play's roles are read for that play
     ctx.play.tasks.extend(role_tasks(role_entry(entry, where), where, ctx))
+
+
+def role_exists(name: str, playbook: Path) -> bool:
+    """Whether a role of that name is found now (an include_role of one that is not is read when reached, as
+    Ansible's: its `when` may keep it from running)."""
+    try:
+        find_role(name, playbook, "")
+    except UserError:
+        return False
+    return True

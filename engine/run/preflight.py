@@ -33,6 +33,10 @@ from engine.template.markers import is_template
 from engine.template.templar import Templar
 
 
+class TemplateSyntaxError(UserError):
+    """A task's template that does not parse (an error before the run only when the task certainly runs)."""
+
+
 @dataclass(frozen=True)
 class Reads:
     """The variables a template reads: `every` one, those whose being undefined `certain`ly fails its render, and
@@ -73,6 +77,9 @@ class RunNames:
                     keys = {str(k) for k in t.args}
                     is_open = is_open or any(is_template(k) for k in keys) or bool(t.args_templates)
                     names |= keys
+                elif t.module in ("include_tasks", "include_role") and (
+                        t.loop is not None or any(is_template(str(v)) for v in t.args.values())):
+                    is_open = True  # an include read when reached: what its tasks set is known only then
                 elif t.module == "include_vars":
                     found = include_vars_names(t, play.source.parent)
                     is_open = is_open or found is None
@@ -92,6 +99,7 @@ class Preflight:
         self.warnings: dict[tuple[int, str], tuple[Task, str, str, list[str]]] = {}  # (task, name) -> ..., hosts
         self._parsed: dict[str, Reads] = {}  # the same strings recur for every host and task: parse once
         self._reads_by_task: dict[int, tuple[Task, Reads]] = {}
+        self.syntax_warnings: dict[int, str] = {}  # a template that does not parse, in a task that may not run
 
     def check(self, plays: list[Play], hosts_for: Callable[[Play], list[str]], selected: Callable[[Task], bool]) -> None:
         run = RunNames.of(plays)
@@ -128,7 +136,8 @@ class Preflight:
                     ast = self.env.parse(value)
                     reads = template_reads(ast)
                 except Exception as exc:
-                    raise UserError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: {exc}") from None
+                    raise TemplateSyntaxError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: "
+                                              f"{exc}") from None
                 check_literal_lookups(ast, f"{task.source} ('{task.name}')")  # pipe, url...: refused before any host
                 self._parsed[value] = reads
             found = self._parsed[value]
@@ -178,7 +187,13 @@ class Preflight:
         is certainly undefined (see the module's docstring), a warning when it only may be."""
         sure_task = certain and not task.when
         unknown = self._check_required_links(task, known, sure_task)
-        reads = self._reads(task)
+        try:
+            reads = self._reads(task)
+        except TemplateSyntaxError as exc:
+            if certain:
+                raise
+            self.syntax_warnings.setdefault(id(task), str(exc))  # it may never render: Ansible runs the play
+            return
         linked = {var for arg, var in linked_vars(task.module).items() if arg not in task.args and var in values}
         stack = [(n, certain and n in reads.certain, True) for n in reads.every - reads.guarded]
         stack += [(n, sure_task, True) for n in linked | unknown]
@@ -205,6 +220,9 @@ class Preflight:
 
     def _report_warnings(self) -> None:
         """One warning per task and name, naming the hosts, as ansible-playbook's `[WARNING]:` lines."""
+        for text in self.syntax_warnings.values():
+            self.warn(f"{text}. The run goes on (the task may not run: a `when`, a handler, a rescue, "
+                      f"ignore_errors); if it does, it fails there, as in Ansible.")
         for task, name, via, hosts in self.warnings.values():
             shown = ", ".join(hosts[:5]) + (f" and {len(hosts) - 5} more" if len(hosts) > 5 else "")
             self.warn(

@@ -32,6 +32,7 @@ from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
 from engine.run.host_start import HostStart
+from engine.run.includes import bring, rounds
 from engine.run.play_stops import PlayStops
 from engine.run.preflight import Preflight
 from engine.run.results import HostState, TaskResult
@@ -104,6 +105,7 @@ class Runner:
         self._pool: ThreadPoolExecutor | None = None
         self.play_ended = False  # meta: end_play in the current play (its later batches are not run)
         self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
+        self._load_lock = threading.Lock()  # includes read when reached (the free strategy's hosts run in threads)
         self.hosts = HostStart(inventory, self.variables, self.templar, self.executor, console, self.lock_wait)
         self.stops = PlayStops(self.executor, self.variables, self._state, console)
         self.start_at = StartAt(start_at_task)
@@ -422,6 +424,9 @@ class Runner:
     def _run_include(self, states: list[HostState], play: Play, include: Include) -> None:
         """include_tasks / include_role: the include on each running host (its `when` decides there, one ok result
         each), then what it brings on the hosts it reached; not selected by --tags, nothing of it runs."""
+        if include.dynamic is not None:
+            self._run_dynamic(states, play, include)
+            return
         if self.start_at.pending:  # --start-at-task looks inside (the include is read at load)
             self._run_items(states, play, include.tasks)
             return
@@ -430,6 +435,47 @@ class Runner:
         ran = self._run_on([s for s in states if s.running], play, include.marker)
         reached = {r.host for r in ran if r.status == "ok"}
         self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
+
+    def _run_dynamic(self, states: list[HostState], play: Play, include: Include) -> None:
+        """An include read when reached (a templated name, a loop): the include task on each running host (per
+        item), then each file it reached, read once for the hosts that reached it alike and run on them
+        (engine/run/includes.py); a file that does not load fails those hosts, naming the file and the field."""
+        if self.start_at.skips(include.marker) or not self.task_selected(include.marker):
+            return
+        running = [s for s in states if s.running]
+        for s in running:
+            self.executor.reaches.take(s.host.name)
+        self._run_on(running, play, include.marker)
+        reached = {s.host.name: self.executor.reaches.take(s.host.name) for s in running}
+        if include.marker.loop is not None:  # Ansible counts a looped include once per item it reached
+            self._count_items(running, include, reached)
+        for reach, hosts in rounds(running, reached):
+            try:
+                with self._load_lock:
+                    tasks = bring(include, reach)
+            except UserError as exc:
+                self._include_failed(hosts, include, str(exc))
+                continue
+            self._run_items(hosts, play, tasks)
+
+    def _count_items(self, states: list[HostState], include: Include, reached: dict) -> None:
+        """A looped include is one ok result per item it reached, as Ansible's "included: ... (item=...)" lines:
+        the loop's result stands for the first, one more is recorded for each other."""
+        marker = include.marker
+        for s in states:
+            for reach in reached[s.host.name][1:]:
+                what = reach.args.get("file") or reach.args.get("name")
+                self.executor.record(s, TaskResult(s.host.name, marker.name, marker.role, marker.module, "ok", False,
+                                                   f"included: {what}", 0.0, {"changed": False, **reach.names}))
+
+    def _include_failed(self, states: list[HostState], include: Include, msg: str) -> None:
+        """The included file did not load: a failure of the include on these hosts (after its ok), as Ansible's."""
+        marker = include.marker
+        for s in states:
+            if s.running:
+                self.executor.record(s, TaskResult(s.host.name, marker.name, marker.role, marker.module, "failed", False,
+                                                   msg, 0.0, {"failed": True, "msg": msg}))
+                s.failed = True
 
     def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
         """block, then rescue on the hosts that failed in it, then always on every host that entered it."""

@@ -23,6 +23,7 @@ from engine.playbook.model import Play, Task
 from engine.playbook.modulespec import linked_vars, module_args_spec
 from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
+from engine.run.includes import Reaches
 from engine.run.loops import item_result_fields, item_variables, loop_items
 from engine.run.results import HostState, TaskResult, status_of
 from engine.run.task_args import ArgsRejected, check_rendered, templated_layers
@@ -83,6 +84,7 @@ class TaskExecutor:
         self.results: list[TaskResult] = []
         self._lock = threading.Lock()
         self.delegation: Delegation | None = None  # set by the Runner: where delegate_to sends a module
+        self.reaches = Reaches()  # what each host's include task reached (engine/run/includes.py)
 
     # -- recording -----------------------------------------------------------------------------------
     def record(self, state: HostState, res: TaskResult) -> None:
@@ -152,7 +154,8 @@ class TaskExecutor:
         if task.loop is None:
             false = next((cond for cond in task.when if not self.when_holds(cond, view)), None)
             if false is not None:  # registered too, as in Ansible (`result is skipped`)
-                result = {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
+                result = {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}",
+                          "skip_reason": "Conditional result was False", "false_condition": false}
             else:
                 result = self._run_with_retries(state, play, task, None, view)
         else:  # a looped task's `when` is evaluated per item (it may use the loop variable)
@@ -177,7 +180,8 @@ class TaskExecutor:
                 false = None
             if false is None:
                 raise exc.error from None
-            return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}"}
+            return {"skipped": True, "changed": False, "msg": f"skipped: condition is false: {false}",
+                    "skip_reason": "Conditional result was False", "false_condition": false}
 
     def _run_loop(self, state: HostState, play: Play, task: Task, view) -> list[dict]:
         """Each item of the task's loop run in turn (loop_control's pause between them), each result with the

@@ -67,6 +67,8 @@ MAGIC_VARS = {
     "ansible_inventory_sources",
     "ansible_limit",
     "play_hosts",
+    "ansible_host",
+    "ansible_connection",
     "facts",
     "result",
     "ansible_failed_task",
@@ -218,6 +220,7 @@ class Variables:
             "ansible_diff_mode": self.diff,
             "ansible_verbosity": self.options.get("ansible_verbosity", 0),
             "ansible_version": ANSIBLE_VERSION,
+            "ansible_connection": play.connection or "ssh",  # below the inventory's, as ansible_host
             "playbook_dir": self._dirs.get(id(play)) or self._dirs.setdefault(id(play), str(play.source.parent)),
             "omit": None,  # a module argument that renders to it is left out (task_executor._rendered_args)
         }
@@ -234,7 +237,8 @@ class Variables:
         (none for the implicit localhost, as Ansible's)."""
         found = self._hosts.get(name)
         if found is None:
-            found = {"inventory_hostname_short": name.split(".")[0]}
+            # ansible_host: what Ansible's connection gives a task when the inventory sets none (the inventory's wins)
+            found = {"inventory_hostname_short": name.split(".")[0], "ansible_host": name}
             source = self.inventory.host_source.get(name)
             if source is not None and source != "<inventory>":
                 found |= {"inventory_file": source, "inventory_dir": os.path.dirname(source)}
@@ -246,9 +250,11 @@ class Variables:
         magic = self._magic(state, play, task, hostvars)
         extra = extra or {}
         facts = {"facts": state.facts or {}}
+        brought = task.include_names if task else {}  # a looped include's item, for the tasks it brought
         layers = ChainMap(
             self.extra_vars,
             extra,
+            brought,
             state.registered,
             state.facts_set,
             facts,
@@ -262,10 +268,12 @@ class Variables:
             task.role_defaults if task else {},
             play.defaults,
         )
-        view = self.templar.view(layers, (extra, state.registered, state.facts_set, facts, state.fact_vars, magic),
-                                 (magic,))
+        view = self.templar.view(layers, (extra, brought, state.registered, state.facts_set, facts, state.fact_vars,
+                                          magic), (magic,))
         view.origin = Origin(play, task, self.secrets)  # where lookups search, whom they name, what they mask
         view.provenance = ChainMap(state.loop_taint, state.provenance) if state.loop_taint else state.provenance
+        if brought:
+            view.provenance = ChainMap(state.loop_taint, task.include_taints, state.provenance)  # type: ignore[union-attr]
         view.host_taint = state.host_taint
         return view
 

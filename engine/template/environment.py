@@ -5,6 +5,7 @@ Built once per process (`environment()`); the template action builds one with it
 
 from __future__ import annotations
 
+import datetime
 import functools
 from typing import Any
 
@@ -164,12 +165,18 @@ def make_environment(searchpath: list[str] | None = None) -> jinja2.Environment:
     )
     for name in ("map", "select", "reject", "selectattr", "rejectattr"):  # a list, as Ansible's templates give
         env.filters[name] = _listed(env.filters[name])
-    env.globals["range"] = _bounded_range
+    env.globals.update(range=_bounded_range, now=_now, undef=lambda hint=None: env.undefined(hint=hint))
     bound_filters(env.filters)
     install(env)
     tests_ansible.install(env.tests)
     env.tests.update(version=version_test, version_compare=version_test)
     return env
+
+
+def _now(utc: bool = False, fmt: str | None = None) -> Any:
+    """Ansible's `now()`: the current time (UTC without a zone with utc=true), as text when given a strftime format."""
+    moment = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) if utc else datetime.datetime.now()
+    return moment.strftime(fmt) if fmt else moment
 
 
 _ENV: jinja2.Environment | None = None

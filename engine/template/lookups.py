@@ -294,12 +294,16 @@ class LookupCall:
 
 
 def _roots(call: LookupCall) -> list[Path]:
-    """The folders a relative path is searched in, the role's first: the task's role, its play's playbook."""
+    """The folders a relative path is searched in, the role's first: the task's role, the folder of its file, its
+    play's playbook."""
     origin = call.origin
     if origin is None:
         return [Path.cwd()]
     role = origin.task.role_dir if origin.task is not None else None
-    return ([role] if role is not None else []) + [origin.play.source.parent]
+    # the folder of the file the task is written in, as Ansible's ansible_search_path (a role's tasks/ too)
+    written = Path(origin.task.source.split(": task ", 1)[0]).parent if origin.task is not None else None
+    found = ([role] if role is not None else []) + ([written] if written is not None and written.is_dir() else [])
+    return list(dict.fromkeys([*found, origin.play.source.parent]))
 
 
 def _keep_inside(call: LookupCall, term: str, found: Path) -> None:

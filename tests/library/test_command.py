@@ -75,8 +75,8 @@ def test_the_one_line_form_of_a_playbook_reaches_cmd(tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        ({"cmd": "ls", "argv": ["ls"]}, "exactly one of 'cmd' and 'argv', got both"),
-        ({}, "exactly one of 'cmd' and 'argv', got neither"),
+        ({"cmd": "ls", "argv": ["ls"]}, r"parameters are mutually exclusive: _raw_params\|cmd\|argv\. .*exactly one of 'cmd' and 'argv'"),
+        ({}, "one of the following is required: _raw_params, cmd, argv. .*exactly one of 'cmd' and 'argv'"),
         ({"cmd": "echo 'open"}, "No closing quotation"),
         ({"cmd": " "}, "cmd is empty"),
     ],

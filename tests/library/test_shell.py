@@ -127,7 +127,8 @@ def test_bad_input_gives_a_clear_error(args, words):
     "args, words",
     [
         ({}, "missing required argument 'cmd'"),
-        ({"cmd": "true", "expand_argument_vars": False}, "unknown argument(s) expand_argument_vars"),  # as Ansible's shell
+        ({"cmd": "true", "expand_argument_vars": False},  # Ansible's shell action's words
+         "Unsupported parameters for (shell) module: expand_argument_vars"),
         ({"cmd": "true", "argv": ["true"]}, "unknown argument(s) argv"),
     ],
 )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import UndefinedError
 
 from engine.run.actions.call import ActionCall
+from engine.run.includes import reach_of
 from engine.run.task_args import as_written
 from engine.template.markers import is_template
 from engine.template.secrets import MASK, Display, is_secret_name, secret_leaves
@@ -103,9 +104,14 @@ def meta(call: ActionCall) -> dict:
 
 
 def included(call: ActionCall) -> dict:
-    """An include reached on this host: its tasks follow here (the Runner runs them where this one ran)."""
-    what = call.args.get("file") or call.args.get("name")
-    return {"changed": False, "msg": f"included: {what}"}
+    """An include reached on this host (and item): its tasks follow here (the Runner runs them where this one
+    ran; a templated name or a loop is read then: engine/run/includes.py). Its result as Ansible's."""
+    call.executor.reaches.add(call.state.host.name, reach_of(call))
+    if call.task.module == "include_role":
+        return {"changed": False, "msg": f"included: {call.args.get('name')}", "include_args": dict(call.args)}
+    rest = {k: v for k, v in call.args.items() if k != "file"}
+    return {"changed": False, "msg": f"included: {call.args.get('file')}", "include": call.args.get("file"),
+            "include_args": rest}
 
 
 def debug(call: ActionCall) -> dict:

@@ -55,9 +55,9 @@ def test_include_role_with_tasks_from_vars_and_when(tmp_path, ansible_role):
 
 
 @pytest.mark.parametrize("entry, needle", [
-    ({"include_role": {"name": "web", "apply": {"tags": ["x"]}}}, "not supported: include_role.apply"),
-    ({"include_role": {"name": "{{ which }}"}}, "a role name written in the playbook"),
-    ({"include_role": {"name": "web"}, "loop": [1, 2]}, "not supported: loop"),
+    ({"include_role": {"name": "web", "bogus": 1}}, "not supported: include_role.bogus"),
+    ({"import_role": {"name": "{{ which }}"}}, "a role name written in the playbook"),
+    ({"include_role": {"name": "web"}, "until": "x"}, "not supported: until"),
     ({"include_role": {"name": "nope"}}, "unknown role 'nope'"),
 ])
 def test_bad_include_role_is_refused_at_load(tmp_path, ansible_role, entry, needle):

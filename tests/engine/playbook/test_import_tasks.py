@@ -51,8 +51,7 @@ def test_a_role_imports_a_file_from_its_own_folder(tmp_path):
 
 @pytest.mark.parametrize("entry, needle", [
     ({"import_tasks": "loop.yaml"}, "imports itself"),
-    ({"include_tasks": "{{ which }}.yaml"}, "not templated"),
-    ({"include_tasks": "say.yaml", "loop": [1, 2]}, "loop"),
+    ({"include_tasks": "say.yaml", "apply": {"tags": ["x"]}}, "unknown keyword(s) apply"),
     ({"import_tasks": "missing.yaml"}, "not found"),
 ])
 def test_bad_imports_are_refused_at_load_naming_the_file(tmp_path, entry, needle):

@@ -75,7 +75,7 @@ def test_role_vars_and_defaults_seen_by_the_play(tmp_path):
     ({"name": "r", "vars_from": "missing"}, "vars_from: the role has no file 'missing'"),
     ({"name": "r", "handlers_from": "../x"}, "'handlers_from' must be"),
     ({"name": "r", "public": "maybe"}, "'include_role.public' must be true or false"),
-    ({"name": "r", "apply": {"tags": ["x"]}}, "not supported: include_role.apply"),
+    ({"name": "r", "apply": {"tags": ["x"]}, "bogus": 1}, "not supported: include_role.bogus"),
 ])
 def test_bad_options_are_refused_at_load(tmp_path, spec, needle):
     write(tmp_path / "roles" / "r" / "tasks" / "main.yml", [{"debug": {"msg": "r"}}])
