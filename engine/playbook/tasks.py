@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.parsing.kv import kv_arguments, parse_kv, split_module_string
-from engine.parsing.yamlfile import LoadBudget, check_variable_names, describe_name, load_yaml
+from engine.parsing.yamlfile import LoadBudget, Unsafe, check_variable_names, describe_name, load_yaml
 from engine.playbook.context import ParseContext, enter
 from engine.playbook.keywords import (
     BECOME_KEYWORDS,
@@ -173,9 +173,11 @@ def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | 
     name = _task_name(raw, source)
     label = f"{source} ('{name or '?'}')"
     module, args, templates = _task_module(raw, label)
+    keywords = task_keywords(raw, label)
+    if module == "add_host":  # Ansible's add_host bypasses the host loop: once per batch (per item in a loop)
+        keywords["run_once"] = True
     return Task(name=name or module, module=module, args=args, source=source, role=role, role_dir=role_dir,
-                args_templates=templates,
-                named=name is not None, given=set(raw) & TASK_KEYWORDS, **task_keywords(raw, label))
+                args_templates=templates, named=name is not None, given=set(raw) & TASK_KEYWORDS, **keywords)
 
 
 BLOCK_KEYWORDS = {"block", "rescue", "always", "name", "when", "tags", "vars", "any_errors_fatal", "environment",
@@ -456,9 +458,16 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     import_vars = variables_of(raw.get("vars"), where)
     if dynamic or (include and ctx.play is not None and "when" in raw and not _task_file_exists(file, ctx)):
         return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]  # missing behind a when
-    path = _task_file(file, source, ctx)
-    inner = enter(ctx, path, str(path), source, f"{key} {file}")
-    tasks = read_task_file(path, inner, apply, where)
+    if include and ctx.play is None:  # a handler's include is read when notified in Ansible: a file that does
+        try:                           # not load fails the handler then, not the playbook now
+            path = _task_file(file, source, ctx)
+            tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
+        except UserError as exc:
+            tasks = [Task(name=raw.get("name") or key, module="fail", args={"msg": Unsafe(str(exc))}, source=source,
+                          role=ctx.role, role_dir=ctx.role_dir, named="name" in raw, action=key)]
+    else:
+        path = _task_file(file, source, ctx)
+        tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
     if include and ctx.play is not None:
         _inherit(tasks, [], set(), import_vars, {})  # an include's vars reach its tasks; its other keywords do not
         _name_with(walk_tasks(tasks), import_vars)
@@ -469,10 +478,14 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
-    if ctx.play is None and include:  # a handler that includes: notifying its name (or listen) runs what it includes
-        heard = ([raw["name"]] if raw.get("name") else []) + (names(raw["listen"], where, "listen") if "listen" in raw else [])
+    if ctx.play is None and include:  # a handler that includes: notifying its name (or listen) runs the include
+        heard = names(raw["listen"], where, "listen") if "listen" in raw else []  # (one ok result) and its tasks
         for task in walk_tasks(tasks):
-            task.listen = [*task.listen, *heard]
+            task.listen = [*task.listen, *([raw["name"]] if raw.get("name") else []), *heard]
+        marker = Task(name=raw.get("name") or key.split(".")[-1], module="include_tasks", args={"file": file},
+                      source=source, role=ctx.role, role_dir=ctx.role_dir, when=list(when), listen=list(heard),
+                      named="name" in raw, action=key)
+        return [marker, *tasks]
     return tasks
 
 
@@ -549,6 +562,11 @@ def included_role(include: Include, args: dict, loop_names: dict, taints: dict) 
     where = f"{marker.source} ({marker.action or marker.module} {name})"
     if not (isinstance(name, str) and name.strip()):
         raise UserError(f"{where}: the role name rendered to {name!r}; it must give a role's name")
+    if not role_exists(name, include.dynamic.context.playbook):
+        try:
+            find_role(name, include.dynamic.context.playbook, where)
+        except UserError as exc:
+            raise IncludeNotFound(str(exc)) from None
     from_files = {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec}
     if args.get("tasks_from") is not None:
         from_files["tasks"] = args["tasks_from"]
@@ -606,13 +624,18 @@ def _name_with(tasks, import_vars: dict) -> None:
                 continue
 
 
+class IncludeNotFound(UserError):
+    """The file or role an include names is not there (when reached: that host's failure, as Ansible's; any other
+    error in what it brings stops the run, as Ansible's parser errors do)."""
+
+
 def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
     """An imported or included task file, found as Ansible finds it (see task_file_candidates)."""
     candidates = task_file_candidates(file, ctx)
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise UserError(f"{source}: task file '{file}' not found; looked in {', '.join(dict.fromkeys(map(str, candidates)))}")
+    raise IncludeNotFound(f"{source}: task file '{file}' not found; looked in {', '.join(dict.fromkeys(map(str, candidates)))}")
 
 
 def task_file_candidates(file: str, ctx: ParseContext) -> list[Path]:

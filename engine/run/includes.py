@@ -89,17 +89,18 @@ def check_name(call: ActionCall) -> None:
                 f"names the playbook writes; {FIX}.")
 
 
-def rounds(states: list[HostState], reached: dict[str, list[Reach]]) -> list[tuple[Reach, list[HostState]]]:
+def rounds(states: list[HostState], reached: dict[str, list[Reach]]) -> list[tuple[Reach, list[tuple[HostState, int]]]]:
     """The reaches in the order they run: every host's first, then every host's second, ...; in each round the
-    hosts that reached the same file with the same arguments and item together (in the play's host order)."""
-    out: list[tuple[Reach, list[HostState]]] = []
+    hosts that reached the same file with the same arguments and item together (in the play's host order), each
+    with the number of its reach."""
+    out: list[tuple[Reach, list[tuple[HostState, int]]]] = []
     depth = max((len(r) for r in reached.values()), default=0)
     for index in range(depth):
-        groups: dict[str, tuple[Reach, list[HostState]]] = {}
+        groups: dict[str, tuple[Reach, list[tuple[HostState, int]]]] = {}
         for state in states:
             mine = reached.get(state.host.name, [])
             if index < len(mine):
-                groups.setdefault(mine[index].key(), (mine[index], []))[1].append(state)
+                groups.setdefault(mine[index].key(), (mine[index], []))[1].append((state, index))
         out += groups.values()
     return out
 

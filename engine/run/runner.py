@@ -28,6 +28,7 @@ from engine.connection import ssh_lookup_cache
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Block, Include, Play, Task
+from engine.playbook.tasks import IncludeNotFound
 from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
@@ -439,43 +440,49 @@ class Runner:
     def _run_dynamic(self, states: list[HostState], play: Play, include: Include) -> None:
         """An include read when reached (a templated name, a loop): the include task on each running host (per
         item), then each file it reached, read once for the hosts that reached it alike and run on them
-        (engine/run/includes.py); a file that does not load fails those hosts, naming the file and the field."""
+        (engine/run/includes.py); a file that is not there fails those hosts, naming it."""
         if self.start_at.skips(include.marker) or not self.task_selected(include.marker):
             return
         running = [s for s in states if s.running]
         for s in running:
             self.executor.reaches.take(s.host.name)
-        self._run_on(running, play, include.marker)
+        ran = self._run_on(running, play, include.marker)
         reached = {s.host.name: self.executor.reaches.take(s.host.name) for s in running}
+        outcome = {r.host: [r] for r in ran}  # per host, the result that stands for each of its reaches
         if include.marker.loop is not None:  # Ansible counts a looped include once per item it reached
-            self._count_items(running, include, reached)
-        for reach, hosts in rounds(running, reached):
+            self._count_items(running, include, reached, outcome)
+        for reach, members in rounds(running, reached):
             try:
                 with self._load_lock:
                     tasks = bring(include, reach)
-            except UserError as exc:
-                self._include_failed(hosts, include, str(exc))
+            except IncludeNotFound as exc:  # Ansible: the hosts that reached it fail; any other load error stops
+                self._include_failed(members, outcome, str(exc))  # the run (its parser's errors are fatal there too)
                 continue
-            self._run_items(hosts, play, tasks)
+            self._run_items([s for s, _ in members], play, tasks)
 
-    def _count_items(self, states: list[HostState], include: Include, reached: dict) -> None:
+    def _count_items(self, states: list[HostState], include: Include, reached: dict, outcome: dict) -> None:
         """A looped include is one ok result per item it reached, as Ansible's "included: ... (item=...)" lines:
         the loop's result stands for the first, one more is recorded for each other."""
         marker = include.marker
         for s in states:
             for reach in reached[s.host.name][1:]:
                 what = reach.args.get("file") or reach.args.get("name")
-                self.executor.record(s, TaskResult(s.host.name, marker.name, marker.role, marker.module, "ok", False,
-                                                   f"included: {what}", 0.0, {"changed": False, **reach.names}))
+                res = TaskResult(s.host.name, marker.name, marker.role, marker.module, "ok", False, f"included: {what}",
+                                 0.0, {"changed": False, **reach.names})
+                self.executor.record(s, res)
+                outcome.setdefault(s.host.name, []).append(res)
 
-    def _include_failed(self, states: list[HostState], include: Include, msg: str) -> None:
-        """The included file did not load: a failure of the include on these hosts (after its ok), as Ansible's."""
-        marker = include.marker
-        for s in states:
-            if s.running:
-                self.executor.record(s, TaskResult(s.host.name, marker.name, marker.role, marker.module, "failed", False,
-                                                   msg, 0.0, {"failed": True, "msg": msg}))
-                s.failed = True
+    def _include_failed(self, members: list, outcome: dict, msg: str) -> None:
+        """The file a host reached is not there: that reach's result becomes its failure, as Ansible's."""
+        for state, index in members:
+            results = outcome.get(state.host.name, [])
+            if not state.running or index >= len(results):
+                continue
+            res = results[index]
+            state.stats[res.status] -= 1
+            res.status, res.msg, res.result = "failed", self.variables.secrets.redact(msg), {"failed": True, "msg": msg}
+            self.executor.record_again(state, res)
+            state.failed = True
 
     def _run_block(self, states: list[HostState], play: Play, block: Block) -> None:
         """block, then rescue on the hosts that failed in it, then always on every host that entered it."""

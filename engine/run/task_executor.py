@@ -100,6 +100,16 @@ class TaskExecutor:
         if self.console:
             self.console.host_result(res)
 
+    def record_again(self, state: HostState, res: TaskResult) -> None:
+        """A result recorded before that turned out otherwise (an include whose file is not there): counted and
+        shown anew."""
+        res.result = self.variables.secrets.redact_obj(res.result)
+        state.stats["ignored" if res.ignored else res.status] += 1
+        if res.status == "failed" and not res.ignored:
+            state.last_failure = res
+        if self.console:
+            self.console.host_result(res)
+
     def rescue(self, state: HostState) -> None:
         """A host that failed in a block enters its rescue: the failure counts as rescued, not failed, and the
         rescue tasks see it as ansible_failed_task / ansible_failed_result (as in Ansible)."""
@@ -162,6 +172,7 @@ class TaskExecutor:
             result = self._guarded_loop(state, play, task, view)
         if task.register:
             state.registered[task.register] = result
+            state.facts_set.pop(task.register, None)  # one level with set_fact in Ansible: the later write wins
             state.provenance[task.register] = self._result_taint(state, task)
         if task.no_log:  # what it returned is secret wherever it is read, under its own name too
             self.variables.secrets.add(no_log_output(result))

@@ -196,6 +196,8 @@ def set_fact(call: ActionCall) -> dict:
             variables.secrets.add(value)
         owner.provenance[name] = taint
     owner.facts_set.update(values)
+    for name in values:  # set_fact and register share one level in Ansible: the later write wins
+        owner.registered.pop(name, None)
     return {"changed": False, "msg": f"set {', '.join(values)}", "ansible_facts": values}
 
 

@@ -1,0 +1,171 @@
+"""Dynamic includes (include_tasks / include_role with a templated name or a loop, read when reached), run by real
+ansible-playbook and by ours on local hosts: ansible-core's own include_import playbooks and setup_remote_tmp_dir
+role, and playbooks written here (several hosts reaching different files, loops with loop_control, register,
+apply, tags, a file that does not load). Each tool runs its own copy; exit codes and every host's recap must
+match (the playbooks' asserts say what each construct gives)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from engine.api import run_playbook
+from tests.engine.run.includes_side import HOSTS, TARGETS, copy_target, inventory, same_as_ansible
+
+
+def _hello_files(folder):
+    """What include_import's runme.sh writes before test_copious_include_tasks.yml."""
+    (folder / "tasks" / "hello").mkdir(exist_ok=True)
+    for i in range(1, 40):
+        (folder / "tasks" / "hello" / f"tasks-file-{i:03d}.yml").write_text(
+            f"- name: Hello Message\n  debug:\n    msg: Task file {i:03d}\n")
+
+
+@pytest.mark.parametrize("playbook, hosts, tags", [
+    ("test_include_loop.yml", ("testhost",), ()),
+    ("test_copious_include_tasks.yml", ("testhost",), ()),
+    ("test_nested_tasks.yml", ("testhost",), ()),
+    ("test_loop_var_bleed.yaml", ("testhost",), ()),
+    ("test_null_include_filename.yml", ("testhost",), ()),
+    ("apply/include_apply.yml", HOSTS, ("foo",)),
+    ("undefined_var/playbook.yml", ("testhost",), ()),
+    ("valid_include_keywords/playbook.yml", ("testhost",), ()),
+    ("parent_templating/playbook.yml", ("testhost",), ()),
+    ("tasks/test_include_tasks.yml", ("testhost",), ()),
+    ("tasks/test_include_dupe_loop.yml", ("testhost",), ()),
+])
+def test_ansible_cores_include_import_playbooks(tmp_path, playbook, hosts, tags):
+    folder = copy_target(tmp_path)
+    _hello_files(folder)
+    same_as_ansible(folder, playbook, hosts, tags)
+
+
+def test_setup_remote_tmp_dir_first_found_include(tmp_path):
+    """The role most of ansible-core's targets use: `include_tasks: "{{ lookup('first_found', files) }}"` over names
+    built from the host's own facts (a local host: the control node's answers), its handler an include_tasks."""
+    folder = tmp_path / "srt"
+    shutil.copytree(TARGETS / "setup_remote_tmp_dir", folder / "roles" / "setup_remote_tmp_dir")
+    (folder / "pb.yml").write_text(yaml.safe_dump([{
+        "hosts": "testhost", "gather_facts": False, "roles": ["setup_remote_tmp_dir"],
+        "tasks": [{"assert": {"that": ["remote_tmp_dir is defined", "remote_tmp_dir is exists"]}}]}]))
+    code, recap = same_as_ansible(folder, "pb.yml")
+    assert code == 0 and recap["testhost"]["changed"] == 2
+
+
+def _write(folder, files: dict) -> None:
+    for name, data in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+
+
+PLAY = """
+- hosts: testhost,testhost2
+  gather_facts: false
+  vars:
+    names: [one, two]
+    candidates: [missing.yml, "{{ inventory_hostname }}.yml", common.yml]
+  tasks:
+    - name: per host file, from the inventory name through first_found
+      include_tasks: "{{ lookup('first_found', candidates) }}"
+    - name: a loop over an include, loop_control
+      include_tasks: item.yml
+      loop: "{{ names }}"
+      loop_control: {loop_var: word, index_var: idx, extended: true}
+      register: reached
+    - assert:
+        that:
+          - reached.results | length == 2
+          - reached.results[0].word == 'one'
+          - seen == ['one-0-True', 'two-1-False']
+    - name: templated name from an item, with_sequence
+      include_tasks: "seq{{ item }}.yml"
+      with_sequence: start=1 end=2
+    - assert: {that: [seq_total | int == 3]}
+    - block:
+        - name: an include inside a block takes the block's when and vars
+          include_tasks: "{{ 'blocked.yml' }}"
+      when: inventory_hostname == 'testhost'
+      vars: {from_block: yes}
+    - name: an include's own when decides once; its tasks do not re-check it
+      include_tasks: "{{ 'flip.yml' }}"
+      when: not (flipped | default(false))
+    - assert: {that: [flipped, after_flip]}
+    - name: an include skipped by its when
+      include_tasks: "{{ 'nope.yml' }}"
+      when: false
+      register: skipped_include
+    - assert: {that: [skipped_include is skipped]}
+    - name: include_role by a templated name, looped
+      include_role: {name: "{{ item }}"}
+      loop: [ra, rb]
+      vars: {greeting: hello}
+    - assert: {that: ["role_msgs == ['ra hello', 'rb hello']"]}
+"""
+FILES = {
+    "testhost.yml": [{"set_fact": {"picked": "own"}}],
+    "common.yml": [{"set_fact": {"picked": "common"}}],
+    "item.yml": [{"set_fact": {"seen": "{{ seen | default([]) + [word ~ '-' ~ idx ~ '-' ~ ansible_loop.first] }}"}}],
+    "seq1.yml": [{"set_fact": {"seq_total": "{{ (seq_total | default(0) | int) + 1 }}"}}],
+    "seq2.yml": [{"set_fact": {"seq_total": "{{ (seq_total | default(0) | int) + 2 }}"}}],
+    "blocked.yml": [{"assert": {"that": ["from_block", "inventory_hostname == 'testhost'"]}}],
+    "flip.yml": [{"set_fact": {"flipped": True}}, {"set_fact": {"after_flip": True}}],
+    "roles/ra/tasks/main.yml": [{"set_fact": {"role_msgs": "{{ role_msgs | default([]) + ['ra ' ~ greeting] }}"}}],
+    "roles/rb/tasks/main.yml": [{"set_fact": {"role_msgs": "{{ role_msgs | default([]) + ['rb ' ~ greeting] }}"}}],
+}
+
+
+def test_templated_and_looped_includes_on_two_hosts(tmp_path):
+    folder = tmp_path / "play"
+    _write(folder, {"pb.yml": PLAY, **FILES})
+    code, recap = same_as_ansible(folder, "pb.yml", HOSTS)
+    assert code == 0 and recap["testhost"]["failed"] == 0
+
+
+TAGS_PLAY = """
+- hosts: testhost
+  gather_facts: false
+  tasks:
+    - name: untagged include, tagged tasks inside
+      include_tasks: "{{ 'tagged.yml' }}"
+    - name: tagged include, untagged tasks inside
+      include_tasks: "{{ 'plain.yml' }}"
+      tags: [web]
+    - name: apply gives the tags
+      include_tasks:
+        file: "{{ 'plain.yml' }}"
+        apply: {tags: [web]}
+      tags: [always]
+    - name: static include, same rules
+      include_tasks: plain.yml
+      tags: [web]
+"""
+
+
+@pytest.mark.parametrize("tags", [(), ("web",)])
+def test_an_includes_tags_are_its_own_unless_applied(tmp_path, tags):
+    folder = tmp_path / "tags"
+    _write(folder, {"pb.yml": TAGS_PLAY, "tagged.yml": [{"debug": {"msg": "t"}, "tags": ["web"]}],
+                    "plain.yml": [{"debug": {"msg": "p"}}]})
+    same_as_ansible(folder, "pb.yml", ("testhost",), tags)
+
+
+def test_a_missing_file_fails_the_hosts_that_reached_it_and_a_bad_one_stops_the_run(tmp_path):
+    """As Ansible: a file that is not there fails the hosts that reached it (the others go on); a file that does not
+    parse stops the run, naming the file and the field."""
+    folder = tmp_path / "bad"
+    _write(folder, {"pb.yml": [{"hosts": "testhost,testhost2", "gather_facts": False, "tasks": [
+        {"include_tasks": "{{ inventory_hostname }}.yml"}, {"debug": {"msg": "after"}}]}],
+        "testhost.yml": [{"debug": {"msg": "fine"}}]})
+    same_as_ansible(folder, "pb.yml", HOSTS)
+    res = run_playbook(str(folder / "pb.yml"), inventory=inventory())
+    (failure,) = [r for r in res.results if r.status == "failed"]
+    assert failure.host == "testhost2" and "testhost2.yml" in failure.msg and "not found" in failure.msg, failure.msg
+    _write(folder, {"testhost2.yml": [{"debug": {"msg": "x"}, "bogus_keyword": 1}]})
+    shutil.rmtree(tmp_path / "bad-ansible")
+    shutil.rmtree(tmp_path / "bad-ours")
+    same_as_ansible(folder, "pb.yml", HOSTS)
+    res = run_playbook(str(folder / "pb.yml"), inventory=inventory())
+    assert res.exit_code == 4 and "testhost2.yml" in res.error and "bogus_keyword" in res.error, res.error
