@@ -16,9 +16,11 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +94,7 @@ def lay_out(target: str, workdir: Path) -> Path:
     (workdir / "roles").symlink_to("targets")
     (workdir / "inventory").write_text(
         "[testgroup]\ntesthost ansible_connection=local ansible_pipelining=yes "
-        f"ansible_python_interpreter={sys.executable}\n")
+        f"ansible_python_interpreter={interpreter()}\n")
     return workdir / "targets" / target
 
 
@@ -126,14 +128,40 @@ def environment(tool: str, workdir: Path) -> dict[str, str]:
         ANSIBLE_LIBRARY="/dev/null", PAGER="/bin/cat", ANSIBLE_LOCAL_TEMP=str(workdir / "ansible-tmp"),
         ANSIBLE_PYTHON_INTERPRETER="/set/ansible_python_interpreter/in/inventory",
         OUTPUT_DIR=str(workdir / "output"), INVENTORY_PATH=str(workdir / "inventory"),
-        DFP_TARGET_TOOL=tool, DFP_TARGET_LOGS=str(workdir / "logs"), PYTHONPATH=str(REPO),
-        HOME=str(workdir / "home"), LC_ALL="C.UTF-8",
+        DFP_TARGET_TOOL=tool, DFP_TARGET_LOGS=str(workdir / "logs"), PYTHONPATH=str(REPO), LC_ALL="C.UTF-8",
     )
     (workdir / "logs").mkdir(exist_ok=True)
-    (workdir / "home" / ".ssh").mkdir(parents=True, exist_ok=True)
-    # ansible-test's hosts have one (copy's target duplicates it for the unprivileged user it makes)
-    (workdir / "home" / ".ssh" / "authorized_keys").write_text("")
     return env
+
+
+@contextmanager
+def authorized_keys():
+    """ansible-test's hosts have ~/.ssh/authorized_keys (copy's target duplicates it for the unprivileged user it
+    makes); where this user has none, an empty one for the run, removed after it."""
+    path = Path.home() / ".ssh" / "authorized_keys"
+    made_dir = not path.parent.exists()
+    made = not path.exists()
+    if made:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.touch(mode=0o600)
+    try:
+        yield
+    finally:
+        if made:
+            path.unlink(missing_ok=True)
+        if made_dir:
+            shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def interpreter() -> str:
+    """The targets' python on the host: the system's where it has what this project's host modules import
+    (Debian's python3-psutil and python3-tenacity), since targets run tasks as unprivileged users who cannot
+    reach a python under /root; else this python."""
+    system = "/usr/bin/python3"
+    check = [system, "-c", "import psutil, tenacity"]
+    if os.access(system, os.X_OK) and subprocess.run(check, capture_output=True, timeout=60).returncode == 0:
+        return system
+    return sys.executable
 
 
 def run_target(target: str, tool: str, workdir: Path) -> Outcome:
@@ -146,12 +174,21 @@ def run_target(target: str, tool: str, workdir: Path) -> Outcome:
         command = ["ansible-playbook", "-i", str(workdir / "inventory"), str(role_playbook(target, workdir, target_dir))]
         cwd = workdir
     start = time.monotonic()
-    try:
-        rc = subprocess.run(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, timeout=TARGET_TIMEOUT_S, start_new_session=True).returncode
-    except subprocess.TimeoutExpired:
-        rc = 124
+    with authorized_keys():
+        rc = _run(command, cwd, env)
     return count(target, tool, rc, time.monotonic() - start, workdir / "logs")
+
+
+def _run(command: list[str], cwd: Path, env: dict) -> int:
+    """The target's exit code; past TARGET_TIMEOUT_S its whole process group is killed and the code is 124."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        return proc.wait(timeout=TARGET_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        return 124
 
 
 def count(target: str, tool: str, rc: int, seconds: float, logs: Path) -> Outcome:

@@ -21,7 +21,7 @@ def outcome(target: str, tool: str, workdir: Path) -> Outcome:
     return ansible_outcome(target, workdir) if tool == "ansible" else run_target(target, tool, workdir)
 
 
-def measure(targets: tuple[str, ...], tools: tuple[str, ...], root: Path, jobs: int = 2) -> dict[str, dict[str, Outcome]]:
+def measure(targets: tuple[str, ...], tools: tuple[str, ...], root: Path, jobs: int = 1) -> dict[str, dict[str, Outcome]]:
     jobs_list = [(t, tool) for t in targets for tool in tools]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         outcomes = list(pool.map(lambda job: outcome(job[0], job[1], root / job[1] / job[0]), jobs_list))
@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--tools", default=",".join(TOOLS))
     p.add_argument("--json")
     p.add_argument("--keep", help="run in this folder and keep it (default: a temporary one)")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="targets at once; above 1 only for targets that make no users (file and copy share one)")
     p.add_argument("--write-docs", action="store_true", help="write the table into docs/ANSIBLE.md")
     args = p.parse_args(argv)
     tools = tuple(args.tools.split(","))

@@ -98,7 +98,8 @@ def test_no_code_argument_of_any_module_is_built_from_a_hosts_answer_on_the_cont
             (r,) = res.find(task["name"])
             module, arg = task["name"].split(".")
             assert r.status == "failed" and r.ignored, (task["name"], r.status, r.msg)
-            shell = f"the shell {arg} is built from what a host returned"  # refused on any host (engine/run/trust.py)
+            # shell code (shell, raw) is refused on any host (engine/run/trust.py)
+            shell = f"the {'raw' if module == 'raw' else 'shell'} {arg} is built from what a host returned"
             assert (f"argument '{arg}' is built from what" in r.msg and "runs on the control node" in r.msg) \
                 or shell in r.msg, r.msg
         assert not canary.exists() and not (canary.parent / "canary.sh").exists()
