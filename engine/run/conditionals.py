@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import ChainMap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,8 @@ from jinja2 import TemplateSyntaxError, nodes
 
 from engine.errors import TaskError
 from engine.parsing import ansible_cfg
-from engine.template.markers import Unsafe
+from engine.template.markers import Unsafe, is_template
+from engine.template.templar import LazyVars
 
 if TYPE_CHECKING:
     from engine.template.templar import Templar
@@ -39,6 +41,9 @@ UNTRUSTED = "Encountered untrusted template or expression."
 AS_TEMPLATE = "Conditionals should not be surrounded by templating delimiters such as {{ }} or {% %}."
 ALLOWED = ("Broken conditionals are currently allowed because the `ALLOW_BROKEN_CONDITIONALS` configuration option "
            "is enabled.")
+EMBEDDED = ("Jinja constant strings should not contain embedded templates. This feature will be disabled by default "
+            "in ansible-core 2.23.")
+EMBEDDED_HELP = 'Use inline expressions, for example: `when: "{{ a_var }}" == 42` becomes `when: a_var == 42`'
 TRUE_WORDS = ("y", "yes", "on", "1", "true", "t")  # Ansible's boolean settings
 
 
@@ -76,7 +81,7 @@ def _value(templar: Templar, conditional: Any, view: Mapping) -> Any:
     if isinstance(conditional, Unsafe):
         raise BrokenConditional(UNTRUSTED)
     if not all_template(conditional):
-        return templar.evaluate(conditional, view)
+        return _expression(templar, conditional, view)
     rendered, taint = templar.render_tracked(conditional, view)
     rendered = _stripped(rendered)
     if not isinstance(rendered, str):
@@ -84,7 +89,29 @@ def _value(templar: Templar, conditional: Any, view: Mapping) -> Any:
         return rendered
     if isinstance(rendered, Unsafe) or taint.hosts or not indirect(templar, conditional):
         raise BrokenConditional(UNTRUSTED)
-    return templar.evaluate(rendered, view)
+    return _expression(templar, rendered, view)
+
+
+def _expression(templar: Templar, expression: str, view: Mapping) -> Any:
+    """The expression's value; a string constant in it that is a template (`x == "{{ y }}"`) is rendered first,
+    as Ansible 2.19 still does in conditionals (with its warning)."""
+    if not is_template(expression):
+        return templar.evaluate(expression, view)
+    constants: dict[str, Any] = {}
+    pieces = []
+    for lineno, kind, raw in templar.env.lexer.tokeniter(expression, None, state="variable"):
+        text = next(iter(templar.env.lexer.wrap([(lineno, kind, raw)]))).value if kind == "string" else None
+        if isinstance(text, str) and is_template(text):
+            name = f"dfp_constant_{len(constants)}"
+            constants[name] = templar.render_value(text, view)
+            pieces.append(name)
+        else:
+            pieces.append(raw)
+    if not constants:
+        return templar.evaluate(expression, view)
+    warn(EMBEDDED, EMBEDDED_HELP)
+    overlay = view.with_overlay(constants) if isinstance(view, LazyVars) else ChainMap(constants, view)
+    return templar.evaluate("".join(pieces), overlay)
 
 
 def _stripped(conditional: Any) -> Any:
@@ -163,7 +190,15 @@ def deprecated(message: str, help_text: str = "") -> None:
     text = ansible_cfg.setting("deprecation_warnings")
     if text is not None and text.strip().lower() not in TRUE_WORDS:
         return
-    line = f"[DEPRECATION WARNING]: {message} This feature will be removed from ansible-core version 2.23."
+    _once(f"[DEPRECATION WARNING]: {message} This feature will be removed from ansible-core version 2.23.", help_text)
+
+
+def warn(message: str, help_text: str = "") -> None:
+    """Ansible's `[WARNING]:` line on stderr, once per message."""
+    _once(f"[WARNING]: {message}", help_text)
+
+
+def _once(line: str, help_text: str) -> None:
     if help_text:
         line += f"\n{help_text}"
     with _shown_lock:

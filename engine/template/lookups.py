@@ -578,7 +578,8 @@ CONFIG: dict[str, Callable[[], Any]] = {
     "DEFAULT_BECOME_METHOD": lambda: "sudo",
     "DEFAULT_JINJA2_NATIVE": lambda: False,
     "DEFAULT_UNDEFINED_VAR_BEHAVIOR": lambda: True,
-    "ALLOW_BROKEN_CONDITIONALS": lambda: False,  # a conditional that is not a truth is an error here, as by default
+    "ALLOW_BROKEN_CONDITIONALS": lambda: (ansible_cfg.setting("allow_broken_conditionals") or "").strip().lower()
+    in ("y", "yes", "on", "1", "true", "t"),  # engine/run/conditionals.py
 }
 MISSING = ("error", "skip", "warn")
 
