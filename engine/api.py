@@ -140,6 +140,7 @@ def run_playbook(
         if raise_user_errors:
             raise
         return RunResult(EXIT_BAD_INPUT, error=str(exc), elapsed_s=time.monotonic() - started)
+    hosts += [h for h in runner.inventory.added if h not in hosts]  # add_host's hosts, from the play that added them
     recap = recap_of(results, hosts)
     elapsed = time.monotonic() - started
     console.recap(recap, elapsed)
@@ -175,6 +176,7 @@ def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags,
     plays = load_playbook(path)
     runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
                     **settings)
+    inv.grows = any(t.module in ("add_host", "group_by") for p in plays for t in p.all_tasks())  # new names later
     resolve_play_keywords(plays, runner.templar, runner.extra_vars)  # `strategy: "{{ s }}"`, before any use
     runner.resolve_tags(plays)  # templated tags, before anything selects by them
     check_tags(plays, runner.tags, runner.skip_tags, runner.task_selected)

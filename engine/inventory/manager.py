@@ -15,6 +15,7 @@ import fnmatch
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,9 @@ class Inventory:
         self._direct_groups: dict[str, list[str]] | None = None
         self._vars_cache: dict[tuple[Path, str, str], dict] = {}
         self._defaults: dict = {}  # set_defaults: the CLI's connection and become options
+        self._growing = threading.Lock()  # add_host / group_by of several hosts' threads (grow below)
+        self.grows = False  # the playbook adds hosts or groups: a pattern matching none yet is no error
+        self.added: list[str] = []  # hosts add_host brought, in order (the recap counts them)
         if data is not None:
             self._load_yaml_data(data, "<inventory>")
         elif not self.sources:
@@ -472,6 +476,65 @@ class Inventory:
             self._implicit[name] = Host(name=name, vars=merged, groups=[])
         return self._implicit[name]
 
+    # -- growing during a run (add_host, group_by) ----------------------------------------------
+    def add_dynamic_host(self, name: str, groups: list[str], host_vars: dict, where: str) -> bool:
+        """add_host: the host joins the inventory (or gets the variables and groups given), for the later plays;
+        True when anything changed, as Ansible's `changed`."""
+        with self._growing:
+            _check_entry_name(name, where, "host")
+            check_variable_names(host_vars, f"{where}: host '{name}'")
+            inline = self._host_inline.setdefault(name, {})
+            changed = name not in self.hosts or any(k not in inline or inline[k] != v for k, v in host_vars.items())
+            if name not in self.hosts:
+                self.added.append(name)
+            self.host_source.setdefault(name, where)
+            inline.update(host_vars)
+            for group in groups:
+                changed = self._join(name, group, ["all"], where) or changed
+            self._rebuild(name)
+            return changed
+
+    def add_to_group(self, host: str, group: str, parents: list[str], where: str) -> bool:
+        """group_by: the host joins `group` (made under `parents` when new); True when anything changed."""
+        with self._growing:
+            if host not in self.hosts:  # the implicit localhost stays in no group, as in Ansible
+                return False
+            changed = self._join(host, group, parents, where)
+            self._rebuild(host)
+            return changed
+
+    def _join(self, host: str, name: str, parents: list[str], where: str) -> bool:
+        new = name not in self.groups
+        group = self._group(name, where)
+        changed = new
+        for parent_name in parents if name != "all" else []:
+            parent = self._group(parent_name, where)
+            if parent_name not in ("all",) and not parent.parents:
+                self._add_child(self.groups["all"], parent, where)
+            if parent_name not in group.parents:
+                self._add_child(parent, group, where)
+                changed = True
+        if host not in group.member_set and name not in ("all", "ungrouped"):
+            group.hosts.append(host)
+            group.member_set.add(host)
+            changed = True
+        self._direct_groups = None
+        return changed
+
+    def _rebuild(self, name: str) -> None:
+        """A host's merged variables and groups after it joined something (its Host object kept: running
+        hosts hold it)."""
+        self._set_depths()
+        self._fill_ungrouped()
+        built = self._build_host(name)
+        for key, value in self._defaults.items():
+            built.vars.setdefault(key, value)
+        host = self.hosts.setdefault(name, built)
+        if host is not built:
+            host.vars.clear()
+            host.vars.update(built.vars)
+            host.groups[:] = built.groups
+
     # -- selection -----------------------------------------------------------------------------
     def hosts_in(self, group: str) -> list[str]:
         out: list[str] = []
@@ -497,6 +560,8 @@ class Inventory:
         selected: list[str] = []
         for part in [p for p in parts if p[0] not in "!&"]:
             matched = self._match_one(part)
+            if not matched and self.grows:  # add_host / group_by may make it later: Ansible skips the play
+                continue
             if not matched:
                 raise UserError(
                     f"{where}: '{part}' matches no host or group in {self.where}; "

@@ -27,6 +27,9 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     "fail": {"msg": {"type": "str", "default": "failed as requested"}},
     "debug": {"msg": {"type": "raw"}, "var": {"type": "str"}, "verbosity": {"type": "int", "default": 0}},
     "set_fact": None,  # any names
+    # name/hostname/host, groups/groupname/group, any other key a host variable (engine/run/actions/control.py)
+    "add_host": None,
+    "group_by": {"key": {"type": "str", "required": True}, "parents": {"type": "raw"}},
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
     "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "reset_connection", "end_host",
                                                                      "end_batch", "end_play", "noop"]}},
@@ -65,7 +68,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
 
 # The engine actions' code arguments (what a module's CODE_ARGS declares: engine/run/trust.py).
 ENGINE_CODE_ARGS: dict[str, tuple[str, ...]] = {
-    "assert": (), "fail": (), "debug": (), "set_fact": (), "meta": (),
+    "assert": (), "fail": (), "debug": (), "set_fact": (), "meta": (), "group_by": (),
+    "add_host": ("name", "hostname", "host", "ansible_host", "ansible_port", "ansible_user", "ansible_connection"),
     "include_tasks": ("file",), "include_role": ("name", "tasks_from"),
     "include_vars": ("file", "dir", "files_matching", "ignore_files"),
     "template": ("src", "dest", "validate"), "pause": (),

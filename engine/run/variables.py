@@ -168,6 +168,12 @@ class Variables:
         self._run = {"ansible_playbook_python": sys.executable, "ansible_config_file": str(config) if config else None,
                      "ansible_inventory_sources": [str(p.absolute()) for p in inventory.sources]}
 
+    def refresh_groups(self) -> None:
+        """`groups` again, after add_host or group_by grew the inventory (the same mapping: views hold it)."""
+        fresh = {g: self.inventory.hosts_in(g) for g in self.inventory.groups}
+        self._groups.clear()
+        self._groups.update(fresh)
+
     def set_options(self, *, forks: int, verbosity: int, limit: str | None) -> None:
         """The command line's options, as Ansible's magic variables (ansible_limit only when --limit is given)."""
         self.options = {"ansible_forks": forks, "ansible_verbosity": verbosity,

@@ -32,9 +32,8 @@ def play(tmp_path: Path, body: str, files: dict | None = None) -> tuple[int, str
 TASK = "  tasks:\n    - {}\n"
 
 REFUSED = {
-    # arguments as a template
-    "arguments as a template": ("  vars: {a: {msg: hi}}\n" + TASK.format('debug: "{{ a }}"'),
-                                "the one-line arguments of 'debug' hold a template"),
+    # `args:` as a key=value string (Ansible refuses it too)
+    "args as key=value": (TASK.format("debug:\n      args: msg=hi"), "'args' must be a mapping"),
     # play keywords
     "strategy host_pinned": ("  strategy: host_pinned\n" + TASK.format("debug: {msg: a}"),
                              "'strategy' must be one of linear, free"),
@@ -57,7 +56,6 @@ REFUSED = {
     # modules
     "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
     "git": (TASK.format("git: {repo: 'https://x', dest: /tmp/x}"), "unknown module 'git'"),
-    "add_host": (TASK.format("add_host: {name: x}"), "unknown module 'add_host'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),
     # filters, lookups, facts, localhost
     "password_hash": (TASK.format('debug: {msg: "{{ \'a\' | password_hash }}"}'), "No filter named 'password_hash'"),

@@ -13,7 +13,7 @@ import importlib
 from typing import Callable
 
 from engine.run.actions.call import ActionCall
-from engine.run.actions.control import assert_, debug, fail, included, meta, pause, set_fact
+from engine.run.actions.control import add_host, assert_, debug, fail, group_by, included, meta, pause, set_fact
 from engine.run.actions.files import copy_from_control_node, template, unarchive_from_control_node
 from engine.run.actions.vars_files import include_vars
 
@@ -30,6 +30,8 @@ def imported_at_first_call(module: str, function: str) -> Action:
 
 
 ACTIONS: dict[str, Action] = {
+    "add_host": add_host,
+    "group_by": group_by,
     "assert": assert_,
     "debug": debug,
     "fail": fail,
@@ -47,7 +49,7 @@ ACTIONS: dict[str, Action] = {
 
 # Engine actions that never touch a host: delegating one connects to no delegate (set_fact's delegate_facts
 # only chooses whose variables it sets).
-LOCAL_ACTIONS = ("assert", "debug", "fail", "include_role", "include_tasks", "include_vars", "meta", "pause",
+LOCAL_ACTIONS = ("add_host", "group_by", "assert", "debug", "fail", "include_role", "include_tasks", "include_vars", "meta", "pause",
                  "set_fact")
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from jinja2 import UndefinedError
 
+from engine.errors import UserError
 from engine.run.actions.call import ActionCall
 from engine.run.includes import reach_of
 from engine.run.task_args import as_written
@@ -236,3 +237,81 @@ def pause(call: ActionCall) -> dict:
     shown = round(took / 60.0, 2) if unit == "minutes" else round(took, 2)
     result.update(stop=str(datetime.datetime.now()), delta=int(took), stdout=f"Paused for {shown} {unit}")
     return result
+
+
+HOST_NAME_KEYS = ("name", "hostname", "host")
+ADD_HOST_SPECIAL = frozenset({"name", "hostname", "groupname", "groups"})  # not host variables (Ansible's set)
+
+
+def add_host(call: ActionCall) -> dict:
+    """Ansible's add_host (once per batch, as its action bypasses the host loop; per item in a loop): the host
+    joins the in-memory inventory, in `groups` (`groupname`, `group`; a list or a comma-separated string), with
+    every other argument as a host variable; the later plays may target it. Its name, and every `ansible_*`
+    variable (the address, port, user, connection, interpreter), must come from the playbook: a host's answer
+    never chooses where the control node connects or what it runs (docs/SAFETY.md)."""
+    from engine.errors import TaskError
+
+    args = call.args
+    name = next((args[k] for k in HOST_NAME_KEYS if args.get(k) is not None), None)
+    if name is None:
+        return {"failed": True, "changed": False, "msg": "name, host or hostname needs to be provided"}
+    _refuse_host_data(call, [k for k in args if k in HOST_NAME_KEYS or str(k).startswith("ansible_")])
+    groups = next((args[k] for k in ("groupname", "groups", "group") if args.get(k) is not None), "")
+    if isinstance(groups, str):
+        groups = [g.strip() for g in groups.split(",") if g.strip()]
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise TaskError(f"{call.where()}: Groups must be specified as a list (groups: [web, db] or 'web,db')")
+    host_name, port = _name_and_port(str(name))
+    host_vars = {k: v for k, v in args.items() if k not in ADD_HOST_SPECIAL}
+    if port is not None:
+        host_vars["ansible_ssh_port"] = port
+    try:
+        changed = call.executor.variables.inventory.add_dynamic_host(host_name, list(dict.fromkeys(groups)),
+                                                                     host_vars, f"{call.where()}: add_host")
+    except UserError as exc:
+        raise TaskError(str(exc)) from None
+    call.executor.variables.refresh_groups()
+    return {"changed": changed, "add_host": {"host_name": host_name, "groups": groups, "host_vars": host_vars}}
+
+
+def _name_and_port(name: str) -> tuple[str, int | None]:
+    """`host:2222` as Ansible's parse_address reads a name with a port (IPv6 in brackets); else the name."""
+    m = re.fullmatch(r"\[([^\]]+)\]:(\d+)|([^:\[\]]+):(\d+)", name)
+    if not m:
+        return name, None
+    return (m.group(1) or m.group(3)), int(m.group(2) or m.group(4))
+
+
+def _refuse_host_data(call: ActionCall, keys: list) -> None:
+    from engine.errors import TaskError
+
+    for key in keys:
+        taint = call.taints.get(key)
+        if taint is not None and taint.hosts:
+            raise TaskError(f"{call.where()}: add_host's '{key}' is built from what a host returned "
+                            f"({taint.describe()}), and a host's answer never names a host the control node then "
+                            "reaches, nor its address, port, user or connection; write it in the playbook or the "
+                            "inventory, or check it first against a list the playbook writes (`when: out.stdout in "
+                            "allowed`) and use the list's item.")
+
+
+def group_by(call: ActionCall) -> dict:
+    """Ansible's group_by: this host joins the group `key` (spaces made '-'), made under `parents` (default
+    all) when new; the later plays may target it. A key built from facts only groups hosts already known."""
+    from engine.errors import TaskError
+
+    key = call.args.get("key")
+    if key is None:
+        return {"failed": True, "changed": False, "msg": "the 'key' param is required when using group_by"}
+    parents = call.args.get("parents", ["all"])
+    parents = [parents] if isinstance(parents, str) else parents
+    if not isinstance(parents, list):
+        raise TaskError(f"{call.where()}: group_by's parents must be a group name or a list of them")
+    group, parent_groups = str(key).replace(" ", "-"), [str(p).replace(" ", "-") for p in parents]
+    try:
+        changed = call.executor.variables.inventory.add_to_group(call.state.host.name, group, parent_groups,
+                                                                 f"{call.where()}: group_by")
+    except UserError as exc:
+        raise TaskError(str(exc)) from None
+    call.executor.variables.refresh_groups()
+    return {"changed": changed, "add_group": group, "parent_groups": parent_groups}
