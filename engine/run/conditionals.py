@@ -87,7 +87,7 @@ def _value(templar: Templar, conditional: Any, view: Mapping) -> Any:
     if not isinstance(rendered, str):
         deprecated(AS_TEMPLATE)
         return rendered
-    if isinstance(rendered, Unsafe) or taint.hosts or not indirect(templar, conditional):
+    if isinstance(rendered, Unsafe) or taint.hosts or not indirect(templar, conditional, view):
         raise BrokenConditional(UNTRUSTED)
     return _expression(templar, rendered, view)
 
@@ -110,7 +110,7 @@ def _expression(templar: Templar, expression: str, view: Mapping) -> Any:
     if not constants:
         return templar.evaluate(expression, view)
     warn(EMBEDDED, EMBEDDED_HELP)
-    overlay = view.with_overlay(constants) if isinstance(view, LazyVars) else ChainMap(constants, view)
+    overlay = view.with_overlay(constants) if isinstance(view, LazyVars) else ChainMap(constants, dict(view))
     return templar.evaluate("".join(pieces), overlay)
 
 
@@ -136,25 +136,38 @@ def as_template(conditional: str) -> str:
     return conditional if all_template(conditional.strip()) else "{{ " + conditional + " }}"
 
 
-def indirect(templar: Templar, text: str) -> bool:
-    """`{{ name }}`, `{{ a.b }}` or `{{ a['b'] }}` alone: the template hands over a variable's value as it is
-    (a string the playbook wrote stays the playbook's); anything else computes a new one."""
+def indirect(templar: Templar, text: str, view: Mapping) -> bool:
+    """`{{ name }}`, `{{ a.b }}` or `{{ a['b'] }}` alone, reading a value the playbook wrote as it is (not a
+    template of its own): the string it hands over stays the playbook's. Anything else computes a new one."""
+    path = _reference_path(templar, text)
+    if path is None:
+        return False
+    raw: Any = view.raw() if isinstance(view, LazyVars) else view
+    for key in path:
+        if not isinstance(raw, Mapping) or key not in raw:
+            return True  # reached through a rendered value: what the variable's own template handed over
+        raw = raw[key]
+    return not (isinstance(raw, str) and is_template(raw) and _reference_path(templar, raw) is None)
+
+
+def _reference_path(templar: Templar, text: str) -> list | None:
+    """['a', 'b'] for `{{ a.b }}` / `{{ a['b'] }}`; None for a template that computes its value."""
     try:
         body = templar.env.parse(text).body
     except TemplateSyntaxError:
-        return False
-    return (len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1
-            and _reference(body[0].nodes[0]))
-
-
-def _reference(node: nodes.Node) -> bool:
-    if isinstance(node, nodes.Name):
-        return True
-    if isinstance(node, nodes.Getattr):
-        return _reference(node.node)
-    if isinstance(node, nodes.Getitem):
-        return isinstance(node.arg, nodes.Const) and _reference(node.node)
-    return False
+        return None
+    if not (len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1):
+        return None
+    node, path = body[0].nodes[0], []
+    while isinstance(node, (nodes.Getattr, nodes.Getitem)):
+        if isinstance(node, nodes.Getattr):
+            path.append(node.attr)
+        elif isinstance(node.arg, nodes.Const):
+            path.append(node.arg.value)
+        else:
+            return None
+        node = node.node
+    return [node.name, *reversed(path)] if isinstance(node, nodes.Name) else None
 
 
 def _type_name(value: Any) -> str:

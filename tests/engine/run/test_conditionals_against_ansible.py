@@ -41,8 +41,8 @@ def test_conditionals_as_ansible_playbook(tmp_path):
     pb = tmp_path / "case" / "pb.yml"
     write(pb, PLAYBOOK.read_text())
     rc, steps, recap, said = same_as_ansible(pb)
-    assert rc == 0 and recap["ignored"] == 13, (steps, recap)
-    assert said.count("Task failed: Encountered untrusted template or expression.") == 4, said
+    assert rc == 0 and recap["ignored"] == 14, (steps, recap)
+    assert said.count("Task failed: Encountered untrusted template or expression.") == 5, said
 
 
 def test_allow_broken_conditionals_in_ansible_cfg_as_ansible_playbook(tmp_path, monkeypatch):
