@@ -45,14 +45,9 @@ REFUSED = {
     "with_flattened": (TASK.format("debug: {msg: a}\n      with_flattened: [[1], [2]]"), "'with_flattened'"),
     "loop_control unknown key": (TASK.format("debug: {msg: a}\n      loop: [1]\n      loop_control: {loop: x}"),
                                  "'loop_control' has unknown key(s) loop"),
-    # dynamic includes
-    "templated include": ("  vars: {n: a}\n" + TASK.format('include_tasks: "t_{{ n }}.yml"'),
-                          "include_tasks: the file must be a name written in the playbook"),
+    # a templated import (include_tasks reads a templated name when reached)
     "templated import": ("  vars: {n: a}\n" + TASK.format('import_tasks: "t_{{ n }}.yml"'),
                          "import_tasks: the file must be a name written in the playbook"),
-    "loop over include_tasks": (TASK.format("include_tasks: t_a.yml\n      loop: [1, 2]"),
-                                "a loop over includes is not supported"),
-    "include_role apply": (TASK.format("include_role: {name: r, apply: {tags: [x]}}"), "not supported: include_role.apply"),
     # modules
     "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
     "git": (TASK.format("git: {repo: 'https://x', dest: /tmp/x}"), "unknown module 'git'"),

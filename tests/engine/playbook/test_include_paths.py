@@ -36,8 +36,8 @@ def test_outside_a_role_beside_the_including_file_then_the_playbooks_folder(tmp_
 
 
 def test_a_roles_handler_includes_a_file_of_its_tasks_folder(tmp_path):
-    """handler_addressing: a handler that includes runs what it includes when notified by its name (Ansible also
-    counts the include itself: one ok more); one that imports has no name to notify, in both tools refused."""
+    """handler_addressing: a handler that includes runs what it includes when notified by its name (the include
+    itself one ok result, as Ansible's); one that imports has no name to notify, in both tools refused."""
     role = tmp_path / "roles" / "h"
     write(role / "tasks" / "main.yml", [{"command": "true", "notify": ["do_include"]}])
     write(role / "handlers" / "main.yml", [{"name": "do_include", "include_tasks": "tasks/handlers.yml"}])
@@ -45,7 +45,7 @@ def test_a_roles_handler_includes_a_file_of_its_tasks_folder(tmp_path):
     book = write(tmp_path / "pb.yml", play([{"import_role": {"name": "h"}}]))
     theirs, mine = ansible(book), ours(book)
     assert theirs[1] == [("h : command", "changed"), ("h : do_include", "ok"), ("h : handler task", "ok")]
-    assert mine[1] == [("h : command", "changed"), ("h : handler task", "ok")]
+    assert mine[1] == theirs[1]
     write(role / "handlers" / "main.yml", [{"name": "do_include", "import_tasks": "tasks/handlers.yml"}])
     theirs, mine = ansible(book), ours(book)
     assert theirs[0] != 0 and mine[0] == 4 and "notifies 'do_include', but no handler has that name" in mine[2]["error"]
