@@ -74,6 +74,11 @@ def prepared(out: str) -> dict:
     return {"prepared": "\n".join(lines[start + 1:end + 1])}
 
 
+def output(out: str, err: str) -> dict:
+    """stdout and stderr, with their lines as Ansible's controller adds them."""
+    return {"stdout": out, "stderr": err, "stdout_lines": out.splitlines(), "stderr_lines": err.splitlines()}
+
+
 def split_spec(spec: str) -> tuple[str, str | None, str | None]:
     parts = re.split(r"(>?=)", spec, maxsplit=1)
     return (parts[0], parts[1], parts[2]) if len(parts) > 1 else (spec, None, None)
@@ -181,9 +186,9 @@ def install(specs: list[str], apt: Apt, upgrade: bool) -> dict:
         cmd += apt.flags(("allow_unauthenticated", "--allow-unauthenticated"), ("allow_downgrade", "--allow-downgrades"),
                          ("allow_change_held_packages", "--allow-change-held-packages"))
         rc, out, err = apt.apt_get(cmd)
-        result = {"changed": True, "stdout": out, "stderr": err, "diff": apt.diff(out)}
+        result = {"changed": True, **output(out, err), "diff": apt.diff(out)}
         if rc:
-            failure = {"msg": f"'apt-get {' '.join(cmd)}' failed: {err}", "stdout": out, "stderr": err, "rc": rc}
+            failure = {"msg": f"'apt-get {' '.join(cmd)}' failed: {err}", **output(out, err), "rc": rc}
     if not apt.ctx.check:
         mark_manual(names, apt)
     if failure:
@@ -220,7 +225,7 @@ def remove(specs: list[str], apt: Apt) -> dict:
     if rc:
         quoted = " ".join(f"'{p}'" for p in gone)
         raise ModuleError(f"'apt-get remove {quoted}' failed: {err}", stdout=out, stderr=err, rc=rc)
-    return {"changed": True, "stdout": out, "stderr": err, "diff": apt.diff(out)}
+    return {"changed": True, **output(out, err), "diff": apt.diff(out)}
 
 
 def cleanup(operation: str, apt: Apt) -> dict:
@@ -228,7 +233,7 @@ def cleanup(operation: str, apt: Apt) -> dict:
     rc, out, err = apt.apt_get(cmd)
     if rc:
         raise ModuleError(f"'apt-get {operation}' failed: {err}", stdout=out, stderr=err, rc=rc)
-    return {"changed": CLEANUP_CHANGED[operation] in out, "stdout": out, "stderr": err, "diff": apt.diff(out)}
+    return {"changed": CLEANUP_CHANGED[operation] in out, **output(out, err), "diff": apt.diff(out)}
 
 
 def upgrade(mode: str, apt: Apt) -> dict:
@@ -243,8 +248,8 @@ def upgrade(mode: str, apt: Apt) -> dict:
     if rc:
         raise ModuleError(f"'apt-get {' '.join(command)}' failed: {err}", stdout=out, rc=rc)
     if APT_GET_ZERO in out:
-        return {"changed": False, "msg": out, "stdout": out, "stderr": err}
-    return {"changed": True, "msg": out, "stdout": out, "stderr": err, "diff": apt.diff(out)}
+        return {"changed": False, "msg": out, **output(out, err)}
+    return {"changed": True, "msg": out, **output(out, err), "diff": apt.diff(out)}
 
 
 def install_debs(apt: Apt) -> dict:
@@ -267,7 +272,7 @@ def install_debs(apt: Apt) -> dict:
             continue
         debs.append(path)
     if not debs:
-        return {"changed": False, "stdout": "", "stderr": "", "diff": ""}
+        return {"changed": False, **output("", ""), "diff": ""}
     cmd = ["-y", *apt.dpkg, *apt.flags(("force", "--force-yes"), ("fail_on_autoremove", "--no-remove"),
                                        ("allow_unauthenticated", "--allow-unauthenticated"),
                                        ("allow_downgrade", "--allow-downgrades"),
@@ -278,7 +283,7 @@ def install_debs(apt: Apt) -> dict:
     rc, out, err = apt.apt_get(cmd)
     if rc:
         raise ModuleError(f"apt-get install {' '.join(debs)} failed", stdout=out, stderr=err, rc=rc)
-    return {"changed": True, "stdout": out, "stderr": err, "diff": prepared(out)}
+    return {"changed": True, **output(out, err), "diff": prepared(out)}
 
 
 def cache_fields(apt: Apt) -> dict:
@@ -359,7 +364,7 @@ def clean(apt: Apt) -> dict:
     rc, out, err = apt.apt_get(["clean"])
     if rc or err:
         raise ModuleError("apt-get clean failed" + (f": {err}" if err and not rc else ""), stdout=out, rc=rc)
-    return {"changed": True, "msg": out, "stdout": out, "stderr": err, "diff": apt.diff(out)}
+    return {"changed": True, "msg": out, **output(out, err), "diff": apt.diff(out)}
 
 
 def steps(apt: Apt) -> dict:
