@@ -49,7 +49,6 @@ REFUSED = {
     "templated import": ("  vars: {n: a}\n" + TASK.format('import_tasks: "t_{{ n }}.yml"'),
                          "import_tasks: the file must be a name written in the playbook"),
     # modules
-    "package": (TASK.format("ansible.builtin.package: {name: curl}"), "unknown module 'package'"),
     "git": (TASK.format("git: {repo: 'https://x', dest: /tmp/x}"), "unknown module 'git'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),
     # filters, lookups, facts, localhost
