@@ -173,7 +173,7 @@ def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags,
     inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
     inv.set_defaults(host_defaults or {})
     path = resolve_playbook(playbook)
-    plays = load_playbook(path)
+    plays = load_playbook(path, extra_vars=extra_vars)  # a templated import's name reads -e
     runner = Runner(inv, extra_vars=extra_vars, tags=set(tags or ()), skip_tags=set(skip_tags or ()), limit=limit,
                     **settings)
     inv.grows = any(t.module in ("add_host", "group_by") for p in plays for t in p.all_tasks())  # new names later

@@ -28,6 +28,7 @@ class ParseContext:
     # (id(play), RoleCall.identity) of each role use read so far: a role used again with the same parameters runs
     # once per play, as Ansible's (shared by the contexts replace() derives for one playbook's plays)
     roles_run: set = field(default_factory=set)
+    extra_vars: dict = field(default_factory=dict)  # -e: a templated import name renders with them (and vars)
 
     def __post_init__(self) -> None:
         if self.budget is None:

@@ -26,7 +26,14 @@ from engine.playbook.keywords import (
     wrong,
 )
 from engine.playbook.model import Play, walk_tasks
-from engine.playbook.tasks import inherit_become, inherit_environment, load_role, parse_tasks, short_names
+from engine.playbook.tasks import (
+    inherit_become,
+    inherit_environment,
+    load_role,
+    load_time_name,
+    parse_tasks,
+    short_names,
+)
 from engine.template.templar import Templar
 
 
@@ -201,12 +208,13 @@ def _check_notified_handlers(play: Play) -> None:
                 )
 
 
-def load_playbook(path: str | Path, budget: LoadBudget | None = None) -> list[Play]:
+def load_playbook(path: str | Path, budget: LoadBudget | None = None, extra_vars: dict | None = None) -> list[Play]:
     """Every play of a playbook (and of the playbooks it imports, in place), checked before any host is touched;
-    everything it brings in is read within one budget (engine/parsing/yamlfile.py LoadBudget; a fresh one by default)."""
+    everything it brings in is read within one budget (engine/parsing/yamlfile.py LoadBudget; a fresh one by default).
+    `extra_vars` (-e): what a templated import name may read, besides the vars written with it (and the play's)."""
     path = Path(path)
     return _load_playbook(path, ParseContext(path, including=((path.resolve(), str(path)),),
-                                             budget=budget or LoadBudget(path)))
+                                             budget=budget or LoadBudget(path), extra_vars=dict(extra_vars or {})))
 
 
 def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
@@ -214,7 +222,8 @@ def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
     data = load_yaml(path, "playbook", ctx.budget)
     if not isinstance(data, list):
         raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
-    loading = ParseContext(path, including=ctx.including, budget=ctx.budget)  # its own roles and task files
+    loading = ParseContext(path, including=ctx.including, budget=ctx.budget,  # its own roles and task files
+                           extra_vars=ctx.extra_vars)
     plays: list[Play] = []
     for i, raw in enumerate(data):
         raw = short_names(raw, f"{path}: play {i + 1}")
@@ -231,13 +240,17 @@ IMPORT_PLAYBOOK_KEYS = {"import_playbook", "name", "vars", "tags", "when"}
 def import_playbook(raw: dict, path: Path, where: str, ctx: ParseContext) -> list[Play]:
     """`- import_playbook: FILE` (beside the importing playbook, or absolute) with optional vars, tags and when:
     its plays here, as Ansible's static import: the vars given win over each play's own, the tags and the
-    condition go to every task. A templated name, a cycle or a missing file is refused at load."""
+    condition go to every task. A templated name renders now, from -e and the import's vars (as Ansible's); a
+    cycle or a missing file is refused at load."""
     file = raw["import_playbook"]
     bad = sorted(map(str, set(raw) - IMPORT_PLAYBOOK_KEYS))
-    if bad or not (isinstance(file, str) and file.strip()) or "{{" in file or "{%" in file:
-        why = f"unknown keyword(s) {', '.join(bad)}" if bad else "the file must be a name written in the playbook"
+    if bad or not (isinstance(file, str) and file.strip()):
+        why = f"unknown keyword(s) {', '.join(bad)}" if bad else "the file must be a name"
         raise UserError(f"{where}: import_playbook: {why}; write `- import_playbook: FILE.yaml` with optional vars, "
                         "tags and when")
+    if is_template_text(file):
+        file = load_time_name(file, ctx, variables_of(raw.get("vars"), where), f"{where} (import_playbook)",
+                              "import_playbook")
     target = Path(file) if Path(file).is_absolute() else path.parent / file
     if not target.is_file():
         raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")

@@ -447,10 +447,12 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     file, apply = _include_spec(raw[key], key, source, include)
     bad = sorted(map(str, set(raw) - IMPORT_KEYS - (INCLUDE_ONLY_KEYS if include else set()) - handler_keys - {key}))
     dynamic = include and (_looped(raw) or is_template_text(file))
-    if bad or not isinstance(file, str) or not file.strip() or (not include and is_template_text(file)):
+    if bad or not isinstance(file, str) or not file.strip():
         why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "") \
-            if bad else "the file must be a name written in the playbook (templated names need include_tasks)"
+            if bad else "the file must be a name"
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
+    if not include and is_template_text(file):  # a static import's name renders now, as Ansible's
+        file = load_time_name(file, ctx, variables_of(raw.get("vars"), source), f"{source} ({key})", key)
     if ctx.play is None and (dynamic or apply):
         raise UserError(f"{source}: {key} in handlers is read as an import: a templated file name, a loop or apply "
                         "is not supported there; include the file from a task instead")
@@ -680,9 +682,13 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     name = spec.get("name", spec.get("role")) if isinstance(spec, dict) else None
     templated = [k for k in ("vars_from", "defaults_from", "handlers_from")
                  if isinstance(spec, dict) and is_template_text(spec.get(k))]
-    if bad or templated or not (isinstance(name, str) and name.strip()) or (not include and is_template_text(name)):
-        raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name written in the playbook, "
-                        f"or templated in include_role, optionally with {', '.join(ROLE_INCLUDE_OPTIONS[2:])}) and "
+    for option in ("name", "tasks_from") if not include and isinstance(spec, dict) else ():  # render now (Ansible)
+        if is_template_text(spec.get(option)):
+            spec = {**spec, option: load_time_name(spec[option], ctx, variables_of(raw.get("vars"), source),
+                                                   f"{source} ({key})", option)}
+            name = spec.get("name", spec.get("role"))
+    if bad or templated or not (isinstance(name, str) and name.strip()):
+        raise UserError(f"{source}: write {key} as `- {key}: {{name: ROLE}}` (a role name, optionally with {', '.join(ROLE_INCLUDE_OPTIONS[2:])}) and "
                         f"vars, when, tags and become beside it{'; not supported: ' + ', '.join(bad + templated) if bad or templated else ''}")
     assert ctx.play is not None  # noqa: S101 - _parse_entry checked it
     where = f"{source} ({key} {name})"
@@ -800,3 +806,23 @@ def role_exists(name: str, playbook: Path) -> bool:
     except UserError:
         return False
     return True
+
+
+def load_time_name(text: str, ctx: ParseContext, own_vars: dict, where: str, field: str) -> str:
+    """A static import's templated name (import_playbook, import_tasks, import_role's tasks_from), rendered when
+    the playbook loads, as Ansible's: from -e, the vars written with it and the play's vars (no host's: none is
+    known yet). One that does not render is refused naming the field."""
+    from collections import ChainMap
+
+    templar = Templar(environment())
+    layers = ChainMap(ctx.extra_vars, own_vars, ctx.play.vars if ctx.play is not None else {},
+                      {"playbook_dir": str(ctx.playbook.parent)})
+    try:
+        value = templar.render_value(text, templar.view(layers))
+    except Exception as exc:  # undefined, a syntax error
+        raise UserError(f"{where}: {field} {text!r} does not render when the playbook loads ({exc}); a static "
+                        "import's name may read -e, the vars written with it and the play's vars (use include_tasks "
+                        "/ include_role to read a host's variables)") from None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: {field} {text!r} rendered to {value!r}, not a file name")
+    return value

@@ -45,9 +45,6 @@ REFUSED = {
     "with_flattened": (TASK.format("debug: {msg: a}\n      with_flattened: [[1], [2]]"), "'with_flattened'"),
     "loop_control unknown key": (TASK.format("debug: {msg: a}\n      loop: [1]\n      loop_control: {loop: x}"),
                                  "'loop_control' has unknown key(s) loop"),
-    # a templated import (include_tasks reads a templated name when reached)
-    "templated import": ("  vars: {n: a}\n" + TASK.format('import_tasks: "t_{{ n }}.yml"'),
-                         "import_tasks: the file must be a name written in the playbook"),
     # modules
     "git": (TASK.format("git: {repo: 'https://x', dest: /tmp/x}"), "unknown module 'git'"),
     "another collection": (TASK.format("community.general.ufw: {state: enabled}"), "community.general"),

@@ -56,7 +56,7 @@ def test_include_role_with_tasks_from_vars_and_when(tmp_path, ansible_role):
 
 @pytest.mark.parametrize("entry, needle", [
     ({"include_role": {"name": "web", "bogus": 1}}, "not supported: include_role.bogus"),
-    ({"import_role": {"name": "{{ which }}"}}, "a role name written in the playbook"),
+    ({"import_role": {"name": "{{ which }}"}}, "'{{ which }}' does not render when the playbook loads"),
     ({"include_role": {"name": "web"}, "until": "x"}, "not supported: until"),
     ({"include_role": {"name": "nope"}}, "unknown role 'nope'"),
 ])
@@ -86,7 +86,7 @@ def test_import_playbook_runs_its_plays_in_place_with_vars_tags_and_when(tmp_pat
 @pytest.mark.parametrize("entry, needle", [
     ({"import_playbook": "site.yml"}, "imports itself"),
     ({"import_playbook": "missing.yml"}, "not found"),
-    ({"import_playbook": "{{ x }}.yml"}, "written in the playbook"),
+    ({"import_playbook": "{{ x }}.yml"}, "does not render when the playbook loads ('x' is undefined)"),
     ({"import_playbook": "other.yml", "hosts": "all"}, "unknown keyword(s) hosts"),
 ])
 def test_bad_import_playbook_is_refused_at_load(tmp_path, entry, needle):

@@ -4,6 +4,7 @@ recap, for the tests that compare the two."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -55,8 +56,9 @@ def ansible(playbook: Path, hosts: tuple[str, ...], args: tuple[str, ...] = (), 
     return proc.returncode, counts, proc.stdout + proc.stderr
 
 
-def ours(playbook: Path, hosts: tuple[str, ...], tags: tuple[str, ...] = ()) -> tuple[int, dict, str]:
-    res = run_playbook(str(playbook), inventory=inventory(hosts), tags=set(tags) or None)
+def ours(playbook: Path, hosts: tuple[str, ...], tags: tuple[str, ...] = (), extra_vars: dict | None = None
+         ) -> tuple[int, dict, str]:
+    res = run_playbook(str(playbook), inventory=inventory(hosts), tags=set(tags) or None, extra_vars=extra_vars)
     counts = {h: {k: int(res.recap[h][k]) for k in COUNTS} for h in hosts if h in res.recap}
     failures = [f"{r.host} {r.task}: {r.msg}" for r in res.results if r.status == "failed"]
     return res.exit_code, counts, f"{res.error or ''}\n" + "\n".join(failures)
@@ -70,15 +72,15 @@ def copy_target(tmp: Path, target: str = "include_import") -> Path:
 
 
 def same_as_ansible(folder: Path, playbook: str, hosts: tuple[str, ...] = ("testhost",),
-                    tags: tuple[str, ...] = ()) -> tuple[int, dict]:
-    """Both tools on copies of `folder`; their exit codes (0 or not) and recaps asserted equal."""
+                    tags: tuple[str, ...] = (), extra_vars: dict | None = None) -> tuple[int, dict]:
+    """Both tools on copies of `folder` (with --tags, -e); their exit codes (0 or not) and recaps asserted equal."""
     copies = {}
     for tool in ("ansible", "ours"):
         copies[tool] = folder.parent / f"{folder.name}-{tool}"
         shutil.copytree(folder, copies[tool])
-    args = tuple(a for t in tags for a in ("--tags", t))
+    args = tuple(a for t in tags for a in ("--tags", t)) + (("-e", json.dumps(extra_vars)) if extra_vars else ())
     code_a, theirs, out_a = ansible(copies["ansible"] / playbook, hosts, args, copies["ansible"] / "roles")
-    code_o, mine, out_o = ours(copies["ours"] / playbook, hosts, tags)
+    code_o, mine, out_o = ours(copies["ours"] / playbook, hosts, tags, extra_vars)
     assert (code_o == 0, mine) == (code_a == 0, theirs), f"ansible-playbook: {code_a} {theirs}\n{out_a[-3000:]}\n" \
                                                          f"ours: {code_o} {mine}\n{out_o[-3000:]}"
     return code_o, mine

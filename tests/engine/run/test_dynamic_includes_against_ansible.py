@@ -24,15 +24,15 @@ def _hello_files(folder):
 
 
 @pytest.mark.parametrize("playbook, hosts, tags", [
-    ("test_include_loop.yml", ("testhost",), ()),
+    ("test_include_loop.yml", ("localhost",), ()),
     ("test_copious_include_tasks.yml", ("testhost",), ()),
     ("test_nested_tasks.yml", ("testhost",), ()),
-    ("test_loop_var_bleed.yaml", ("testhost",), ()),
-    ("test_null_include_filename.yml", ("testhost",), ()),
+    ("test_loop_var_bleed.yaml", ("localhost",), ()),
+    ("test_null_include_filename.yml", ("localhost",), ()),
     ("apply/include_apply.yml", HOSTS, ("foo",)),
     ("undefined_var/playbook.yml", ("testhost",), ()),
-    ("valid_include_keywords/playbook.yml", ("testhost",), ()),
-    ("parent_templating/playbook.yml", ("testhost",), ()),
+    ("valid_include_keywords/playbook.yml", ("localhost",), ()),
+    ("parent_templating/playbook.yml", ("localhost",), ()),
     ("tasks/test_include_tasks.yml", ("testhost",), ()),
     ("tasks/test_include_dupe_loop.yml", ("testhost",), ()),
 ])
@@ -40,6 +40,15 @@ def test_ansible_cores_include_import_playbooks(tmp_path, playbook, hosts, tags)
     folder = copy_target(tmp_path)
     _hello_files(folder)
     same_as_ansible(folder, playbook, hosts, tags)
+
+
+def test_templated_static_import_names_render_at_load(tmp_path):
+    """runme.sh's test_templated_filenames.yml: import_playbook, import_tasks and import_role's tasks_from named by
+    -e, the import's vars and the play's vars."""
+    folder = copy_target(tmp_path)
+    code, recap = same_as_ansible(folder, "playbook/test_templated_filenames.yml", ("localhost",), extra_vars={
+        "pb": "validate_templated_playbook.yml", "tasks": "validate_templated_tasks.yml", "tasks_from": "templated.yml"})
+    assert code == 0 and recap["localhost"]["ok"] == 8
 
 
 def test_setup_remote_tmp_dir_first_found_include(tmp_path):
