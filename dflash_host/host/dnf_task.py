@@ -92,7 +92,8 @@ class Dnf:
 
 def transaction_lines(out: str) -> list[str]:
     """dnf's summary of what it did ("Installed: NAME-VERSION.ARCH", ...), as Ansible's results list it."""
-    results, section = [], None
+    results: list[str] = []
+    section: str | None = None
     for line in out.splitlines():
         head = line.strip().rstrip(":")
         if line and not line.startswith(" ") and head in ("Installed", "Upgraded", "Removed", "Downgraded",
