@@ -13,6 +13,15 @@ from typing import Any, TextIO
 
 from engine.cache import write_atomically
 from engine.errors import UserError
+from engine.report.ansible_format import (
+    INCLUDES,
+    banner,
+    include_lines,
+    meta_message,
+    meta_once,
+    recap_line,
+    result_lines,
+)
 from engine.run.results import STATUSES, TaskResult
 
 _COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
@@ -31,12 +40,15 @@ def printable(text: str, indent: str = "    ") -> str:
 
 
 class Console:
-    """PLAY/TASK banners, one line per host result, a RECAP, and a live line for long tasks."""
+    """ansible-playbook's default output (engine/report/ansible_format.py: PLAY/TASK banners, one line per host
+    result, [WARNING]/[ERROR] lines, a PLAY RECAP) and, on top, a live line for long tasks."""
 
     LIVE_AFTER_S = 3.0
 
-    def __init__(self, stream: TextIO | None = None, verbose: int = 0, show_diff: bool = False, quiet: bool = False) -> None:
+    def __init__(self, stream: TextIO | None = None, verbose: int = 0, show_diff: bool = False, quiet: bool = False,
+                 err: TextIO | None = None) -> None:
         self.out = stream or sys.stdout
+        self.err = err if err is not None else (sys.stderr if stream is None else self.out)
         self.verbose = verbose
         self.show_diff = show_diff
         self.quiet = quiet
@@ -48,6 +60,8 @@ class Console:
         self._last_progress: dict[str, str] = {}
         self._live_shown = False
         self._next_plain = 0.0
+        self._meta_shown = False
+        self._title = ""
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -56,28 +70,40 @@ class Console:
             return text
         return f"\033[{_COLORS[status]}m{text}\033[0m"
 
-    def _write(self, line: str) -> None:
+    def _write(self, line: str, stream: TextIO | None = None) -> None:
+        """One line, or several at once (a host's result: another host's lines never come between them)."""
         if self.quiet:
             return
         with self._lock:
             if self._live_shown:
                 self.out.write("\r\033[K")
                 self._live_shown = False
-            self.out.write(line + "\n")
-            self.out.flush()
+            target = stream or self.out
+            target.write(line + "\n")
+            target.flush()
 
     def _banner(self, title: str) -> None:
-        width = min(shutil.get_terminal_size((100, 20)).columns, 100)
-        self._write("")
-        self._write(title + " " + "*" * max(3, width - len(title) - 1))
+        self._title = title
+        self._write("\n" + self._banner_line(title))
+
+    def _banner_line(self, title: str) -> str:
+        """Ansible's width: the terminal's less one (at least 79; 79 when not a terminal)."""
+        return banner(title, max(79, shutil.get_terminal_size((0, 20)).columns - 1) if self.tty else 79)
+
+    def warning(self, text: str) -> None:
+        """Ansible's `[WARNING]: ...` line, on stderr."""
+        self._write(self._color(f"[WARNING]: {printable(text, indent='')}", "warn"), self.err)
 
     def play_start(self, play, hosts: list[str]) -> None:
-        self._banner(f"PLAY [{play.name}]")
+        name = str(play.name or "").strip()
+        self._banner(f"PLAY [{name}]" if name else "PLAY")
         if not hosts:
-            self._write("skipping: no hosts matched")
+            self._write(self._color("skipping: no hosts matched", "skipped"))
 
     def task_start(self, name: str, role: str | None, hosts: list[str], handler: bool = False) -> None:
         kind = "RUNNING HANDLER" if handler else "TASK"
+        if name == "Gathering facts" and role is None and not handler:
+            name = "Gathering Facts"  # Ansible's words for a play's fact gathering
         self._banner(f"{kind} [{role + ' : ' if role else ''}{name}]")
         with self._lock:
             self._task = name
@@ -85,6 +111,7 @@ class Console:
             self._next_plain = self._started + 10
             self._pending = set(hosts)
             self._last_progress = {}
+            self._meta_shown = False
         if self._ticker is None and not self.quiet:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
@@ -127,34 +154,45 @@ class Console:
     def host_result(self, res: TaskResult) -> None:
         with self._lock:
             self._pending.discard(res.host)
-        label = {"ok": "ok", "changed": "changed", "failed": "failed", "skipped": "skipping", "unreachable": "unreachable"}[
-            res.status
-        ]
-        if res.ignored:
-            label = "failed (ignored)"
-        line = f"{label}: [{res.host}{f' -> {res.delegated_to}' if res.delegated_to else ''}]"
-        show_msg = res.status in ("failed", "unreachable", "changed") or self.verbose or res.module in ("debug", "assert")
-        msg = printable(res.msg)
-        if msg and show_msg and res.status != "skipped":
-            line += f" {msg}" if res.status not in ("failed", "unreachable") else f"\n    {msg}"
-        elif res.status == "skipped" and self.verbose and msg:
-            line += f" {msg}"
-        if res.duration_s >= 1.0:
-            line += f" ({res.duration_s:.1f}s)"
-        self._write(self._color(line, res.status))
         for w in res.result.get("warnings", []) or []:
-            self._write(self._color(f"  [WARNING] [{res.host}] {printable(str(w))}", "warn"))
+            self.warning(str(w))
+        lines = [self._color(line, status) for line, status in self._lines(res)]
         if self.show_diff or res.diff:  # -D, or the task's `diff: true` (as ansible-playbook shows it)
-            for diff in changed_diffs(res.result):
-                self._write(printable(format_diff(diff), indent=""))
+            lines += [printable(format_diff(diff), indent="") for diff in changed_diffs(res.result)]
         if self.verbose >= 2 and res.result.get("exception"):
-            self._write(printable(str(res.result["exception"]), indent=""))
+            lines.append(printable(str(res.result["exception"]), indent=""))
+        if lines:
+            self._write("\n".join(lines))
+
+    def _lines(self, res: TaskResult) -> list[tuple[str, str]]:
+        """The result's lines as Ansible's callback prints them (an include's `included:`, a meta task's
+        `META:` from -vv), a long task's seconds after its plain status line."""
+        if res.module in INCLUDES and res.status in ("ok", "changed"):
+            return [(line, "skipped") for line in include_lines(res)]
+        if res.module == "meta":
+            return self._meta_lines(res)
+        lines = result_lines(res, self.verbose)
+        if res.duration_s >= 1.0 and len(lines) == 1 and " => " not in lines[0][0]:
+            lines[0] = (f"{lines[0][0]} ({res.duration_s:.1f}s)", lines[0][1])
+        return lines
+
+    def _meta_lines(self, res: TaskResult) -> list[tuple[str, str]]:
+        """A meta task as Ansible shows it: its banner again for each host after the first when it runs per host,
+        `META: ...` from -vv (once when it runs once for all hosts), `skipping: [h]` when its `when` was false."""
+        with self._lock:
+            first, self._meta_shown = not self._meta_shown, True
+        lines = [] if first or meta_once(res) else [("\n" + self._banner_line(self._title), "")]
+        if res.status == "skipped":
+            return lines + result_lines(res, self.verbose)
+        if self.verbose >= 2 and (first or not meta_once(res)):
+            lines.append((f"META: {meta_message(res)}", "ok"))
+        return lines
 
     def recap(self, stats: dict[str, dict], elapsed: float) -> None:
         self._stop.set()
         self._banner("PLAY RECAP")
-        width = max((len(h) for h in stats), default=4)
-        for host, counts in stats.items():
+        for host in sorted(stats):
+            counts = stats[host]
             status = (
                 "failed"
                 if counts["failed"]
@@ -164,9 +202,9 @@ class Console:
                 if counts["changed"]
                 else "ok"
             )
-            line = f"{host:<{width}} : " + "  ".join(f"{s}={counts[s]}" for s in STATUSES)
-            self._write(self._color(line, status))
-        self._write(f"\n{elapsed:.2f}s")
+            self._write(self._color(recap_line(host, counts), status))
+        self._write("")
+        self._write(f"{elapsed:.2f}s")
 
 
 def live_line(elapsed: float, waiting: list[str], notes: dict[str, str], task: str) -> str:
