@@ -50,11 +50,11 @@ def run_timed(argv: list[str], env: dict | None = None, cwd: str | None = None, 
 
 
 def failed_run(argv: list[str], code: int, out: str) -> RunFailed:
-    """The error of a timed process that exited non-zero: its command, the first hosts' failure lines (with the
-    message under each: a 1,000-host recap would hide them) and the last lines it printed."""
+    """The error of a timed process that exited non-zero: its command, the first hosts' failure lines (Ansible's
+    `fatal: [h]: FAILED! => {...}` / `UNREACHABLE!` and a loop item's `failed: [h] (item=...) => {...}`, the
+    message inside: a 1,000-host recap would hide them) and the last lines it printed."""
     lines = out.strip().splitlines()
-    problems = [f"{line}\n{lines[i + 1] if i + 1 < len(lines) else ''}" for i, line in enumerate(lines)
-                if line.startswith(("failed: [", "unreachable: ["))][:5]
+    problems = [line for line in lines if line.startswith(("fatal: [", "failed: ["))][:5]
     tail = "\n".join(lines[-12:])
     return RunFailed(f"{' '.join(argv[:3])} ... exited {code}:\n" + "".join(p + "\n" for p in problems) + tail)
 
