@@ -228,6 +228,8 @@ def changed_diffs(result: dict) -> list[dict]:
 def format_diff(diff: dict) -> str:
     import difflib
 
+    if isinstance(diff.get("prepared"), str):  # a plan, not a before/after (apt's, as Ansible's callback shows it)
+        return "\n".join("    " + line for line in diff["prepared"].splitlines())
     before, after = diff.get("before"), diff.get("after")
     if isinstance(before, str) and isinstance(after, str):
         lines = difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="")
