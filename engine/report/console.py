@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
@@ -13,6 +14,7 @@ from typing import Any, TextIO
 
 from engine.cache import write_atomically
 from engine.errors import UserError
+from engine.report.origin import Locator, origin_lines
 from engine.report.ansible_format import (
     INCLUDES,
     banner,
@@ -62,6 +64,9 @@ class Console:
         self._next_plain = 0.0
         self._meta_shown = False
         self._title = ""
+        self._source: str | None = None
+        self._origin: list[str] | None = None
+        self._locator = Locator()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -100,7 +105,8 @@ class Console:
         if not hosts:
             self._write(self._color("skipping: no hosts matched", "skipped"))
 
-    def task_start(self, name: str, role: str | None, hosts: list[str], handler: bool = False) -> None:
+    def task_start(self, name: str, role: str | None, hosts: list[str], handler: bool = False,
+                   source: str | None = None) -> None:
         kind = "RUNNING HANDLER" if handler else "TASK"
         if name == "Gathering facts" and role is None and not handler:
             name = "Gathering Facts"  # Ansible's words for a play's fact gathering
@@ -112,6 +118,7 @@ class Console:
             self._pending = set(hosts)
             self._last_progress = {}
             self._meta_shown = False
+            self._source, self._origin = source, None
         if self._ticker is None and not self.quiet:
             self._ticker = threading.Thread(target=self._tick, daemon=True)
             self._ticker.start()
@@ -172,9 +179,21 @@ class Console:
         if res.module == "meta":
             return self._meta_lines(res)
         lines = result_lines(res, self.verbose)
+        if any(line.startswith("[ERROR]: ") for line, _ in lines):
+            origin = self._origin_of(res)
+            lines = [(f"{line}\n" + "\n".join(origin), s) if origin and line.startswith("[ERROR]: ") else (line, s)
+                     for line, s in lines]
         if res.duration_s >= 1.0 and len(lines) == 1 and " => " not in lines[0][0]:
             lines[0] = (f"{lines[0][0]} ({res.duration_s:.1f}s)", lines[0][1])
         return lines
+
+    def _origin_of(self, res: TaskResult) -> list[str]:
+        """The Origin block under a failure's [ERROR] line (engine/report/origin.py), found once per task."""
+        with self._lock:
+            if self._origin is None:
+                where = self._locator.find(self._source, res.task, res.module)
+                self._origin = origin_lines(os.path.abspath(where[0]), where[1], where[2]) if where else []
+            return self._origin
 
     def _meta_lines(self, res: TaskResult) -> list[tuple[str, str]]:
         """A meta task as Ansible shows it: its banner again for each host after the first when it runs per host,

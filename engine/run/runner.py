@@ -521,7 +521,8 @@ class Runner:
         """The task on these hosts in parallel; the results it added."""
         before = len(self.executor.results)
         if self.console:
-            self.console.task_start(task.name, task.role, [s.host.name for s in states], handler=handler)
+            self.console.task_start(task.name, task.role, [s.host.name for s in states], handler=handler,
+                                    source=task.source)
         self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
         self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
         if play.fatal(task):
