@@ -27,7 +27,7 @@ DEFAULT_INVENTORY = str(ROOT / "inventory.yaml")
 
 
 def fail_user(exc: Exception | str) -> Exit:
-    print(f"ERROR: {exc}", file=sys.stderr)
+    print(f"[ERROR]: {exc}", file=sys.stderr)
     return Exit(code=4)
 
 
@@ -85,7 +85,7 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:
-        print(f"ERROR: {result.error}", file=sys.stderr)
+        print(f"[ERROR]: {result.error}", file=sys.stderr)
         raise Exit(code=result.exit_code or 4)
     if playbook in SERVING_PLAYBOOKS:
         print_endpoints(result)
