@@ -135,6 +135,7 @@ def run_playbook(
         sections = load_sections(report_sections_of(plays), report_sections, bool(report or junit))
         check_output_path(report, "--report")
         check_output_path(junit, "--junit")
+        console.playbook_start(str(playbook), len(plays))
         results = runner.run(plays)
     except UserError as exc:
         if raise_user_errors:

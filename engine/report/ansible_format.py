@@ -5,6 +5,7 @@ and spacing are Ansible's. Pure text: engine/report/console.py decides when and 
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -160,9 +161,10 @@ def result_lines(res: TaskResult, verbose: int) -> list[tuple[str, str]]:
     return lines
 
 
-def include_lines(res: TaskResult) -> list[str]:
+def include_lines(res: TaskResult, base: str | None = None) -> list[str]:
     """`included: FILE for HOST` (`=> (item=x)` for each item of a looped include), as Ansible announces an
-    include_tasks / include_role it reached; the engine's extra per-item records of a loop print nothing."""
+    include_tasks / include_role it reached; the engine's extra per-item records of a loop print nothing. A file
+    that is there next to the including file (`base`, its folder) is shown by its full path, as Ansible's."""
     items = res.result.get("results")
     reaches = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [res.result]
     out = []
@@ -170,6 +172,9 @@ def include_lines(res: TaskResult) -> list[str]:
         what = reach.get("include") or (reach.get("include_args") or {}).get("name")
         if not what or reach.get("skipped"):
             continue
+        if base and reach.get("include") and not os.path.isabs(str(what)):
+            full = os.path.join(base, str(what))
+            what = full if os.path.isfile(full) else what
         line = f"included: {clean_text(what)} for {res.host}"
         if isinstance(items, list):
             line += f" => (item={item_label(reach)})"

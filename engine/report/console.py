@@ -99,6 +99,12 @@ class Console:
         """Ansible's `[WARNING]: ...` line, on stderr."""
         self._write(self._color(f"[WARNING]: {printable(text, indent='')}", "warn"), self.err)
 
+    def playbook_start(self, playbook: str, plays: int) -> None:
+        """From -vv, Ansible's `PLAYBOOK: NAME` banner and `N plays in PATH` line (scripts count the plays)."""
+        if self.verbose > 1:
+            self._banner(f"PLAYBOOK: {os.path.basename(playbook)}")
+            self._write(f"{plays} plays in {playbook}")
+
     def play_start(self, play, hosts: list[str]) -> None:
         name = str(play.name or "").strip()
         self._banner(f"PLAY [{name}]" if name else "PLAY")
@@ -175,7 +181,9 @@ class Console:
         """The result's lines as Ansible's callback prints them (an include's `included:`, a meta task's
         `META:` from -vv), a long task's seconds after its plain status line."""
         if res.module in INCLUDES and res.status in ("ok", "changed"):
-            return [(line, "skipped") for line in include_lines(res)]
+            where = self._source.split(": task ", 1)[0] if self._source else None
+            base = os.path.dirname(os.path.abspath(where)) if where else None
+            return [(line, "skipped") for line in include_lines(res, base)]
         if res.module == "meta":
             return self._meta_lines(res)
         lines = result_lines(res, self.verbose)
