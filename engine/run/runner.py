@@ -434,6 +434,8 @@ class Runner:
         if not self.task_selected(include.marker):
             return
         ran = self._run_on([s for s in states if s.running], play, include.marker)
+        for r in ran:  # read at load: what it reached is known already
+            self.executor.reaches.take(r.host)
         reached = {r.host for r in ran if r.status == "ok"}
         self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
 
