@@ -460,6 +460,9 @@ class Runner:
             except IncludeNotFound as exc:  # Ansible: the hosts that reached it fail; any other load error stops
                 self._include_failed(members, outcome, str(exc))  # the run (its parser's errors are fatal there too)
                 continue
+            brought = replace(play, tasks=tasks, handlers=[])  # its secret-named vars are secrets before it runs
+            for s, _ in members:
+                self.variables.collect_secrets(s, brought)
             self._run_items([s for s, _ in members], play, tasks)
 
     def _count_items(self, states: list[HostState], include: Include, reached: dict, outcome: dict) -> None:
