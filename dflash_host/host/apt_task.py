@@ -24,7 +24,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from dflash_host.host import apt_query as q
+from dflash_host.host import apt_query
 from dflash_host.module import ModuleError
 
 TYPE_CHECKING = False
@@ -50,8 +50,8 @@ class Apt:
         self.cache_updated, self.cache_update_time = False, 0  # update_cache's answer (set before any package step)
 
     def apt_get(self, argv: list) -> tuple[int, str, str]:
-        rc, out, err = q.run(["apt-get", *argv], self.deadline, q.CHANGE_TIMEOUT_S)
-        if rc != 0 and q.lock_failed(err) and "are you root" not in err:
+        rc, out, err = apt_query.run(["apt-get", *argv], self.deadline, apt_query.CHANGE_TIMEOUT_S)
+        if rc != 0 and apt_query.lock_failed(err) and "are you root" not in err:
             raise ModuleError(f"Failed to lock apt for exclusive operation: {err.strip()}", rc=rc, stdout=out,
                               stderr=err)
         return rc, out, err
@@ -103,7 +103,7 @@ def expand(specs: list[str], apt: Apt) -> list[str]:
         if not set("*?[]!") & set(name):
             out.append(spec)
             continue
-        names = q.package_names(apt.deadline) if names is None else names
+        names = apt_query.package_names(apt.deadline) if names is None else names
         pool = names if ":" in name else [n for n in names if ":" not in n]
         matches = fnmatch.filter(pool, name)
         if not matches:
@@ -112,13 +112,13 @@ def expand(specs: list[str], apt: Apt) -> list[str]:
     return out
 
 
-def best_version(pol: q.Policy, cmp: str | None, version: str | None) -> str | None:
+def best_version(pol: apt_query.Policy, cmp: str | None, version: str | None) -> str | None:
     """The version apt would install: a `=` glob's highest match (it overrides pins, as `apt-get install
     name=version`), else the policy's candidate (default_release counted)."""
     if cmp == "=" and version is not None:
         best: str | None = None
         for v in pol.versions:
-            if fnmatch.fnmatch(v, version) and (best is None or q.version_cmp(v, best) > 0):
+            if fnmatch.fnmatch(v, version) and (best is None or apt_query.version_cmp(v, best) > 0):
                 best = v
         return best
     return pol.candidate
@@ -126,12 +126,12 @@ def best_version(pol: q.Policy, cmp: str | None, version: str | None) -> str | N
 
 def status(name: str, cmp: str | None, version: str | None, apt: Apt, installing: bool) -> tuple:
     """(installed, the installed one matches the spec, the version to install (True: let apt pick), files left)."""
-    pol = q.policy(name, apt.args["default_release"], apt.deadline)
-    installed, current, has_files = q.dpkg_state(name, apt.deadline)
+    pol = apt_query.policy(name, apt.args["default_release"], apt.deadline)
+    installed, current, has_files = apt_query.dpkg_state(name, apt.deadline)
     if not pol.versions:  # apt has no version of this name: virtual, or unknown
         if not installing:
             return False, False, None, False
-        provided_by = q.providers(name, apt.deadline)
+        provided_by = apt_query.providers(name, apt.deadline)
         if not provided_by:
             raise ModuleError(f"No package matching '{name}' is available")
         if len(provided_by) == 1:
@@ -146,8 +146,8 @@ def status(name: str, cmp: str | None, version: str | None, apt: Apt, installing
         return True, fnmatch.fnmatch(current, version), (
             best if best and best != current and fnmatch.fnmatch(best, version) else None), has_files
     if cmp == ">=" and version is not None:
-        return True, q.version_cmp(current, version) >= 0, (
-            best if best and best != current and q.version_cmp(best, version) >= 0 else None), has_files
+        return True, apt_query.version_cmp(current, version) >= 0, (
+            best if best and best != current and apt_query.version_cmp(best, version) >= 0 else None), has_files
     return True, True, (best if best and best != current else None), has_files
 
 
@@ -203,7 +203,7 @@ def mark_manual(names: list[str], apt: Apt) -> None:
     if shutil.which("apt-mark") is None:
         apt.ctx.warn("Could not find apt-mark binary, not marking package(s) as manually installed.")
         return
-    rc, out, err = q.run(["apt-mark", "manual", *names], apt.deadline)
+    rc, out, err = apt_query.run(["apt-mark", "manual", *names], apt.deadline)
     if rc != 0:
         raise ModuleError(f"'apt-mark manual {' '.join(names)}' failed: {err}", stdout=out, stderr=err, rc=rc)
 
@@ -266,9 +266,9 @@ def install_debs(apt: Apt) -> dict:
         path = os.path.abspath(os.path.expanduser(path.strip()))
         if not os.path.isfile(path):
             raise ModuleError(f"Unable to install package: {path} is not a file on the host")
-        name, version = q.deb_field(path, "Package", apt.deadline), q.deb_field(path, "Version", apt.deadline)
-        installed, current, _files = q.dpkg_state(name, apt.deadline)
-        if installed and current is not None and q.version_cmp(current, version) == 0:
+        name, version = apt_query.deb_field(path, "Package", apt.deadline), apt_query.deb_field(path, "Version", apt.deadline)
+        installed, current, _files = apt_query.dpkg_state(name, apt.deadline)
+        if installed and current is not None and apt_query.version_cmp(current, version) == 0:
             continue
         debs.append(path)
     if not debs:
@@ -294,7 +294,7 @@ def update_cache(apt: Apt) -> None:
     """apt-get update when asked (update_cache) and the lists are older than cache_valid_time; sets the task's
     cache_updated (check mode: it would update) and cache_update_time."""
     args, ctx = apt.args, apt.ctx
-    mtime = q.cache_mtime()
+    mtime = apt_query.cache_mtime()
     apt.cache_updated, apt.cache_update_time = False, int(mtime)
     if not (args["update_cache"] or args["cache_valid_time"]) or mtime + args["cache_valid_time"] >= time.time():
         return
@@ -315,7 +315,7 @@ def update_cache(apt: Apt) -> None:
     else:
         raise ModuleError(f"Failed to update apt cache after {args['update_cache_retries']} retries: "
                           f"{error or 'unknown reason'}")
-    after = int(q.cache_mtime())
+    after = int(apt_query.cache_mtime())
     apt.cache_updated = ctx.check or after != apt.cache_update_time
     apt.cache_update_time = after
 
