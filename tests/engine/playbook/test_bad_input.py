@@ -94,7 +94,7 @@ def test_unreachable_host_is_clear(tmp_path, ssh_hosts):
     inv = {"all": {"hosts": {"dead": dict(h.inventory_vars(), ansible_host="127.0.0.251", dfp_connect_retries=1)}}}
     pb, invp, marker = _setup(tmp_path, [], inv=inv)
     code, out = invoke("play", str(pb), "-i", str(invp))
-    assert_clean_error(code, out, marker, "unreachable: [dead]", f"127.0.0.251:{h.port}", "Connection refused", exit_code=3)
+    assert_clean_error(code, out, marker, "fatal: [dead]: UNREACHABLE! => {", f"127.0.0.251:{h.port}", "Connection refused", exit_code=3)
 
 
 @pytest.mark.ssh
