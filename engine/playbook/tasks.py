@@ -430,6 +430,12 @@ def _include_spec(spec: Any, key: str, source: str, include: bool) -> tuple[Any,
     return spec.get("file"), apply
 
 
+def _beside(raw: dict) -> dict:
+    """become* and environment written beside an include (ansible-core refuses them there: "not a valid attribute
+    for a TaskInclude") act as its `apply`, as this tool has always read them: they reach the included tasks."""
+    return {k: raw[k] for k in ("environment", *BECOME_KEYWORDS) if k in raw}
+
+
 def _looped(raw: dict) -> bool:
     return any(k in raw for k in LOOP_KEYWORDS)
 
@@ -445,6 +451,7 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     handler_keys = {"listen"} if ctx.play is None and include else set()
     raw = _with_args(raw, key, source) if include else raw
     file, apply = _include_spec(raw[key], key, source, include)
+    apply = {**_beside(raw), **apply} if include else apply
     bad = sorted(map(str, set(raw) - IMPORT_KEYS - (INCLUDE_ONLY_KEYS if include else set()) - handler_keys - {key}))
     dynamic = include and (_looped(raw) or is_template_text(file))
     if bad or not isinstance(file, str) or not file.strip():
@@ -695,6 +702,7 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     apply = spec.get("apply") or {} if include else {}
     if not isinstance(apply, dict):
         raise wrong(where, "apply", "a mapping of task keywords", apply, "{tags: [web]}")
+    apply = {**_beside(raw), **apply} if include else apply
     if include:
         args = {k: spec[k] for k in ("name", "tasks_from") if k in spec} if "name" in spec else {"name": name}
         if _looped(raw) or any(is_template_text(v) for v in args.values()) or (
