@@ -451,7 +451,6 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     handler_keys = {"listen"} if ctx.play is None and include else set()
     raw = _with_args(raw, key, source) if include else raw
     file, apply = _include_spec(raw[key], key, source, include)
-    apply = {**_beside(raw), **apply} if include else apply
     bad = sorted(map(str, set(raw) - IMPORT_KEYS - (INCLUDE_ONLY_KEYS if include else set()) - handler_keys - {key}))
     dynamic = include and (_looped(raw) or is_template_text(file))
     if bad or not isinstance(file, str) or not file.strip():
@@ -465,6 +464,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
                         "is not supported there; include the file from a task instead")
     where = f"{source} ({key} {file})"
     import_vars = variables_of(raw.get("vars"), where)
+    if include and ctx.play is not None:  # (in handlers read as an import: they reach its tasks that way)
+        apply = {**_beside(raw), **apply}
     if dynamic or (include and ctx.play is not None and "when" in raw and not _task_file_exists(file, ctx)):
         return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]  # missing behind a when
     if include and ctx.play is None:  # a handler's include is read when notified in Ansible: a file that does
