@@ -14,7 +14,6 @@ from typing import Any, TextIO
 
 from engine.cache import write_atomically
 from engine.errors import UserError
-from engine.report.origin import Locator, origin_lines
 from engine.report.ansible_format import (
     INCLUDES,
     banner,
@@ -24,6 +23,7 @@ from engine.report.ansible_format import (
     recap_line,
     result_lines,
 )
+from engine.report.origin import Locator, origin_lines
 from engine.run.results import STATUSES, TaskResult
 
 _COLORS = {"ok": "32", "changed": "33", "failed": "31", "unreachable": "31;1", "skipped": "36", "warn": "35"}
