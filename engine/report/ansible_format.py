@@ -59,6 +59,10 @@ def shown(result: dict, module: str, no_log: bool = False) -> dict:
         msg = str(data.get("msg", ""))
         if msg.startswith("skipped") or msg == data.get("skipped_reason"):
             data.pop("msg")
+        if msg.startswith("skipped: ") and "false_condition" not in data and "skipped_reason" not in data:
+            data["false_condition"] = msg.removeprefix("skipped: ").removeprefix("condition is false: ")
+    elif module == "set_fact":
+        data.pop("msg", None)  # the engine's note; Ansible's set_fact returns none
     if module == "debug":
         if result.get("skipped"):
             data = {k: v for k, v in data.items() if k not in _DEBUG_HIDDEN}
@@ -115,7 +119,7 @@ def item_lines(res: TaskResult, item: dict, verbose: int, no_log: bool) -> list[
     status = _item_status(item)
     label, host = item_label(item, no_log), host_label(res)
     data = shown(item, res.module, no_log)
-    indent = 4 if verbose > 2 or verbose_always(res) else None
+    indent = 4 if verbose > 2 or (verbose_always(res) and status != "skipped") else None
     if status == "failed":
         return [(error_line(res, _msg_of(item)), "failed"),
                 (f"failed: [{host}] (item={label}) => {dump(data, indent)}", "failed")]
