@@ -69,7 +69,7 @@ def test_a_group_is_one_definition_several_modules_use(group, users):
 
 
 def test_a_groups_entries_stand_where_the_group_is_named_the_modules_own_where_it_writes_them():
-    assert list(module_args_spec("shell")) == ["cmd", "executable", *GROUPS["command_options"]]
+    assert list(module_args_spec("shell")) == ["cmd", "executable", "expand_argument_vars", *GROUPS["command_options"]]
     copy = list(module_args_spec("copy"))
     assert copy[copy.index("mode"):copy.index("mode") + 4] == ["mode", "directory_mode", "owner", "group"]
     assert module_args_spec("copy")["mode"]["type"] == "raw"  # from the group; copy's help is its own
