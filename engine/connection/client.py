@@ -31,6 +31,7 @@ from typing import Callable
 from engine.connection import runtime
 from engine.connection.become import Become, BecomeError, start_become
 from engine.connection.connect import connect
+from engine.connection.connection_vars import rendered_host
 from engine.connection.ssh_connect import failure_reason
 from engine.connection.transport import HostSilent, Transport, WorkerDied
 from engine.errors import HostUnreachable, TaskError, UserError
@@ -129,6 +130,7 @@ class WorkerClient:
     def connect(cls, host: Host) -> WorkerClient:
         """Reach the host and start the worker, which then waits: nothing is read or written there yet, so this
         may run while the playbook is still being checked (start() follows once it passed)."""
+        host = rendered_host(host)
         return cls(host, _open_transport(host))
 
     def start(self) -> WorkerClient:
