@@ -225,7 +225,7 @@ def environment_of(value: Any, where: str) -> dict | str:
 LOOP_KEYWORDS = ("loop", "with_items", "with_dict", "with_together", "with_list", "with_sequence", "with_nested",
                  "with_indexed_items", "with_subelements", "with_first_found", "with_fileglob", "with_random_choice")
 # what each takes when written out (a template giving it is checked when it renders)
-_LOOP_SHAPES: dict[str, tuple[Any, str, str]] = {"with_dict": (dict, "a mapping", '"{{ users }}"'),
+_LOOP_SHAPES: dict[str, tuple[Any, str, str]] = {"with_dict": ((dict, list), "a mapping (or a list of them)", '"{{ users }}"'),
                 "with_sequence": ((str, int, list), "a sequence such as 'start=1 end=5' or 'count=3'", "count=3"),
                 "with_first_found": ((str, list, dict), "a file name, a list of them, or {files, paths}",
                                      "[{files: [a.yml, default.yml], paths: [vars]}]"),

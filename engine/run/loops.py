@@ -35,9 +35,7 @@ def loop_items(task: Task, value: Any, play: Play | None = None, from_host: bool
     a host returned (with_fileglob refuses them)."""
     kind = task.loop_kind
     if kind == "with_dict":
-        if not isinstance(value, dict):
-            raise _fail(task, f"with_dict expects a dict, got {type(value).__name__}")
-        return [{"key": k, "value": v} for k, v in value.items()]
+        return dict_items(task, value)
     if kind == "with_sequence":
         try:
             return [i for term in (value if isinstance(value, list) else [value]) for i in sequence_items(term)]
@@ -63,6 +61,17 @@ def loop_items(task: Task, value: Any, play: Play | None = None, from_host: bool
     if kind == "with_random_choice":
         return [secrets.choice(value)] if value else []
     return value  # loop, with_list, with_first_found (its lookup already ran)
+
+
+def dict_items(task: Task, value: Any) -> list:
+    """with_dict: each term (one mapping, or a list of them) as {key, value} items; any other term fails with the
+    dict lookup's message, which playbooks test for."""
+    out: list = []
+    for term in value if isinstance(value, list) else [value]:
+        if not isinstance(term, dict):
+            raise _fail(task, f"the 'dict' lookup plugin expects a dictionary, got '{term}' of type {type(term)})")
+        out += [{"key": k, "value": v} for k, v in term.items()]
+    return out
 
 
 def nested(task: Task, lists: list) -> list:
