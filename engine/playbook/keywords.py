@@ -51,9 +51,11 @@ TASK_KEYWORDS = {
     "delegate_to",
     "delegate_facts",
     "args",
-    *("become", "become_user", "become_method"),
+    *("become", "become_user", "become_method", "remote_user"),
 }
-BECOME_KEYWORDS = ("become", "become_user", "become_method")
+# Who the task runs as: inherited together from play, role entry, block and import (remote_user: Ansible's login
+# user for the task, engine/connection/login.py).
+BECOME_KEYWORDS = ("become", "become_user", "become_method", "remote_user")
 BECOME_METHODS = ("sudo",)
 PLAY_KEYWORDS = {"name", "hosts", "vars", "roles", "tasks", "handlers", "gather_facts", "tags", "pre_tasks",
                  "serial", "max_fail_percentage", "any_errors_fatal", "environment", *BECOME_KEYWORDS}
@@ -360,16 +362,13 @@ def loop_control_of(value: Any, where: str) -> tuple[str, dict]:
 
 
 def become_of(raw: dict, where: str) -> dict:
-    """become/become_user/become_method as given at this level (absent keys are inherited from above)."""
+    """become/become_user/become_method/remote_user as given at this level (absent keys are inherited from above)."""
     out: dict[str, Any] = {}
     if "become" in raw:
         out["become"] = flag(raw["become"], where, "become")
-    if "become_user" in raw:
-        user = raw["become_user"]
-        plain_name_ok = isinstance(user, str) and not any(c in user for c in " \t\n\r\0") and not user.startswith("-")
-        if not (isinstance(user, str) and user.strip()) or not (plain_name_ok or is_template_text(user)):
-            raise wrong(where, "become_user", "a user name (or a template giving one)", user, "root")
-        out["become_user"] = user
+    for key in ("become_user", "remote_user"):
+        if key in raw:
+            out[key] = _user_name(raw[key], where, key)
     if "become_method" in raw:
         method = raw["become_method"]
         if method not in BECOME_METHODS:
@@ -377,6 +376,14 @@ def become_of(raw: dict, where: str) -> dict:
                         method, "sudo")
         out["become_method"] = method
     return out
+
+
+def _user_name(user: Any, where: str, key: str) -> str:
+    """A user name keyword: one word (or a template giving one)."""
+    plain_name_ok = isinstance(user, str) and not any(c in user for c in " \t\n\r\0") and not user.startswith("-")
+    if not (isinstance(user, str) and user.strip()) or not (plain_name_ok or is_template_text(user)):
+        raise wrong(where, key, "a user name (or a template giving one)", user, "root")
+    return user
 
 
 def delegate_to_of(value: Any, where: str) -> str:

@@ -44,6 +44,7 @@ class Task:
     become: bool | None = None
     become_user: str | None = None
     become_method: str | None = None
+    remote_user: str | None = None  # the login user on ssh (the host's ansible_user wins), engine/connection/login.py
     any_errors_fatal: bool | None = None  # None: the block's, else the play's
     # `environment` layers, outermost first (play, blocks, the task): mappings or templates giving one, merged per
     # host at run time (an inner layer's keys win), sent with the module call (engine/run/task_executor.py task_environment)

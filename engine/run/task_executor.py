@@ -17,6 +17,7 @@ from jinja2.sandbox import SecurityError
 
 from dflash_host.module import ModuleError, check_args  # the same argument checks the worker runs
 from engine.connection import become
+from engine.connection.login import check_remote_user
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.parsing.yamlfile import is_variable_name
 from engine.playbook.model import Play, Task
@@ -370,6 +371,7 @@ class TaskExecutor:
         environment, env_taint = self.task_environment(task, view)
         action = handles(task.module, args)
         target = self._target(state, play, task, view, action)
+        check_remote_user(task, target.host, view, self.templar)
         check_task(task, target, taints, env_taint, self.variables.states)  # engine/run/trust.py: before anything runs
         taint = union([*taints.values(), env_taint])
         state.task_taint.add(taint)
