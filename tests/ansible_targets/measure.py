@@ -13,7 +13,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.ansible_targets.docs_table import write
+from tests.ansible_targets.docs_table import documented, totals, write, write_readme
 from tests.ansible_targets.harness import TARGETS, TOOLS, Outcome, ansible_outcome, run_target, scratch_parent
 
 
@@ -63,6 +63,7 @@ def main(argv: list[str]) -> int:
     print(markdown(table))
     if args.write_docs:
         write(markdown(table))
+        write_readme(totals(documented()))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {t: {tool: o.as_dict() for tool, o in by.items()} for t, by in table.items()}, indent=1) + "\n")

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.ansible_targets.docs_table import documented
+from tests.ansible_targets.docs_table import DOC, documented, readme_claim, totals
 from tests.ansible_targets.harness import TARGETS, ansible_outcome, run_target, scratch_parent
-
-pytestmark = [pytest.mark.slow, pytest.mark.ansible_targets]
 
 
 @pytest.fixture
@@ -25,6 +23,8 @@ def scratch():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow
+@pytest.mark.ansible_targets
 @pytest.mark.parametrize("target", TARGETS)
 def test_target_as_documented(target, scratch):
     tmp_path = scratch
@@ -39,3 +39,13 @@ def test_target_as_documented(target, scratch):
         f"{target}: measured {measured}, docs/ANSIBLE.md says {expected}; if the engine improved, rewrite the "
         f"table with `python -m tests.ansible_targets.measure --write-docs`\n" + "\n".join(ours.logs)[-4000:])
     assert ours.passed <= ansible.passed
+
+
+def test_readme_states_the_measured_totals():
+    """README's numbers are docs/ANSIBLE.md's table summed (and that table is the measured one, above)."""
+    table = documented()
+    sums = totals(table)
+    claim = readme_claim((DOC.parent.parent / "README.md").read_text())
+    assert claim["targets"] == len(TARGETS) == len(table)
+    assert {k: claim[k] for k in ("ansible", "ours", "whole")} == sums
+    assert claim["percent_x10"] == round(1000 * sums["ours"] / sums["ansible"])
