@@ -28,7 +28,6 @@ from engine.playbook.modulespec import linked_vars, module_args_spec
 from engine.run.actions.vars_files import include_vars_names
 from engine.run.conditionals import as_template
 from engine.run.variables import MAGIC_VARS
-from engine.template.lookups import check_literal_lookups
 from engine.template.markers import is_template
 from engine.template.templar import Templar
 
@@ -138,7 +137,6 @@ class Preflight:
                 except Exception as exc:
                     raise TemplateSyntaxError(f"{task.source} ('{task.name}'): template syntax error in {value!r}: "
                                               f"{exc}") from None
-                check_literal_lookups(ast, f"{task.source} ('{task.name}')")  # pipe, url...: refused before any host
                 self._parsed[value] = reads
             found = self._parsed[value]
         elif isinstance(value, dict):

@@ -19,8 +19,9 @@ The trust rules hold (engine/template/templar.py):
   arguments read is noted on each call when its template compiles (LookupSites), and followed at render through
   the variables those read;
 - nothing runs on the control node nor leaves it: pipe and lines (commands), url (the network), password (files
-  written) and every lookup not listed here are refused by name, before any host is touched when the name is
-  written out (engine/run/preflight.py), else when the template renders;
+  written) and every lookup not listed here are refused by name when the template renders, before the plugin
+  would run: the task that renders it fails, as a failing lookup fails it in Ansible (so a task that is skipped
+  or whose failure is ignored does not stop the run);
 - secrets: the value of an environment variable named like a secret, of a file named like one, and whatever a
   lookup gives while a secret-named variable renders join the run's secrets (masked wherever output shows them).
 """
@@ -131,18 +132,10 @@ def refusal(name: Any) -> str | None:
     if short in REFUSED:
         why, fix = REFUSED[short]
         return f"lookup('{name}') is refused: {why}, and a lookup's result must be data; {fix}"
-    return (f"lookup('{name}') is not a lookup dflash-provision has (it has {', '.join(sorted(PLUGINS))}; none runs "
+    return (f"lookup('{name}') is not a lookup dflash-provision has: lookup plugin '{name}' not found (it has "
+            f"{', '.join(sorted(PLUGINS))}; none runs "
             "a command, reaches the network or writes a file on the control node); fix the name, or compute the "
             "value with a filter or a task")
-
-
-def check_literal_lookups(ast: nodes.Template, where: str) -> None:
-    """A refused lookup whose name the template writes out stops the run before any host is touched."""
-    for call in _lookup_calls(ast):
-        if call.args and isinstance(call.args[0], nodes.Const):
-            why = refusal(call.args[0].value)
-            if why:
-                raise UserError(f"{where}: {why}.")
 
 
 # -- what a lookup's arguments read, noted when the template compiles ---------------------------------------------

@@ -288,24 +288,37 @@ def test_a_hosts_answer_cannot_choose_an_environment_variable(project, monkeypat
     ("ansible.builtin.pipe", "would run a command"), ("community.general.redis", "is not a lookup dflash-provision has"),
     ("csvfile", "is not a lookup dflash-provision has"),
 ])
-def test_refused_lookups_stop_the_run_before_any_host_is_touched(project, name, needle):
+def test_refused_lookups_fail_their_task_when_it_renders(project, name, needle):
     marker = project / "touched"
     res = run(project, [
         {"name": "would touch", "file": {"path": str(marker), "state": "directory"}},
         {"name": "uses it", "debug": {"msg": f"{{{{ lookup('{name}', 'touch {marker}-by-pipe') }}}}"}},
     ])
-    assert res.exit_code == 4 and needle in res.error and f"lookup('{name}')" in res.error, res.error
-    assert "pb.yaml: task 2 ('uses it')" in res.error and "\n" not in res.error
-    assert not marker.exists() and not (project / "touched-by-pipe").exists()
+    uses = res.find("uses it", "localhost")[0]
+    assert res.exit_code == 2 and uses.status == "failed", res.tasks
+    assert needle in uses.msg and f"lookup('{name}')" in uses.msg and "pb.yaml: task 2 ('uses it')" in uses.msg
+    assert marker.exists() and not (project / "touched-by-pipe").exists()
 
 
-def test_a_refused_lookup_in_a_variable_the_task_reads_is_found_before_any_host(project):
+def test_a_refused_lookup_in_a_skipped_or_ignored_task_does_not_stop_the_run(project):
+    marker = project / "touched-by-pipe"
+    res = run(project, [
+        {"name": "skipped", "debug": {"msg": f"{{{{ lookup('pipe', 'touch {marker}') }}}}"}, "when": False},
+        {"name": "ignored", "debug": {"msg": f"{{{{ lookup('pipe', 'touch {marker}') }}}}"}, "ignore_errors": True},
+        {"name": "after", "debug": {"msg": "ran"}},
+    ])
+    assert res.exit_code == 0 and res.find("ignored", "localhost")[0].status == "failed", res.tasks
+    assert res.find("after", "localhost")[0].status == "ok" and not marker.exists()
+
+
+def test_a_refused_lookup_in_a_variable_the_task_reads_fails_that_task(project):
     marker = project / "touched"
     res = run(project, [
         {"name": "would touch", "file": {"path": str(marker), "state": "directory"}},
         {"name": "uses it", "debug": {"msg": "{{ who }}"}},
     ], {"who": "{{ query('pipe', 'id') }}"})
-    assert res.exit_code == 4 and "lookup('pipe') is refused" in res.error and not marker.exists(), res.error
+    uses = res.find("uses it", "localhost")[0]
+    assert res.exit_code == 2 and "lookup('pipe') is refused" in uses.msg and marker.exists(), res.tasks
 
 
 def test_a_lookup_name_computed_at_render_is_refused_there(project):
@@ -405,5 +418,5 @@ def test_the_cli_prints_a_refusal_as_one_paragraph(project):
     proc = subprocess.run([sys.executable, "-m", "invoke", "play", str(book), "-i", str(inv)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 4 and "Traceback" not in out, out
+    assert proc.returncode == 2 and "Traceback" not in out, out
     assert "('uses pipe'): lookup('pipe') is refused" in out and "`command` task" in out, out
