@@ -80,8 +80,9 @@ def resolve_playbook(name: str | Path) -> Path:
     raise UserError(f"playbook '{name}' not found (looked for {p} and playbooks/{name}.yaml)")
 
 
-def exit_code_for(recap: dict) -> int:
-    if any(c["failed"] for c in recap.values()):
+def exit_code_for(recap: dict, cleared: dict | None = None) -> int:
+    """`cleared`: per host, the failures a `meta: clear_host_errors` forgot (they fail no run, as in Ansible)."""
+    if any(c["failed"] > (cleared or {}).get(h, 0) for h, c in recap.items()):
         return EXIT_FAILED
     if any(c["unreachable"] for c in recap.values()):
         return EXIT_UNREACHABLE
@@ -145,7 +146,7 @@ def run_playbook(
     recap = recap_of(results, hosts)
     elapsed = time.monotonic() - started
     console.recap(recap, elapsed)
-    code = exit_code_for(recap)
+    code = exit_code_for(recap, runner.failures_cleared)
     meta = {"playbook": str(path), "check": check, "exit_code": code, "elapsed_s": round(elapsed, 3)}
     if runner.rolls:
         meta["rolling"] = runner.rolls

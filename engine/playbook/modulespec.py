@@ -32,7 +32,8 @@ ENGINE_ACTIONS: dict[str, dict | None] = {
     "group_by": {"key": {"type": "str", "required": True}, "parents": {"type": "raw"}},
     # `- meta: flush_handlers` (a string in the playbook, read as {action: ...}); the runner acts on it
     "meta": {"action": {"type": "str", "required": True, "choices": ["flush_handlers", "reset_connection", "end_host",
-                                                                     "end_batch", "end_play", "noop"]}},
+                                                                     "end_batch", "end_play", "noop",
+                                                                     "clear_host_errors"]}},
     # the include itself (engine/playbook/model.py Include): one ok result per host it reaches, as Ansible's "included"
     "include_tasks": {"file": {"type": "str", "required": True}},
     "include_role": {"name": {"type": "str", "required": True}, "tasks_from": {"type": "str"}},

@@ -104,6 +104,8 @@ class Runner:
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
         self._pool: ThreadPoolExecutor | None = None
+        self.failures_cleared: dict[str, int] = {}  # per host, its failures a clear_host_errors forgot (exit code)
+        self.errors_cleared = 0  # how many `meta: clear_host_errors` ran (an always section then forgets its failures)
         self.play_ended = False  # meta: end_play in the current play (its later batches are not run)
         self._states_lock = threading.Lock()  # delegated tasks of several hosts' threads may add a delegate's state
         self._load_lock = threading.Lock()  # includes read when reached (the free strategy's hosts run in threads)
@@ -392,11 +394,24 @@ class Runner:
         elif action == "end_host":
             for s in states:
                 s.ended = s.ended or s.host.name in hit
+        elif action == "clear_host_errors" and hit:
+            self._clear_host_errors(states)
         elif action in ("end_batch", "end_play") and self._first_ran(states, ran) in hit:
             # as Ansible's, which runs these once: the first host's `when` decides for the whole batch
             for s in states:
                 s.ended = True
             self.play_ended = self.play_ended or action == "end_play"  # and no later batch (Ansible 2.12+)
+
+    def _clear_host_errors(self, states: list[HostState]) -> None:
+        """`meta: clear_host_errors`: the hosts' failed state is forgotten, so they go on with the play after the
+        block; the recap still counts their failures but the exit code does not (as Ansible's); an unreachable host
+        stays unreachable."""
+        for s in states:
+            s.failed = False
+            self.failures_cleared[s.host.name] = sum(
+                r.status == "failed" and not r.ignored and not r.rescued and r.module != "meta"
+                for r in self.executor.results if r.host == s.host.name)
+        self.errors_cleared += 1
 
     @staticmethod
     def _first_ran(states: list[HostState], ran: list) -> str | None:
@@ -509,7 +524,10 @@ class Runner:
             still_failed = {id(s) for s in entered if s.failed}
             for s in entered:
                 s.failed = False  # always runs on failed hosts too; they stay failed afterwards
+            cleared = self.errors_cleared
             self._run_items([s for s in entered if not s.unreachable and not s.ended], play, block.always)
+            if self.errors_cleared != cleared:  # a meta: clear_host_errors in the always: its hosts go on
+                still_failed.clear()
             for s in entered:
                 s.failed = s.failed or id(s) in still_failed
             self.stops.fatal = fatal or self.stops.fatal
