@@ -83,8 +83,8 @@ def _coerce(name: str, value: Any, typ: str, module: str) -> Any:
             pass
     if typ == "list" and isinstance(value, str):
         return [value]
-    if typ in ("str", "path") and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
+    if typ in ("str", "path") and isinstance(value, (bool, int, float)):  # Ansible's check_type_str converts them
+        value = str(value)
     ok = _TYPES[typ]
     if typ in ("int", "float") and isinstance(value, bool):
         ok = ()

@@ -85,3 +85,14 @@ def test_an_unknown_group_is_a_clear_error_on_both_sides(tmp_path, groups, words
     with pytest.raises(ModuleError, match=f"module 'demo': {words}"):
         check_args({"x": {"type": "str"}, GROUPS_KEY: groups}, {}, "demo")
     engine_refuses(tmp_path, f'{{"x": {{"type": "str"}}, "_groups": {groups!r}}}', f"demo.py: ARGS {words}")
+
+
+@pytest.mark.parametrize(("given", "text"), [(True, "True"), (False, "False"), (3, "3"), (1.5, "1.5")])
+def test_str_and_path_arguments_turn_scalars_into_text_as_ansibles_check_type_str(given, text):
+    spec = {"creates": {"type": "path"}, "name": {"type": "str"}}
+    assert check_args(spec, {"creates": given, "name": given}, "command") == {"creates": text, "name": text}
+
+
+def test_a_list_for_a_str_argument_is_still_refused():
+    with pytest.raises(ModuleError, match="argument 'name' must be str, got list"):
+        check_args({"name": {"type": "str"}}, {"name": ["a"]}, "m")
