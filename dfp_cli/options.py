@@ -65,6 +65,8 @@ PLAYBOOK_OPTIONS = (
     # Connection and become defaults, as ansible-playbook's: a host's inventory variables and the playbook's
     # keywords win over them (engine/inventory/manager.py set_defaults).
     Option("user", None, "connect as this user where the inventory sets no ansible_user", ("u",)),
+    Option("connection", None, "connection type (local or ssh) where the inventory sets no ansible_connection, "
+           "as ansible-playbook's -c (here --connection only: -c is --check)"),
     Option("private_key", None, "ssh key file where the inventory sets no ansible_ssh_private_key_file"),
     Option("become", False, "run tasks with become (sudo) where neither playbook nor inventory says otherwise", ("b",)),
     Option("become_user", None, "the user become runs tasks as (default root), where nothing else says"),
@@ -72,10 +74,11 @@ PLAYBOOK_OPTIONS = (
            ("K",)),
 )
 # -u/--private-key/-b/--become-user/-K as the inventory variables they stand for
-HOST_DEFAULT_OPTIONS = {"user": "ansible_user", "private_key": "ansible_ssh_private_key_file",
+HOST_DEFAULT_OPTIONS = {"connection": "ansible_connection", "user": "ansible_user", "private_key": "ansible_ssh_private_key_file",
                         "become": "ansible_become", "become_user": "ansible_become_user"}
 LISTING_OPTIONS = {"list_hosts": "hosts", "list_tasks": "tasks", "list_tags": "tags"}
-_READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "user", "private_key")
+_READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "connection", "user",
+              "private_key")
 REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in _READ_ONLY) + (Option("json", False, "print JSON"),)
 INVENTORY_OPTIONS = (
     Option("list", False, "all hosts and groups (like ansible-inventory --list)"),

@@ -209,6 +209,8 @@ class Inventory:
             for entry in sorted(path.iterdir(), key=lambda p: p.name):
                 if not _IGNORED_IN_FOLDER.search(entry.name):
                     self._load_source(entry)
+        elif not path.exists() and "," in str(path) and "/" not in str(path):
+            self._load_host_list(str(path))
         elif not path.exists():
             raise UserError(f"{path}: inventory not found; check the -i path")
         elif path.suffix in _YAML_SUFFIXES:
@@ -217,6 +219,11 @@ class Inventory:
             raise _unsupported(path, "a TOML inventory", "write it as YAML or INI.")
         else:
             self._load_text_inventory(path)
+
+    def _load_host_list(self, text: str) -> None:
+        """`-i 'web1,web2,'`: Ansible's host list (a comma marks it), each name a host of `all`."""
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        self._load_yaml_data({"all": {"hosts": dict.fromkeys(names)}}, f"-i {text}")
 
     def _load_yaml_file(self, path: Path) -> None:
         data = load_yaml(path, "inventory")

@@ -276,6 +276,9 @@ class TaskExecutor:
 
     @staticmethod
     def _loop_result(results: list[dict]) -> dict:
+        if not results:  # Ansible: a loop over nothing is skipped, and counted so
+            return {"results": [], "changed": False, "skipped": True, "skipped_reason": "No items in the list",
+                    "msg": "No items in the list"}
         return {
             "results": results,
             "changed": any(r.get("changed") for r in results),

@@ -45,10 +45,7 @@ def parser() -> argparse.ArgumentParser:
 def options_of(args: argparse.Namespace) -> dict:
     """This project's option values (invoke play's) for ansible-playbook's parsed flags."""
     opts = {o.name: o.default for o in PLAYBOOK_OPTIONS}
-    extra = list(args.extra_vars)
-    if args.connection:  # -c: the connection of hosts that set none; here as a variable every host gets
-        extra.insert(0, f"ansible_connection={args.connection}")
-    opts.update(inventory=args.inventory, extra_vars=extra, limit=args.limit, check=args.check, diff=args.diff,
+    opts.update(inventory=args.inventory, extra_vars=list(args.extra_vars), connection=args.connection, limit=args.limit, check=args.check, diff=args.diff,
                 forks=args.forks, verbose=args.verbose, user=args.user, become=args.become,
                 become_user=args.become_user, private_key=args.private_key,
                 vault_password_file=args.vault_password_file, syntax_check=args.syntax_check,
