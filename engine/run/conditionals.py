@@ -97,9 +97,13 @@ def _expression(templar: Templar, expression: str, view: Mapping) -> Any:
     as Ansible 2.19 still does in conditionals (with its warning)."""
     if not is_template(expression):
         return templar.evaluate(expression, view)
+    try:
+        tokens = list(templar.env.lexer.tokeniter(expression, None, state="variable"))
+    except TemplateSyntaxError:
+        return templar.evaluate(expression, view)  # its error in the words every expression's has
     constants: dict[str, Any] = {}
     pieces = []
-    for lineno, kind, raw in templar.env.lexer.tokeniter(expression, None, state="variable"):
+    for lineno, kind, raw in tokens:
         text = next(iter(templar.env.lexer.wrap([(lineno, kind, raw)]))).value if kind == "string" else None
         if isinstance(text, str) and is_template(text):
             name = f"dfp_constant_{len(constants)}"
