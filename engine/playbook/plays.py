@@ -139,7 +139,7 @@ def _apply_rendered(play: Play, rendered: dict, where: str) -> None:
 
 
 PLAY_FLOW_KEYWORDS = {"post_tasks", "force_handlers", "strategy", "order", "connection", "vars_files", "vars_prompt"}
-STRATEGIES = ("linear", "free")
+STRATEGIES = ("linear", "free", "host_pinned")  # host_pinned: free, each host kept by one worker (ours: free)
 HOST_ORDERS = ("inventory", "reverse_inventory", "sorted", "reverse_sorted", "shuffle")
 CONNECTIONS = ("local", "ssh", "smart")  # smart: Ansible's name for ssh
 PROMPT_KEYS = {"name", "prompt", "default", "private", "confirm", "unsafe"}
@@ -158,7 +158,7 @@ def _flow_keywords(play: Play, raw: dict, where: str) -> None:
     if "force_handlers" in raw:
         play.force_handlers = flag(raw["force_handlers"], where, "force_handlers")
     if "strategy" in raw:
-        play.strategy = _choice(raw, "strategy", STRATEGIES, where)
+        play.strategy = _choice(raw, "strategy", STRATEGIES, where).replace("host_pinned", "free")
     if "order" in raw:
         play.order = _choice(raw, "order", HOST_ORDERS, where)
     if "connection" in raw:

@@ -526,8 +526,9 @@ class Runner:
                 s.failed = False  # always runs on failed hosts too; they stay failed afterwards
             cleared = self.errors_cleared
             self._run_items([s for s in entered if not s.unreachable and not s.ended], play, block.always)
-            if self.errors_cleared != cleared:  # a meta: clear_host_errors in the always: its hosts go on
-                still_failed.clear()
+            if self.errors_cleared != cleared:  # a meta: clear_host_errors in the always: its hosts go on (a fatal
+                still_failed.clear()  # failure's stop of the play too, as Ansible's)
+                fatal = None
             for s in entered:
                 s.failed = s.failed or id(s) in still_failed
             self.stops.fatal = fatal or self.stops.fatal

@@ -35,8 +35,8 @@ REFUSED = {
     # `args:` as a key=value string (Ansible refuses it too)
     "args as key=value": (TASK.format("debug:\n      args: msg=hi"), "'args' must be a mapping"),
     # play keywords
-    "strategy host_pinned": ("  strategy: host_pinned\n" + TASK.format("debug: {msg: a}"),
-                             "'strategy' must be one of linear, free"),
+    "strategy debug": ("  strategy: debug\n" + TASK.format("debug: {msg: a}"),
+                       "'strategy' must be one of linear, free"),
     "module_defaults": ("  module_defaults: {}\n" + TASK.format("debug: {msg: a}"),
                         "unknown play keyword(s) module_defaults"),
     # task keywords

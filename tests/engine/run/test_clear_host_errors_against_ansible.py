@@ -45,3 +45,17 @@ def test_clear_host_errors_lets_the_failed_host_go_on_as_ansible(tmp_path):
     assert {h: (c["ok"], c["failed"]) for h, c in ours.recap.items()} == \
         {h: (c["ok"], c["failed"]) for h, c in theirs.items()}
     assert theirs["h1"]["failed"] == 1 and theirs["h1"]["ok"] == 1  # h1 failed, then ran "both go on"
+
+
+def test_clear_host_errors_in_an_always_lifts_an_any_errors_fatal_stop(tmp_path):
+    """blocks/main.yml: a fatal failure in a nested block, its always clears the errors: the play goes on."""
+    pb = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "strategy": "host_pinned", "tasks": [
+        {"block": [{"block": [{"fail": {"msg": "x"}}], "any_errors_fatal": True}],
+         "always": [{"meta": "clear_host_errors"}]},
+        {"name": "after", "debug": {"msg": "after"}},
+    ]}])
+    inv = tmp_path / "inv"
+    inv.write_text(f"h ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    res = run_playbook(str(pb), inv)
+    assert res.exit_code == 0, res.tasks
+    assert [r["status"] for r in res.tasks if r["task"] == "after"] == ["ok"]
