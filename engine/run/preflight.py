@@ -153,7 +153,7 @@ class Preflight:
         neither the loop nor the arguments."""
         key = id(task)
         if key not in self._reads_by_task:
-            body = self._refs(task, task.args) | self._refs(task, task.loop) | self._refs(task, task.environment)
+            body = self._args_refs(task) | self._refs(task, task.loop) | self._refs(task, task.environment)
             for expr in (task.changed_when, task.failed_when, task.until):
                 if isinstance(expr, str):
                     body = body | self._refs(task, as_template(expr))
@@ -163,6 +163,17 @@ class Preflight:
                 reads = reads | later.uncertain()
             self._reads_by_task[key] = (task, reads)  # the task kept: its id is not reused while cached
         return self._reads_by_task[key][1]
+
+    def _args_refs(self, task: Task) -> Reads:
+        """What a task's arguments read; assert's `that` holds conditionals (bare expressions, as `when`), so a
+        `{{ }}` inside one of their strings is that string's text, not a template the task renders."""
+        that = task.args.get("that") if task.module == "assert" else None
+        if that is None:
+            return self._refs(task, task.args)
+        rest = self._refs(task, {k: v for k, v in task.args.items() if k != "that"})
+        for expr in that if isinstance(that, list) else [that]:
+            rest = rest | (self._refs(task, as_template(expr)) if isinstance(expr, str) else self._refs(task, expr))
+        return rest
 
     @staticmethod
     def _check_required_links(task: Task, known: set[str], sure: bool) -> set[str]:

@@ -1,0 +1,39 @@
+"""assert's `that` holds conditionals (bare expressions, as `when`): a `{{ }}` inside one of their strings is not
+a template the preflight may read a certainly-undefined variable from (engine/run/preflight.py). The run goes
+on and the task fails or passes when it runs, as in real ansible-playbook, which both runs here check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from engine.api import run_playbook
+from tests.helpers import required_ansible_tool
+
+PLAYBOOK = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - assert:
+        that: ["'{{ nope }}' | length == 10"]
+      ignore_errors: true
+    - assert:
+        that: "1 == 1"
+"""
+
+
+def test_a_template_inside_a_that_string_is_not_refused_before_the_run(tmp_path):
+    pb = tmp_path / "pb.yml"
+    pb.write_text(PLAYBOOK)
+    inv = tmp_path / "inv"
+    inv.write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    proc = subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inv), str(pb)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path),
+                               "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".tmp")})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = next(line for line in proc.stdout.splitlines() if line.startswith("h1 ") and "ok=" in line)
+    ours = run_playbook(pb, inv)
+    assert ours.exit_code == 0, ours.error
+    counts = ours.recap["h1"]
+    assert f"ok={counts['ok']} " in recap and f"ignored={counts['ignored']} " in recap, (recap, counts)
