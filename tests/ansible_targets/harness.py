@@ -56,6 +56,7 @@ class Outcome:
     runs: int
     seconds: float
     logs: list[str] = field(default_factory=list)
+    stopped_by: str = ""  # the first error the target met (ours: what to build next)
 
     def as_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "logs"}
@@ -192,7 +193,29 @@ def _run(command: list[str], cwd: Path, env: dict) -> int:
 
 
 def count(target: str, tool: str, rc: int, seconds: float, logs: Path) -> Outcome:
-    return recount(target, tool, rc, seconds, [p.read_text(errors="replace") for p in sorted(logs.glob("*.log"))])
+    outcome = recount(target, tool, rc, seconds, [p.read_text(errors="replace") for p in sorted(logs.glob("*.log"))])
+    if rc != 0:
+        outcome.stopped_by = first_error(logs)
+    return outcome
+
+
+def first_error(logs: Path) -> str:
+    """What stopped the target: its last run's last error line; a last run whose recap shows no failure means a
+    check of the script after it failed (or, with no run at all, the script before any)."""
+    runs = sorted(logs.glob("*.log"))
+    if not runs:
+        return "runme.sh failed before its first ansible-playbook"
+    last = runs[-1]
+    out = last.read_text(errors="replace")
+    command = out.splitlines()[0][2:] if out else "ansible-playbook"
+    lines = [*(last.with_suffix(".err").read_text(errors="replace").splitlines() if last.with_suffix(".err").exists()
+               else []), *out.splitlines()]
+    errors = [line for line in lines if line.startswith(("[ERROR]", "ERROR:"))] or [
+        line for line in lines if line.startswith("fatal:")]
+    recap = out[out.rfind("PLAY RECAP"):] if "PLAY RECAP" in out else ""
+    if errors and not (recap and re.search(r"failed=0\s+skipped", recap) and "unreachable=0" in recap):
+        return f"{command}: {errors[-1]}"
+    return f"{command}: passed; the target's check after it failed"
 
 
 def recount(target: str, tool: str, rc: int, seconds: float, texts: list[str]) -> Outcome:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,17 @@ def markdown(table: dict[str, dict[str, Outcome]]) -> str:
                      f"{o_n}{'' if not o or o.rc == 0 else f' (exit {o.rc})'} | {pct} |")
     pct = f"{100 * total_o / total_a:.1f} %" if total_a else "-"
     lines.append(f"| **all** | **{total_a}** | **{total_o}** | **{pct}** |")
+    stops = [f"- {t}: {shorten(o.stopped_by)}" for t, by in table.items() if (o := by.get("ours")) and o.stopped_by]
+    if stops:
+        lines += ["", "What stopped each target that does not pass whole, as the measurement met it first:", "", *stops]
     return "\n".join(lines)
+
+
+def shorten(line: str, width: int = 300) -> str:
+    """One error line for the docs: the scratch folder's paths cut to the target's own, at most `width` chars."""
+    line = re.sub(r"/\S*/(?:ours|ansible)/\w+/(?:targets|roles)/", "", line)
+    line = re.sub(r"/\S*/(?:ours|ansible)/\w+/", "", line).replace("|", "\\|")
+    return "`" + (line if len(line) <= width else line[:width - 3] + "...").replace("`", "'") + "`"
 
 
 def main(argv: list[str]) -> int:
