@@ -29,6 +29,7 @@ class ParseContext:
     # once per play, as Ansible's (shared by the contexts replace() derives for one playbook's plays)
     roles_run: set = field(default_factory=set)
     extra_vars: dict = field(default_factory=dict)  # -e: a templated import name renders with them (and vars)
+    import_vars: dict = field(default_factory=dict)  # the vars of the import_playbook(s) being read: its plays' own
 
     def __post_init__(self) -> None:
         if self.budget is None:

@@ -61,7 +61,9 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     name = raw.get("name", hosts)
     if not (isinstance(name, str) and name.strip()):
         raise wrong(where, "name", "a non-empty string", name, '"Provision the GPU hosts"')
-    play = Play(name=name, hosts=hosts, source=path, vars=variables_of(raw.get("vars"), where))
+    # the vars of the import_playbook(s) that brought it in, under its own while it loads (as Ansible's; they win
+    # once it is loaded: import_playbook)
+    play = Play(name=name, hosts=hosts, source=path, vars={**loading.import_vars, **variables_of(raw.get("vars"), where)})
     play.keyword_templates = {k: raw[k] for k in TEMPLATED_PLAY_KEYWORDS if k in raw and is_template_text(raw[k])}
     raw = {k: v for k, v in raw.items() if k == "hosts" or k not in play.keyword_templates}  # checked once rendered
     if "gather_facts" in raw:
@@ -223,7 +225,7 @@ def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
     if not isinstance(data, list):
         raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
     loading = ParseContext(path, including=ctx.including, budget=ctx.budget,  # its own roles and task files
-                           extra_vars=ctx.extra_vars)
+                           extra_vars=ctx.extra_vars, import_vars=ctx.import_vars)
     plays: list[Play] = []
     for i, raw in enumerate(data):
         raw = short_names(raw, f"{path}: play {i + 1}")
@@ -254,8 +256,9 @@ def import_playbook(raw: dict, path: Path, where: str, ctx: ParseContext) -> lis
     target = Path(file) if Path(file).is_absolute() else path.parent / file
     if not target.is_file():
         raise UserError(f"{where}: import_playbook: '{file}' not found (looked for {target}); fix the path")
-    inner = enter(ctx, target, str(target), where, f"import_playbook {file}")
     given = variables_of(raw.get("vars"), where)
+    inner = replace(enter(ctx, target, str(target), where, f"import_playbook {file}"),
+                    import_vars={**ctx.import_vars, **given})
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     plays = _load_playbook(target, inner)
