@@ -78,6 +78,8 @@ ARGS = {
     "access_time": {"type": "str", "default": None,
                     "help": "preserve, now, or a time in access_time_format; none: preserve (touch: now)"},
     "access_time_format": {"type": "str", "default": "%Y%m%d%H%M.%S", "help": "strftime format of access_time"},
+    "_diff_peek": {"type": "bool", "default": None,
+                   "help": "internal (Ansible's action plugins): only say whether path appears binary, change nothing"},
 }
 # The arguments that decide what runs or which file, folder or address is touched: never built from what a
 # host returned when the task runs on the control node (engine/run/trust.py).
@@ -442,8 +444,19 @@ def _message(result: dict, state: str, check: bool) -> str:
     return f"{'would change' if check else 'changed'} {where} ({state})"
 
 
+def appears_binary(path: str) -> bool:
+    """Ansible's _diff_peek guess: a NUL byte in the first 8 KiB; a file that cannot be read counts as text."""
+    try:
+        with open(path, "rb") as fh:
+            return b"\x00" in fh.read(8192)
+    except OSError:
+        return False
+
+
 def run(args: dict, ctx: Context) -> dict:
     state, path = _state_and_path(args)
+    if args["_diff_peek"] is not None:
+        return {"path": path, "changed": False, "appears_binary": appears_binary(path), **path_info(path)}
     src = os.path.expandvars(args["src"]) if args["src"] is not None else None
     if state is None:
         prev = get_state(path)

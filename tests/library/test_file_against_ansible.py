@@ -31,11 +31,15 @@ TREE = {
     "hard1": (b"h\n", 0o644),
     "hard2": Hard("hard1"),
     "suid": (b"#!/bin/sh\n", 0o4755),
+    "binary": (b"\x7fELF\x00\x01", 0o644),
 }
 
 # id, the arguments ("@NAME": the case's tree's NAME), flags (check, diff)
 CASES = [
     ("absent-file", {"path": "@file", "state": "absent"}, "diff"),
+    ("diff-peek-text", {"path": "@file", "_diff_peek": True}, ""),
+    ("diff-peek-binary", {"path": "@binary", "_diff_peek": True}, ""),
+    ("diff-peek-missing", {"path": "@nope", "_diff_peek": True}, ""),
     ("absent-missing", {"path": "@nope", "state": "absent"}, ""),
     ("absent-link-to-dir-keeps-the-dir", {"path": "@link-dir", "state": "absent"}, ""),
     ("absent-empty-dir", {"path": "@empty", "state": "absent"}, "diff"),
