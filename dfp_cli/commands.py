@@ -63,6 +63,10 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
         inspect_play(playbook, opts, more_vars)
         return
     try:
+        if opts.get("flush_cache"):
+            from engine.run import fact_store
+
+            fact_store.flush()
         settings = dict(
             check=opts["check"],
             diff=opts["diff"],

@@ -60,6 +60,8 @@ PLAYBOOK_OPTIONS = (
     Option("list_tags", False, "list each play's task tags and stop, as ansible-playbook does"),
     Option("start_at_task", None, "start at the first task of this name (a glob; 'ROLE : NAME' for a role's task), "
            "as ansible-playbook does"),
+    Option("flush_cache", False, "forget every host's facts kept by ANSIBLE_CACHE_PLUGIN=jsonfile before the run (as "
+           "ansible-playbook --flush-cache)"),
     Option("force_handlers", False, "run the handlers a host notified even when it fails later (as ansible-playbook "
            "--force-handlers; a play's force_handlers keyword wins)"),
     # Connection and become defaults, as ansible-playbook's: a host's inventory variables and the playbook's

@@ -25,6 +25,7 @@ from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Block, Include, Play, Task, walk_tasks
 from engine.playbook.modulespec import linked_vars, module_args_spec
+from engine.run import fact_store
 from engine.run.actions.vars_files import include_vars_names
 from engine.run.conditionals import as_template
 from engine.run.variables import MAGIC_VARS
@@ -108,7 +109,7 @@ class Preflight:
             certain = set() if run.open else certain_tasks(play.tasks)
             for name in hosts_for(play):
                 base = ChainMap(self.extra_vars, play.vars, self.inventory.host(name).vars, play.defaults)
-                known_on_host = always | set(base)
+                known_on_host = always | set(base) | set(fact_store.load(name))  # facts a former run cached
                 for task in tasks:
                     known = known_on_host | set(task.vars) | set(task.role_vars) | set(task.role_defaults)
                     values = ChainMap(task.vars, task.role_vars, base, task.role_defaults)

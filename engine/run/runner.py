@@ -29,6 +29,7 @@ from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.playbook.model import Block, Include, Play, Task
 from engine.playbook.tasks import IncludeNotFound
+from engine.run import fact_store
 from engine.run.actions.catalog import LOCAL_ACTIONS
 from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
@@ -187,7 +188,12 @@ class Runner:
         return out
 
     def _state(self, name: str) -> HostState:
-        return self.states.setdefault(name, HostState(self.inventory.host(name)))
+        if name not in self.states:
+            state = self.states[name] = HostState(self.inventory.host(name))
+            kept = fact_store.load(name)  # ANSIBLE_CACHE_PLUGIN=jsonfile: what a former run cached
+            if kept:
+                state.add_facts(kept)
+        return self.states[name]
 
     def _delegate_state(self, name: str) -> HostState:
         """A delegate's state: an inventory host's own, or the implicit localhost's (made once)."""
@@ -216,6 +222,8 @@ class Runner:
             self.hosts.close_early()
             self._pool.shutdown(wait=False, cancel_futures=True)
             ssh_lookup_cache.flush()  # the ssh config lookups this run made, kept for the next run (now, not at exit)
+            for name, state in self.states.items():
+                fact_store.save(name, state.fact_cache)
         return self.results
 
     def preflight(self, plays: list[Play]) -> list:
