@@ -121,7 +121,8 @@ class TaskExecutor:
         failure.rescued = True
         state.stats["failed"] -= 1
         state.stats["rescued"] += 1
-        state.registered["ansible_failed_task"] = {"name": failure.task, "role": failure.role, "module": failure.module}
+        state.registered["ansible_failed_task"] = {"name": failure.task, "role": failure.role, "module": failure.module,
+                                                   "action": failure.module}  # Ansible's key for the module
         state.registered["ansible_failed_result"] = dict(failure.result, msg=failure.msg)
 
     def unreachable(self, state: HostState, task_name: str, msg: str) -> None:

@@ -59,3 +59,14 @@ def test_clear_host_errors_in_an_always_lifts_an_any_errors_fatal_stop(tmp_path)
     res = run_playbook(str(pb), inv)
     assert res.exit_code == 0, res.tasks
     assert [r["status"] for r in res.tasks if r["task"] == "after"] == ["ok"]
+
+
+def test_ansible_failed_task_names_the_action_as_ansible(tmp_path):
+    """blocks/unsafe_failed_task.yml: the rescue reads ansible_failed_task.action."""
+    from tests.engine.playbook.ansible_side import same_as_ansible
+
+    pb = write(tmp_path / "pb" / "pb.yaml", [{"hosts": "all", "gather_facts": False, "vars": {"data": {}}, "tasks": [
+        {"block": [{"name": "template error", "debug": {"msg": "{{ data.value }}"}}],
+         "rescue": [{"debug": {"msg": "{{ ansible_failed_task.action }} {{ ansible_failed_task.name }}"}}]}]}])
+    code, _, counts, said = same_as_ansible(pb)
+    assert code == 0 and said[-1] == "debug template error", said
