@@ -17,7 +17,8 @@ from engine.errors import UserError
 
 SETTINGS = {"roles_path": "ANSIBLE_ROLES_PATH", "force_handlers": "ANSIBLE_FORCE_HANDLERS",
             "allow_broken_conditionals": "ANSIBLE_ALLOW_BROKEN_CONDITIONALS",
-            "deprecation_warnings": "ANSIBLE_DEPRECATION_WARNINGS"}
+            "deprecation_warnings": "ANSIBLE_DEPRECATION_WARNINGS",
+            "ansible_managed": None}  # None: ansible.cfg only (Ansible reads no environment variable for it)
 
 
 def config_file() -> Path | None:
@@ -39,7 +40,8 @@ def setting(name: str) -> str | None:
 def located(name: str) -> tuple[str | None, Path]:
     """A setting's text and the folder its relative paths start from: the current one for the environment,
     the file's own for ansible.cfg (as Ansible resolves a path setting)."""
-    env = os.environ.get(SETTINGS[name])
+    env_name = SETTINGS[name]
+    env = os.environ.get(env_name) if env_name else None
     if env is not None:
         return env, Path.cwd()
     path = config_file()

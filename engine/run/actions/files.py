@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from engine.errors import TaskError
 from engine.parsing import vault
 from engine.run.actions.call import ActionCall
+from engine.run.actions.template_vars import with_template_variables
 
 if TYPE_CHECKING:
     pass
@@ -73,7 +74,9 @@ def template(call: ActionCall) -> dict:
     """Ansible's template: rendered here (its Jinja options, output_encoding), then copied as a control-node file
     named as the template (a folder as dest gets that name)."""
     src = resolve_local(call, call.args["src"], "templates/")
-    content = call.executor.templar.render_file(str(src), call.view, template_options(call))
+    templar = call.executor.templar
+    view = with_template_variables(call.view, templar, src, str(call.args["src"]), call.args.get("dest"))
+    content = templar.render_file(str(src), view, template_options(call))
     encoding = call.args.get("output_encoding") or "utf-8"
     try:
         data = content.encode(encoding, errors="surrogateescape")
