@@ -12,7 +12,7 @@ backup's path (Ansible's name, PATH.PID.YYYY-MM-DD@HH:MM:SS~) or ""; state=absen
 written through a temp file in its folder, validated there when `validate` is given, then renamed into place.
 
 Where it differs on purpose: a line inserted after a regexp match on a last line without a newline gets a line
-of its own (Ansible's is glued to that line); a `line` holding a newline is refused; an option and its alias
+of its own (Ansible's is glued to that line); an option and its alias
 given with different values are refused (Ansible warns and takes the alias's); a bad regexp or validate command
 is a message, not a traceback, even when nothing would change; backrefs: false beside search_string is accepted;
 the diff is one {before, after} with before_mode/after_mode (Ansible's list has a second entry for attributes).
@@ -182,9 +182,6 @@ def check(args: dict, ctx: Context) -> dict:
     both = [f"{a}|{b}" for a, b in EXCLUSIVE if args[a] not in (None, False) and args[b] is not None]
     if both:
         raise ModuleError(f"parameters are mutually exclusive: {', '.join(both)}; keep one of each pair")
-    if args["line"] is not None and ("\n" in args["line"] or "\r" in args["line"]):
-        raise ModuleError("module 'lineinfile': 'line' contains a newline; it manages one line (use copy or template "
-                          "for more)")
     if args["regexp"] == "":
         ctx.warn(EMPTY_PATTERN.format("regular expression") + " If this is desired, use '^' to match every line in "
                  "the file and avoid this warning.")

@@ -120,6 +120,8 @@ CASES = [
     ("regexp-and-search-string", b"a\n", {"line": "x", "regexp": "a", "search_string": "b"}, ""),
     ("backrefs-and-search-string", b"a\n", {"line": "x", "regexp": "a", "search_string": "b", "backrefs": True}, ""),
     ("validate-without-placeholder", b"a\n", {"line": "x", "validate": "true"}, ""),
+    ("line-with-a-newline", b"a\n", {"line": "x\ny"}, ""),  # written as it is (and again on every run)
+    ("line-with-a-newline-at-eof", b"a\nx\ny\n", {"line": "x\ny", "insertafter": "EOF"}, ""),
 ]
 
 # Where we differ on purpose: id, the file, the arguments, what Ansible does, what we do (the bytes after, or
@@ -129,8 +131,6 @@ DIFFERENCES = [
     # Ansible glues the new line to a last line that has no newline when insertafter matched that line
     ("insertafter-last-line-without-newline", b"a\nmark", {"line": "L", "insertafter": "^mark"},
      b"a\nmarkL\n", b"a\nmark\nL\n"),
-    # a line holding a newline is two lines Ansible adds again on every run: refused
-    ("line-with-a-newline", b"a\n", {"line": "x\ny"}, b"a\nx\ny\n", FAILED),
     # validate without %s is refused before anything is compared, not only when the file would change
     ("validate-without-placeholder-no-change", b"a\n", {"line": "a", "validate": "true"}, b"a\n", FAILED),
     # backrefs: false (the default) beside search_string is no conflict
