@@ -144,6 +144,11 @@ def free_form_args(text: str) -> dict:
 def check_module_args(module: str, args: dict, label: str, complete: bool = True) -> None:
     """The arguments against the module's table: names, unknown ones, and (when `complete`: no templated
     arguments are still to come) the required ones. The load checks a task's, the run a templated one's."""
+    reserved = [a for a in args if isinstance(a, str) and a.startswith("_ansible_")]
+    if reserved:
+        raise UserError(f"{label}: Invalid parameter specified beginning with keyword '_ansible_' for action "
+                        f"'{module}': '{reserved[0]}'. The prefix '_ansible_' is reserved for internal use only; "
+                        "rename that key.")
     spec = module_args_spec(module)
     if spec is None:  # set_fact: its arguments become variables (a templated key is checked once rendered)
         check_variable_names({k: v for k, v in args.items() if not is_template_text(k)}, f"{label}: '{module}'")
