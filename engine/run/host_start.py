@@ -17,8 +17,9 @@ from engine.connection.client import WorkerClient
 from engine.connection.hostlock import describe_holder, lock_path, new_record, roots_problem
 from engine.errors import HostUnreachable, TaskError
 from engine.inventory.manager import Inventory
-from engine.playbook.model import Play
+from engine.playbook.model import Block, Include, Play
 from engine.playbook.modulespec import modules
+from engine.run.actions.catalog import LOCAL_ACTIONS
 from engine.run.results import HostState, TaskResult
 from engine.run.task_executor import TaskExecutor, linked_values
 from engine.run.variables import Variables
@@ -26,6 +27,27 @@ from engine.template.secrets import secret_leaves
 from engine.template.templar import Templar
 
 FACTS = "facts"  # the module gathering facts at the start of a play (gather_facts)
+
+
+def reaches_hosts(play: Play) -> bool:
+    """Whether the play connects to its hosts: it gathers facts, or a task or handler runs a module there. A play
+    of control-node actions only (debug, fail, assert, set_fact, meta, ...) never connects, as in Ansible, so its
+    hosts need not exist (`-i host1,host2`)."""
+    return play.gather_facts or _needs_hosts(play.tasks + play.handlers)
+
+
+def _needs_hosts(items: list) -> bool:
+    """A module that runs on the hosts, or an include read when reached (what it brings is not known yet)."""
+    for item in items:
+        if isinstance(item, Block):
+            if _needs_hosts(item.block) or _needs_hosts(item.rescue) or _needs_hosts(item.always):
+                return True
+        elif isinstance(item, Include):
+            if item.dynamic is not None or _needs_hosts(item.tasks):
+                return True
+        elif item.module not in LOCAL_ACTIONS:
+            return True
+    return False
 
 
 class HostStart:

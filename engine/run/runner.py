@@ -30,11 +30,10 @@ from engine.inventory.manager import Inventory
 from engine.playbook.model import Block, Include, Play, Task
 from engine.playbook.tasks import IncludeNotFound
 from engine.run import fact_store
-from engine.run.actions.catalog import LOCAL_ACTIONS
 from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
-from engine.run.host_start import HostStart
+from engine.run.host_start import HostStart, reaches_hosts
 from engine.run.includes import bring, rounds
 from engine.run.play_stops import PlayStops
 from engine.run.preflight import Preflight
@@ -315,7 +314,7 @@ class Runner:
         self.variables.publish(play)
         active = [s for s in states if s.active]
         self._use_connection(play, states)
-        if play.gather_facts or needs_hosts(play.tasks + play.handlers):  # as Ansible's, which connects on need
+        if reaches_hosts(play):  # as Ansible's, which connects on need
             self._parallel(states, lambda st: self.hosts.start(st, play))
         if play.any_errors_fatal:
             self.stops.note_fatal(active, None)
@@ -566,22 +565,6 @@ class Runner:
 
 
 UNTAGGED = frozenset({"untagged"})
-
-
-def needs_hosts(items: list) -> bool:
-    """Whether a play's tasks reach its hosts: a module that runs there, or an include read when reached (what it
-    brings is not known yet). A play of control-node actions only (debug, fail, assert, set_fact, meta, ...) never
-    connects, as in Ansible, so its hosts need not exist (`-i host1,host2`)."""
-    for item in items:
-        if isinstance(item, Block):
-            if needs_hosts(item.block) or needs_hosts(item.rescue) or needs_hosts(item.always):
-                return True
-        elif isinstance(item, Include):
-            if item.dynamic is not None or needs_hosts(item.tasks):
-                return True
-        elif item.module not in LOCAL_ACTIONS:
-            return True
-    return False
 
 
 def tags_select(task_tags: set[str], only: set[str], skip: set[str]) -> bool:
