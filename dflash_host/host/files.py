@@ -132,6 +132,8 @@ def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup:
             # the rename makes a new inode owned by us: give it the old owner (before chmod, which
             # chown would undo for setuid/setgid bits)
             os.chown(tmp, before.st_uid, before.st_gid)
+        if before is not None:
+            copy_xattrs(path, tmp)
         os.chmod(tmp, 0o644 if mode is None else mode)
         os.replace(tmp, path)
     except BaseException as exc:
@@ -145,6 +147,20 @@ def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup:
             raise _write_failed(path, exc, len(data) if data is not None else _size(source)) from None
         raise
     return backup_path
+
+
+def copy_xattrs(src: str, dst: str) -> None:
+    """The old file's extended attributes (its POSIX ACLs among them) onto the new one, as Ansible's atomic_move
+    keeps them; one this user may not set, or a filesystem without them, is left out."""
+    try:
+        names = os.listxattr(src)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.setxattr(dst, name, os.getxattr(src, name))
+        except OSError:
+            continue
 
 
 def _size(path: str | None) -> int:
