@@ -10,6 +10,7 @@ from jinja2 import UndefinedError
 
 from engine.errors import UserError
 from engine.run.actions.call import ActionCall
+from engine.run.conditionals import AS_TEMPLATE, all_template
 from engine.run.includes import reach_of
 from engine.run.task_args import as_written
 from engine.template.markers import is_template
@@ -24,20 +25,35 @@ def assert_(call: ActionCall) -> dict:
     """Ansible's assert: `that` (one or a list), fail_msg (alias msg), success_msg, quiet; the result's
     assertion and evaluated_to name the condition that failed (ours also puts it in the default message)."""
     that = as_written(call.task, call.args, call.taints, "that")
-    if isinstance(that, str) and is_template(that) and isinstance(call.args.get("that"), list):
+    from_template = isinstance(that, str) and is_template(that) and isinstance(call.args.get("that"), list)
+    if from_template:
         that = rendered_conditions(call)  # `that: "{{ checks }}"`: the list of conditions a variable holds
     if that is None or that == "" or that == []:
         return {"failed": True, "changed": False, "msg": "Empty conditional expression in assert's 'that'; give "
                                                           "one condition or a list of them (that: x > 1)"}
     conditions = that if isinstance(that, list) else [that]
+    deprecations: list[dict] = []
     for cond in conditions:
-        if not call.truth(cond):
+        holds = call.truth(cond)
+        # a condition written as a template (`'{{ x == 1 }}'`), or one of a `that: "{{ checks }}"` list already
+        # rendered to its value: Ansible registers its deprecation besides the warning line
+        if isinstance(cond, str) and all_template(cond.strip()) or from_template and not isinstance(cond, str):
+            deprecations.append(_deprecation(AS_TEMPLATE))
+        if not holds:
             key = "fail_msg" if call.args.get("fail_msg") else "msg"
             msg = call.args.get(key) or f"Assertion failed: {cond}"
             masked = shown(call, lambda view, k=key: call.executor.templar.render_value(call.task.args.get(k), view), key)
             msg = str(masked) if masked is not None and call.args.get(key) else msg
-            return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False}
-    return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed"}
+            return {"failed": True, "changed": False, "msg": msg, "assertion": cond, "evaluated_to": False,
+                    **({"deprecations": deprecations} if deprecations else {})}
+    return {"changed": False, "msg": call.args.get("success_msg") or "All assertions passed",
+            **({"deprecations": deprecations} if deprecations else {})}
+
+
+def _deprecation(message: str) -> dict:
+    """One entry of a result's `deprecations`, as ansible-core 2.19 registers it (playbooks test for them)."""
+    return {"collection_name": "ansible.builtin", "deprecator": {"resolved_name": "ansible.builtin", "type": None},
+            "msg": message, "version": "2.23"}
 
 
 def rendered_conditions(call: ActionCall) -> list:
