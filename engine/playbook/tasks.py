@@ -91,7 +91,9 @@ def _task_module(raw: dict, label: str) -> tuple[str, dict, list]:
         args = {**raw["args"], **args}
     if not isinstance(args, dict):
         raise UserError(f"{label}: the arguments of '{module}' must be a mapping (key: value lines), not {type(args).__name__}")
-    check_module_args(module, args, label, complete=not templates)
+    # required arguments are checked when the task runs (engine/run/task_args.py), a failure of that host as
+    # Ansible's (a task that expects it: ignore_errors, register)
+    check_module_args(module, args, label, complete=False)
     return module, args, templates
 
 
@@ -164,11 +166,21 @@ def check_module_args(module: str, args: dict, label: str, complete: bool = True
             f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)} (Unsupported parameters for "
             f"({module}) module: {', '.join(unknown_args)}); it accepts: {', '.join(sorted(spec))}"
         )
-    # A required argument linked to a variable may be left out: preflight checks the variable is defined.
-    missing = [a for a, o in spec.items() if o.get("required") and a not in args and not o.get("var")]
+    missing = missing_required(module, args)
     if missing and complete:
-        raise UserError(f"{label}: module '{module}' needs argument(s) {', '.join(missing)} (missing required "
+        said = ACTION_MISSING.get((module, missing[0]), "")  # an engine action's own words, as Ansible's plugin
+        raise UserError(f"{label}: {said}module '{module}' needs argument(s) {', '.join(missing)} (missing required "
                         f"arguments: {', '.join(missing)})")
+
+
+ACTION_MISSING = {("copy", "dest"): "dest is required: "}
+
+
+def missing_required(module: str, args: dict) -> list[str]:
+    """The module's required arguments the task leaves out (one linked to a variable may be: preflight checks the
+    variable is defined)."""
+    spec = module_args_spec(module) or {}
+    return [a for a, o in spec.items() if o.get("required") and a not in args and not o.get("var")]
 
 
 def parse_task(raw: Any, source: str, role: str | None = None, role_dir: Path | None = None) -> Task:
