@@ -413,6 +413,7 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
 
 
 IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
+IMPORT_ONLY_KEYS = {"delegate_to"}  # given to the imported tasks (Ansible's include_tasks refuses it)
 # what an include (not an import) may have besides, as Ansible's: a loop, register, ignore_errors, no_log
 INCLUDE_ONLY_KEYS = {"register", "ignore_errors", "no_log", "loop_control", "run_once", "debugger", "args",
                      *LOOP_KEYWORDS}
@@ -468,7 +469,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     handler_keys = {"listen"} if ctx.play is None and include else set()
     raw = _with_args(raw, key, source) if include else raw
     file, apply = _include_spec(raw[key], key, source, include)
-    bad = sorted(map(str, set(raw) - IMPORT_KEYS - (INCLUDE_ONLY_KEYS if include else set()) - handler_keys - {key}))
+    own_keys = INCLUDE_ONLY_KEYS if include else IMPORT_ONLY_KEYS
+    bad = sorted(map(str, set(raw) - IMPORT_KEYS - own_keys - handler_keys - {key}))
     dynamic = include and (_looped(raw) or is_template_text(file))
     if bad or not isinstance(file, str) or not file.strip():
         why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "") \
@@ -501,7 +503,10 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
         return [include_of(raw, key, {"file": file}, source, ctx, tasks, apply)]
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
-    _inherit(tasks, when, tags, import_vars, become_of(raw, where))
+    inherited = become_of(raw, where)
+    if "delegate_to" in raw:  # an import's delegate_to reaches its tasks, as Ansible's
+        inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
+    _inherit(tasks, when, tags, import_vars, inherited)
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
