@@ -161,6 +161,8 @@ def check_module_args(module: str, args: dict, label: str, complete: bool = True
     if module == "copy":  # `src:` on the control node is handled by the engine (see Runner._action_copy)
         spec = dict(spec, src={"type": "str"})
     unknown_args = sorted(set(args) - set(spec))
+    if not complete:  # at load: an internal option (_diff_peek) fails its host when the task runs, as Ansible's
+        unknown_args = [a for a in unknown_args if not a.startswith("_")]
     if unknown_args:
         raise UserError(
             f"{label}: module '{module}' has no argument(s) {', '.join(unknown_args)} (Unsupported parameters for "
@@ -174,6 +176,13 @@ def check_module_args(module: str, args: dict, label: str, complete: bool = True
 
 
 ACTION_MISSING = {("copy", "dest"): "dest is required: "}
+
+
+def needs_run_check(module: str, args: dict) -> bool:
+    """Arguments the load let through for the run to refuse, as Ansible's module does (a required one left out,
+    an internal option the module does not take)."""
+    spec = module_args_spec(module) or {}
+    return bool(missing_required(module, args)) or any(a.startswith("_") and a not in spec for a in args)
 
 
 def missing_required(module: str, args: dict) -> list[str]:

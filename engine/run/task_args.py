@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import TaskError, UserError
-from engine.playbook.tasks import check_module_args, missing_required
+from engine.playbook.tasks import check_module_args, needs_run_check
 from engine.template.taint import Taint
 
 if TYPE_CHECKING:
@@ -43,8 +43,9 @@ def templated_layers(templar: Templar, task: Task, view) -> list[tuple[dict, Tai
 
 def check_rendered(task: Task, args: dict) -> None:
     """A templated task's arguments, once rendered, against the module's table, and a task that leaves out a
-    required one (a failure of the host, as Ansible's; set_fact checks its names itself, with Ansible's words)."""
-    if task.module == "set_fact" or not (task.args_templates or missing_required(task.module, task.args)):
+    required one or gives an internal option its module lacks (a failure of the host, as Ansible's; set_fact
+    checks its names itself, with Ansible's words)."""
+    if task.module == "set_fact" or not (task.args_templates or needs_run_check(task.module, task.args)):
         return
     try:
         check_module_args(task.module, args, f"{task.source} ('{task.name}')")

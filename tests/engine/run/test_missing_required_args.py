@@ -15,3 +15,12 @@ def test_a_missing_dest_fails_the_host_and_ignore_errors_keeps_going(tmp_path):
         {"name": "no dest again", "copy": {"content": "x"}},
         log_task("not-reached")]}
     assert same(tmp_path, play) == {"a": ["before", "seen"]}
+
+
+def test_an_internal_option_the_module_lacks_fails_the_host_when_it_runs(tmp_path):
+    play = {"hosts": "a", "tasks": [
+        log_task("before"),
+        {"name": "peek", "copy": {"content": "x", "dest": str(tmp_path / "f"), "_diff_peek": True},
+         "ignore_errors": True, "register": "r"},
+        log_task("seen", when="r is failed and '_diff_peek' in r.msg")]}
+    assert same(tmp_path, play) == {"a": ["before", "seen"]}
