@@ -133,6 +133,8 @@ ENGINE_ONLY = ("src", "local_follow", "decrypt")  # what the host's copy is not 
 def copy_from_control_node(call: ActionCall) -> dict:
     """copy with `src:` on the control node: one file as Ansible's copy does (its result fields whichever way the
     bytes travel), a folder through a manifest (plan on the host, upload what differs, install atomically)."""
+    if not call.args["src"] and call.args.get("content") is None:  # `src: ''`: Ansible's copy action's words
+        return {"failed": True, "changed": False, "msg": "src (or content) is required"}
     src = resolve_local(call, str(call.args["src"]), "files/")
     if src.is_dir():
         call.args.pop("src")

@@ -24,3 +24,10 @@ def test_an_internal_option_the_module_lacks_fails_the_host_when_it_runs(tmp_pat
          "ignore_errors": True, "register": "r"},
         log_task("seen", when="r is failed and '_diff_peek' in r.msg")]}
     assert same(tmp_path, play) == {"a": ["before", "seen"]}
+
+
+def test_an_empty_copy_src_fails_with_ansibles_words(tmp_path):
+    play = {"hosts": "a", "tasks": [
+        {"name": "empty src", "copy": {"src": "", "dest": str(tmp_path / "d")}, "ignore_errors": True, "register": "r"},
+        log_task("seen", when="r is failed and 'src (or content) is required' in r.msg")]}
+    assert same(tmp_path, play) == {"a": ["seen"]}
