@@ -61,7 +61,7 @@ ARGS = {
                     "state hard: an absolute path that exists)"},
     "recurse": {"type": "bool", "default": False,
                 "help": "state directory: mode, owner, group and times on everything inside too; state absent (ours): "
-                        "remove a non-empty directory"},
+                        "accepted (a folder goes with its contents either way, as Ansible's)"},
     "force": {"type": "bool", "default": False,
               "help": "link/hard: replace a file (or an empty folder) at path, link to a src that does not exist yet"},
     "follow": {"type": "bool", "default": True,
@@ -190,8 +190,6 @@ def ensure_absent(path: str, c: Call) -> dict:
     if prev == "absent":
         return {"path": path, "changed": False, "state": "absent", "msg": f"{path} is already absent"}
     diff = initial_diff(path, "absent", prev)
-    if prev == "directory" and os.listdir(path) and not c.recurse:
-        raise ModuleError(f"{path} is a non-empty directory; set recurse: true to remove it with its contents", path=path)
     if not c.check:
         if prev == "directory":
             import shutil  # here: its import (bz2, lzma, fnmatch) costs every run on every host

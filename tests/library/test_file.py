@@ -47,12 +47,11 @@ def test_the_engines_own_calls_still_work(tmp_path):
     assert res["changed"] and res["state"] == "absent" and not stage.exists()
 
 
-def test_absent_keeps_a_non_empty_folder_unless_recurse(tmp_path):
+def test_absent_removes_a_non_empty_folder_as_ansibles(tmp_path):
     folder = tmp_path / "f"
     (folder / "sub").mkdir(parents=True)
-    with pytest.raises(ModuleError, match="non-empty directory; set recurse: true"):
-        call({"path": str(folder), "state": "absent"})
-    assert (folder / "sub").is_dir()
+    assert call({"path": str(folder), "state": "absent"})["changed"] is True
+    assert not folder.exists()
     assert call({"path": str(tmp_path / "gone"), "state": "absent"})["changed"] is False
 
 

@@ -43,6 +43,7 @@ CASES = [
     ("absent-missing", {"path": "@nope", "state": "absent"}, ""),
     ("absent-link-to-dir-keeps-the-dir", {"path": "@link-dir", "state": "absent"}, ""),
     ("absent-empty-dir", {"path": "@empty", "state": "absent"}, "diff"),
+    ("absent-non-empty-dir", {"path": "@dir", "state": "absent"}, "diff"),
     ("absent-check", {"path": "@dir/a", "state": "absent"}, "check"),
     ("directory-nested", {"path": "@new/a/b", "state": "directory"}, "diff"),
     ("directory-new-with-mode", {"path": "@new", "state": "directory", "mode": "0700"}, ""),
@@ -130,8 +131,7 @@ WORDS_UP_TO = {"directory-under-file": "as requested: ", "bad-time": "using form
 # was) or {path: mode as octal text, or None for absent}
 FAILED = "failed"
 DIFFERENCES = [
-    # a non-empty folder goes only with recurse: true (Ansible removes it, and refuses recurse beside absent)
-    ("absent-non-empty-dir", {"path": "@dir", "state": "absent"}, {"dir": None}, FAILED),
+    # recurse beside absent is accepted (Ansible refuses it); the folder goes with its contents either way
     ("absent-recurse", {"path": "@dir", "state": "absent", "recurse": True}, FAILED, {"dir": None}),
     # the mode goes to the last folder created (Ansible gives it to every folder it creates)
     ("directory-nested-with-mode", {"path": "@new/a", "state": "directory", "mode": "0700"},
