@@ -64,7 +64,7 @@ def run_play(playbook: str, opts: dict, more_vars: dict | None = None) -> None:
         return
     try:
         if opts.get("flush_cache"):
-            from engine.run import fact_store
+            from engine.api import fact_store
 
             fact_store.flush()
         settings = dict(

@@ -17,6 +17,7 @@ from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, mo
 from engine.playbook.plays import load_playbook, resolve_play_keywords
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
 from engine.report.junit import junit_case, junit_suite_element, xml_text
+from engine.run import fact_store
 from engine.run.preflight import check_tags
 from engine.run.results import TaskResult
 from engine.run.runner import Runner
@@ -33,7 +34,7 @@ __all__ = [
     "ACCEPTED_PREFIX", "ENGINE_ACTIONS", "LIBRARY", "PROJECT_ROOT", "Host", "Inventory", "RunResult", "TaskResult",
     "Unsafe", "UserError", "check_nesting", "check_variable_names", "exit_code_for", "inspect_playbook", "junit_case",
     "junit_suite_element", "load_yaml", "mask_vault_values", "module_args_spec", "modules", "open_connection",
-    "parse_text", "persist", "resolve_playbook", "run_playbook", "tcp_socket", "vault", "xml_text",
+    "fact_store", "parse_text", "persist", "resolve_playbook", "run_playbook", "tcp_socket", "vault", "xml_text",
 ]
 
 EXIT_OK = 0

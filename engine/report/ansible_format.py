@@ -130,6 +130,13 @@ def item_lines(res: TaskResult, item: dict, verbose: int, no_log: bool) -> list[
     return [(line, status)]
 
 
+# This tool's own modules (not Ansible's): their one-line message follows ok/changed, as it always did, since
+# Ansible's callback has nothing to say for them and `invoke provision` tells what happened through them.
+PROJECT_MODULES = frozenset({"drafter_config", "facts", "flash_attn", "gpu_cleanup", "models", "python_env",
+                             "serving_bench", "speed_record", "tiny_models", "vllm_cluster", "vllm_server",
+                             "vllm_status", "vllm_variant"})
+
+
 def result_lines(res: TaskResult, verbose: int) -> list[tuple[str, str]]:
     """The lines of one host's result of a task, each with its colour's status, as Ansible's callback."""
     no_log = res.msg == NO_LOG_MSG
@@ -159,6 +166,8 @@ def result_lines(res: TaskResult, verbose: int) -> list[tuple[str, str]]:
         line = f"{word}: [{host if res.status != 'skipped' else res.host}]"
         if verbose or verbose_always(res):
             line += f" => {dump(shown(res.result, res.module, no_log), indent)}"
+        elif res.module in PROJECT_MODULES and res.msg and not no_log and res.status != "skipped":
+            line += f" {clean_text(res.msg)}"  # what this tool's own modules did (a server started, and why)
         lines.append((line, res.status))
     if res.ignored:
         lines.append(("...ignoring", "skipped"))
