@@ -39,6 +39,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list-tags", action="store_true")
     p.add_argument("--start-at-task")
     p.add_argument("--force-handlers", action="store_true")
+    p.add_argument("--flush-cache", action="store_true")
     return p
 
 
@@ -52,6 +53,7 @@ def options_of(args: argparse.Namespace) -> dict:
                 list_hosts=args.list_hosts, list_tasks=args.list_tasks, list_tags=args.list_tags,
                 start_at_task=args.start_at_task,
                 tags=",".join(args.tags) or None, skip_tags=",".join(args.skip_tags) or None)
+    opts["flush_cache"] = args.flush_cache
     if args.force_handlers:
         if "force_handlers" not in opts:
             raise SystemExit("ERROR: --force-handlers: the engine has no such option yet")
