@@ -144,8 +144,9 @@ def free_form_args(text: str) -> dict:
 
 
 def check_module_args(module: str, args: dict, label: str, complete: bool = True) -> None:
-    """The arguments against the module's table: names, unknown ones, and (when `complete`: no templated
-    arguments are still to come) the required ones. The load checks a task's, the run a templated one's."""
+    """The arguments against the module's table: names, unknown ones, and (when `complete`: at run time) the
+    required ones. The load checks names and unknown ones (an internal `_option` left to the run); the run checks a
+    templated task's, and one that leaves out a required argument (a host's failure, as Ansible's)."""
     reserved = [a for a in args if isinstance(a, str) and a.startswith("_ansible_")]
     if reserved:
         raise UserError(f"{label}: Invalid parameter specified beginning with keyword '_ansible_' for action "
