@@ -29,19 +29,6 @@ ARGS = {
 CODE_ARGS = ("disk_paths", "nvidia_smi")
 
 
-def parse_os_release(text: str) -> dict:
-    """KEY=value lines of /etc/os-release (values may be quoted)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key and not key.startswith("#"):
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            out[key] = value
-    return out
-
-
 def parse_meminfo(text: str) -> dict:
     """{total, available} in MiB from /proc/meminfo (kB lines)."""
     kb = {}
@@ -107,7 +94,7 @@ def _user() -> str:
 
 def run(args: dict, ctx: Context) -> dict:
     uname = platform.uname()
-    release = parse_os_release(_read("/etc/os-release"))
+    release = ansible_facts.parse_os_release(_read("/etc/os-release"))
     try:
         gpus = query_gpus(args["nvidia_smi"])
         reason = ""

@@ -364,16 +364,21 @@ def _looked(paths: list[Path]) -> str:
 # -- the lookups ----------------------------------------------------------------------------------------------------
 
 
+def _found_file(call: LookupCall, term: str) -> Path:
+    """A file lookup's term as a file of the role's or the playbook's files/ (or an absolute path), or the failure."""
+    path, looked = _locate(call, term, ("files",))
+    if path is None:
+        raise call.failed(f"no file {term!r}; looked in {_looked(looked)}. Put it in the role's or the playbook's "
+                          "files/ folder, or give its absolute path")
+    return path
+
+
 def file_lookup(call: LookupCall) -> list:
     """Each file's text, never rendered; trailing whitespace stripped unless rstrip=false, leading with lstrip=true."""
     lstrip, rstrip = call.flag("lstrip", False), call.flag("rstrip", True)
     out = []
     for term in call.strings():
-        path, looked = _locate(call, term, ("files",))
-        if path is None:
-            raise call.failed(f"no file {term!r}; looked in {_looked(looked)}. Put it in the role's or the playbook's "
-                              "files/ folder, or give its absolute path")
-        text, vaulted = _read_text(call, term, path)
+        text, vaulted = _read_text(call, term, _found_file(call, term))
         text = text.lstrip() if lstrip else text
         text = text.rstrip() if rstrip else text
         if vaulted or is_secret_name(Path(term).name):
@@ -541,11 +546,7 @@ def unvault_lookup(call: LookupCall) -> list:
     """Each file's text as it is (not stripped), an Ansible Vault file decrypted (then a secret, as file's)."""
     out = []
     for term in call.strings():
-        path, looked = _locate(call, term, ("files",))
-        if path is None:
-            raise call.failed(f"no file {term!r}; looked in {_looked(looked)}. Put it in the role's or the playbook's "
-                              "files/ folder, or give its absolute path")
-        text, vaulted = _read_text(call, term, path)
+        text, vaulted = _read_text(call, term, _found_file(call, term))
         if vaulted or is_secret_name(Path(term).name):
             call.secret(text)
         out.append(text)

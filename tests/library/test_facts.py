@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_host.host import ansible_facts
 from dflash_host.host.gpus import DEFAULT_TIMEOUT_S, parse_cuda_version, parse_gpu_csv
 from dflash_host.module import Context, check_args
 from library import facts
@@ -114,7 +115,7 @@ def test_cuda_version_from_version_output_or_table_header(text, expected):
 
 
 def test_os_release_and_meminfo_parsing():
-    rel = facts.parse_os_release('NAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n# c\nBAD\n')
+    rel = ansible_facts.parse_os_release('NAME="Debian GNU/Linux"\nVERSION_ID="12"\nID=debian\n# c\nBAD\n')
     assert rel == {"NAME": "Debian GNU/Linux", "VERSION_ID": "12", "ID": "debian"}
     mem = facts.parse_meminfo("MemTotal:       24684544 kB\nMemFree: 100 kB\nMemAvailable:   24131584 kB\n")
     assert mem == {"total": 24106, "available": 23566}
