@@ -30,7 +30,7 @@ def test_target_as_documented(target, scratch):
     tmp_path = scratch
     ansible = ansible_outcome(target, tmp_path / "ansible")
     ours = run_target(target, "ours", tmp_path / "ours")
-    assert ansible.rc == 0 and ansible.failed == 0, (
+    assert ansible.rc == 0, (  # a script target's own checks decide (some of its runs fail on purpose)
         f"{target} fails under real ansible-playbook (exit {ansible.rc}): the harness does not run it as "
         f"ansible-test does\n" + "\n".join(ansible.logs)[-4000:])
     expected = documented()[target]
