@@ -47,7 +47,8 @@ def cli(pb, inv, *flags, stdin: str = ""):
 
 
 def shown_user(out: str) -> str:
-    return next(line.split("user=")[1].strip() for line in out.splitlines() if "user=" in line)
+    """debug's msg as ansible-playbook prints it: `"msg": "user=NAME"`."""
+    return next(line.split("user=")[1].strip().strip('"') for line in out.splitlines() if "user=" in line)
 
 
 def test_user_and_private_key_from_the_command_line(become_users, tmp_path, shared_tmp):
