@@ -79,7 +79,7 @@ def test_a_role_used_twice_without_a_cycle_still_loads(tmp_path):
     pb, inv, marker = _write(tmp_path, files, "  roles: [a, b]\n")
     code, out = invoke_bounded("play", str(pb), "-i", str(inv), seconds=30)
     assert code == 0, out[-3000:]
-    assert out.count("ok: [local] common") == 5, out
+    assert out.count('"msg": "common"') == 5, out  # debug's msg, as ansible-playbook prints it
     assert marker.exists()
 
 
