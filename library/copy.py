@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import os
 import posixpath
@@ -57,7 +58,7 @@ from dflash_host.host.fileattrs import (
     path_info,
     set_attributes,
 )
-from dflash_host.host.files import atomic_write, backup_name
+from dflash_host.host.files import atomic_write, backup_name, write_failed
 from dflash_host.host.manifest import (
     NEW_DIR_MODE,
     NEW_FILE_MODE,
@@ -400,6 +401,9 @@ def _write(dest: str, source: Source, args: dict, mode, directory_mode, remote: 
         set_attributes(dest, mode, args["owner"], args["group"], False)
         attributes.ensure(dest, args["attributes"], False)
     except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk: say so, and that dest is as it was
+            size = len(source.data) if source.data is not None else os.path.getsize(source.path or dest)
+            raise write_failed(dest, exc, size) from None
         raise ModuleError(f"Failed to copy {source.path or 'the content'} to {dest}: {exc.strerror}; fix the "
                           "permissions of the path or its folder") from None
     finally:
@@ -419,8 +423,12 @@ def _pass_through(folder: str, data: bytes) -> str:
     import tempfile
 
     fd, path = tempfile.mkstemp(prefix=".dfp-source-", dir=folder)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except OSError:  # a full disk: no temp file is left beside dest
+        os.unlink(path)
+        raise
     return path
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only
     from typing import Any
 
 
-def _write_failed(path: str, exc: OSError, size: int) -> ModuleError:
+def write_failed(path: str, exc: OSError, size: int) -> ModuleError:
     """atomic_write's one-paragraph error: what failed, that nothing changed, and the fix."""
     import errno
 
@@ -144,7 +144,7 @@ def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup:
                 except OSError:
                     pass
         if isinstance(exc, OSError):
-            raise _write_failed(path, exc, len(data) if data is not None else _size(source)) from None
+            raise write_failed(path, exc, len(data) if data is not None else _size(source)) from None
         raise
     return backup_path
 

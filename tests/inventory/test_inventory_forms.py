@@ -116,7 +116,6 @@ def test_bad_ini_names_file_line_and_fix(tmp_path, text, needle):
     ("aws_ec2.yml", "plugin: amazon.aws.aws_ec2\nregions: [us-east-1]\n", 0o644,
      r"an inventory plugin configuration \(plugin: amazon.aws.aws_ec2\) is not supported"),
     ("hosts.toml", "[gpu.hosts.gpu1]\n", 0o644, "a TOML inventory is not supported"),
-    ("hosts.yaml", "all:\n  vars:\n    cmd: !unsafe '{{ x }}'\n", 0o644, r"hosts\.yaml:3:10: the YAML tag !unsafe is not supported"),
 ])
 def test_unsupported_forms_say_so(tmp_path, name, text, mode, needle):
     with pytest.raises(UserError, match=needle):
@@ -155,3 +154,10 @@ def test_letter_bounds_are_single_letters():
 
     with pytest.raises(UserError, match=r"\[ab:cd\]"):
         expand("n[ab:cd]", "inv.ini")
+
+
+def test_an_unsafe_value_is_kept_as_written(tmp_path):
+    """`!unsafe` in an inventory (as Ansible reads it): the text, never templated."""
+    inv = Inventory(write(tmp_path, "hosts.yaml", "all:\n  hosts:\n    h1:\n      cmd: !unsafe '{{ x }}'\n", 0o644))
+    value = inv.hosts["h1"].vars["cmd"]
+    assert value == "{{ x }}" and type(value).__name__ == "Unsafe"

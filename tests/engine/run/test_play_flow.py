@@ -169,7 +169,7 @@ def test_vars_prompt_without_default_nor_terminal_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("raw,needle", [
-    ({"strategy": "host_pinned"}, "'strategy' must be one of linear, free"),
+    ({"strategy": "debug"}, "'strategy' must be one of linear, free"),
     ({"order": "random"}, "'order' must be one of inventory"),
     ({"connection": "winrm"}, "'connection' must be one of local, ssh, smart"),
     ({"force_handlers": "maybe"}, "'force_handlers' must be true or false"),
