@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from engine.cache import write_atomically
 from engine.errors import UserError
@@ -67,6 +67,9 @@ class Console:
         self._source: str | None = None
         self._origin: list[str] | None = None
         self._locator = Locator()
+        # the run's secret masking (the runner sets it): the Origin block quotes playbook lines, which may hold a
+        # secret written in the playbook (a play's vars beside the task)
+        self.redact: Callable[[str], str] = lambda text: text
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -189,7 +192,8 @@ class Console:
         lines = result_lines(res, self.verbose)
         if any(line.startswith("[ERROR]: ") for line, _ in lines):
             origin = self._origin_of(res)
-            lines = [(f"{line}\n" + "\n".join(origin), s) if origin and line.startswith("[ERROR]: ") else (line, s)
+            quoted = "\n".join(self.redact(text) for text in origin)
+            lines = [(f"{line}\n{quoted}", s) if origin and line.startswith("[ERROR]: ") else (line, s)
                      for line, s in lines]
         if res.duration_s >= 1.0 and len(lines) == 1 and " => " not in lines[0][0]:
             lines[0] = (f"{lines[0][0]} ({res.duration_s:.1f}s)", lines[0][1])

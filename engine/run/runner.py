@@ -99,6 +99,8 @@ class Runner:
         self.lock_wait = max(0.0, float(lock_wait))
         self.templar = Templar(environment())
         self.variables = Variables(inventory, self.extra_vars, self.templar, check=check, diff=diff)
+        if console is not None:
+            console.redact = self.variables.secrets.redact  # what the console quotes from the playbook, masked
         self.variables.run_tags = sorted(self.tags) or ["all"]
         self.variables.skip_tags = sorted(self.skip_tags)
         self.variables.set_options(forks=self.forks, verbosity=int(getattr(console, "verbose", 0) or 0), limit=limit)
