@@ -30,14 +30,27 @@ def write(path: Path, data) -> Path:
     return path
 
 
+def local_inventory(folder: Path, host: str = "h1") -> Path:
+    """An INI inventory of one `ansible_connection: local` host on this python."""
+    path = folder / "inv"
+    path.write_text(f"{host} ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return path
+
+
+def real_ansible_playbook(playbook: Path, inventory: Path, env: dict | None = None,
+                          timeout: float = 300) -> subprocess.CompletedProcess:
+    """Real ansible-playbook on `playbook`, in its folder, with a clean environment (HOME and the temp folder there)."""
+    base = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(playbook.parent),
+            "ANSIBLE_LOCAL_TEMP": str(playbook.parent / ".ansible-tmp")}
+    return subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inventory), str(playbook)],
+                          capture_output=True, text=True, timeout=timeout, cwd=playbook.parent, env={**base, **(env or {})})
+
+
 def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict, list[str]]:
     """(exit code, [(task, status)], recap, debug messages) of real ansible-playbook on the local host."""
     inventory = write(playbook.parent / "inventory.yml", INVENTORY)
-    tool = required_ansible_tool("ansible-playbook")
-    env = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(playbook.parent), "ANSIBLE_GATHERING": "explicit",
-           "ANSIBLE_LOCAL_TEMP": str(playbook.parent / ".ansible-tmp"), "ANSIBLE_DEPRECATION_WARNINGS": "0"}
-    proc = subprocess.run([str(tool), "-i", str(inventory), str(playbook)], capture_output=True, text=True,
-                          timeout=120, cwd=playbook.parent, env=env)
+    proc = real_ansible_playbook(playbook, inventory, {"ANSIBLE_GATHERING": "explicit",
+                                                       "ANSIBLE_DEPRECATION_WARNINGS": "0"}, timeout=120)
     out = proc.stdout
     steps: list[tuple[str, str]] = []
     task = ""

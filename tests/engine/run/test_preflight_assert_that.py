@@ -4,11 +4,8 @@ on and the task fails or passes when it runs, as in real ansible-playbook, which
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from engine.api import run_playbook
-from tests.helpers import required_ansible_tool
+from tests.engine.playbook.ansible_side import local_inventory, real_ansible_playbook
 
 PLAYBOOK = """\
 - hosts: all
@@ -25,12 +22,8 @@ PLAYBOOK = """\
 def test_a_template_inside_a_that_string_is_not_refused_before_the_run(tmp_path):
     pb = tmp_path / "pb.yml"
     pb.write_text(PLAYBOOK)
-    inv = tmp_path / "inv"
-    inv.write_text(f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
-    proc = subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inv), str(pb)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path),
-                               "ANSIBLE_LOCAL_TEMP": str(tmp_path / ".tmp")})
+    inv = local_inventory(tmp_path)
+    proc = real_ansible_playbook(pb, inv)
     assert proc.returncode == 0, proc.stdout[-3000:]
     recap = next(line for line in proc.stdout.splitlines() if line.startswith("h1 ") and "ok=" in line)
     ours = run_playbook(pb, inv)
