@@ -29,6 +29,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "ansible_targets: ansible-core's own integration targets, both tools")
 
 
+@pytest.fixture(autouse=True)
+def _vault_secrets_per_test():
+    """Each test is one run, as a CLI process is: a value another test decrypted (a vault's "5") is not its secret."""
+    from engine.parsing import vault
+
+    vault.forget_revealed()
+    yield
+
+
 @pytest.fixture(scope="session")
 def sshd_pool():
     reason = sshd_harness.available()

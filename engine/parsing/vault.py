@@ -81,6 +81,14 @@ def remember_secret(text: str) -> None:
             _revealed_version[0] += 1
 
 
+def forget_revealed() -> None:
+    """Drop every remembered plaintext: one process running unrelated runs in turn (the test suite) starts each
+    from a clean slate, as separate CLI processes do."""
+    with _lock:
+        _revealed.clear()
+        _revealed_version[0] += 1
+
+
 def decrypt(vault_text: str, where: str) -> str:
     """The plaintext of one vault envelope (a file's text or a `!vault` value); `where` names it in errors."""
     # cryptography is imported only when a vault value is met: every other run skips its import time.
