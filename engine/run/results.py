@@ -85,6 +85,7 @@ class HostState:
     # take turns (the client talks to one worker at a time). A thread only ever holds one host's.
     client_lock: threading.RLock = field(default_factory=threading.RLock)
     delegated_to: str | None = None  # where the current task's module last ran, when delegated
+    delegated_connection: str = ""  # and that host's connection
     locked: bool = False  # connected, become checked and the host lock held: ready for tasks (its own or delegated)
     # What each registered or set_fact name carries (engine/template/taint.py): whose answers, whether a secret; a name
     # without a record is this host's answer. loop_taint: what the current loop's items carry.
@@ -100,10 +101,12 @@ class HostState:
 
     @property
     def host_taint(self) -> Taint:
-        """What this host's own answers carry: its name (made once)."""
+        """What this host's own answers carry: its name, nothing on the control node (engine/run/trust.py; made once)."""
         taint = self.__dict__.get("_host_taint")
         if taint is None:
-            taint = self.__dict__["_host_taint"] = Taint((self.host.name,))
+            from engine.run.trust import answer_taint  # trust reads HostState: imported when first needed
+
+            taint = self.__dict__["_host_taint"] = answer_taint(self.host.name, self.host.connection)
         return taint
 
     @property

@@ -28,7 +28,7 @@ from engine.run.includes import Reaches
 from engine.run.loops import item_result_fields, item_variables, loop_items
 from engine.run.results import HostState, TaskResult, status_of
 from engine.run.task_args import ArgsRejected, check_rendered, templated_layers
-from engine.run.trust import check_task
+from engine.run.trust import answer_taint, check_task
 from engine.run.variables import Variables
 from engine.template.bounds import render_budget
 from engine.template.markers import to_bool, undefined_name
@@ -135,7 +135,7 @@ class TaskExecutor:
     # -- one task on one host --------------------------------------------------------------------------
     def run_task(self, state: HostState, play: Play, task: Task, handler: bool = False) -> None:
         started = time.monotonic()
-        state.delegated_to = None
+        state.delegated_to, state.delegated_connection = None, ""
         state.task_taint = Taint()
         try:
             with render_budget(task.timeout):  # the task's timeout covers its rendering on the control node too
@@ -258,7 +258,10 @@ class TaskExecutor:
         read (a secret it echoes is masked by its value: its other output is no secret); a no_log task's a secret."""
         taint = state.task_taint.copy()
         if task.module not in LOCAL_ACTIONS:
-            taint.hosts.add(state.delegated_to or state.host.name)
+            if state.delegated_to:
+                taint.add(answer_taint(state.delegated_to, state.delegated_connection, task.module))
+            else:
+                taint.add(answer_taint(state.host.name, state.host.connection, task.module))
             taint.secret = False
         taint.secret = taint.secret or bool(task.no_log)
         return taint
@@ -439,6 +442,7 @@ class TaskExecutor:
             return state
         target = self.delegation.target(state, play, task, view, connect=not (action and task.module in LOCAL_ACTIONS))
         state.delegated_to = target.host.name if target is not state else None
+        state.delegated_connection = target.host.connection
         return target
 
     def module(self, state: HostState, module: str, args: dict, check: bool, task: Task | None = None,

@@ -10,7 +10,9 @@ anything runs. The same holds for the task's `environment` and for `delegate_to`
 may choose anywhere. A shell command line (and its interpreter) built from any host's answer is refused on every
 host, since a shell parses it as code wherever it runs.
 
-The control node's own answers (a local host's registered results) are its own: they may steer it.
+The control node's own answers are its own and may steer it: a local host's facts and registered results carry no
+host at all (`answer_taint`, the one place that decides), so no check anywhere counts them, save what a module on it
+fetched from another machine (uri, get_url, wait_for, unarchive): that is the other machine's word.
 """
 
 from __future__ import annotations
@@ -32,9 +34,23 @@ FIX = ("write the value in the playbook or the inventory, or check it first agai
        "(`when: out.stdout in allowed`) and use the list's item")
 
 
+# Modules whose result is what another machine said, wherever they run.
+NETWORK_ANSWERS = frozenset({"uri", "get_url", "wait_for", "unarchive"})
+
+
 def runs_here(host_connection: str) -> bool:
     """A module on a host with the local connection runs on the control node itself."""
     return host_connection == "local"
+
+
+def answer_taint(host: str, connection: str, module: str | None = None) -> Taint:
+    """What the answer of `module` on `host` (its facts when None) carries: the host's name, unless the host is the
+    control node itself and the module does not fetch from elsewhere."""
+    if not runs_here(connection):
+        return Taint((host,))
+    if module in NETWORK_ANSWERS:
+        return Taint((f"the network ({module} on {host})",))
+    return Taint()
 
 
 def foreign(taint: Taint | None, states: Mapping[str, HostState]) -> list[str]:
