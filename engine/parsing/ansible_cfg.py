@@ -37,6 +37,11 @@ def setting(name: str) -> str | None:
     return located(name)[0]
 
 
+def enabled(name: str) -> bool:
+    """A boolean setting as Ansible reads one (yes/true/on/1, any case): False where unset."""
+    return (setting(name) or "").strip().lower() in ("1", "true", "yes", "on", "y", "t")
+
+
 def located(name: str) -> tuple[str | None, Path]:
     """A setting's text and the folder its relative paths start from: the current one for the environment,
     the file's own for ansible.cfg (as Ansible resolves a path setting)."""

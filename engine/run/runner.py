@@ -27,6 +27,7 @@ from dataclasses import replace
 from engine.connection import ssh_lookup_cache
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
+from engine.parsing import ansible_cfg
 from engine.playbook.model import Block, Include, Play, Task
 from engine.playbook.tasks import IncludeNotFound
 from engine.run import fact_store
@@ -87,7 +88,8 @@ class Runner:
         force_handlers: bool = False,
     ) -> None:
         self.inventory = inventory
-        self.force_handlers = force_handlers  # --force-handlers: a play's own force_handlers wins
+        # --force-handlers, else ANSIBLE_FORCE_HANDLERS or ansible.cfg's (its default there): a play's own wins
+        self.force_handlers = force_handlers or ansible_cfg.enabled("force_handlers")
         self._shuffled: dict[int, list[str]] = {}  # id(play) -> its hosts in `order: shuffle`, drawn once
         self._vars_loaded: set[int] = set()  # plays whose vars_prompt and vars_files are in their vars
         self.extra_vars = extra_vars or {}

@@ -110,6 +110,16 @@ def test_a_plays_force_handlers_false_beats_the_option(tmp_path):
     assert code == 2 and seq == {h: ["notify"] for h in HOSTS}
 
 
+def test_ansible_force_handlers_in_the_environment_is_the_options_default(tmp_path, monkeypatch):
+    """ANSIBLE_FORCE_HANDLERS=true forces as --force-handlers does (ansible-core's handlers target sets it)."""
+    monkeypatch.setenv("ANSIBLE_FORCE_HANDLERS", "true")
+    play = {"hosts": "all", "tasks": [log_task("notify", notify="h"),
+                                      {"name": "fail b", "fail": {"msg": "x"}, "when": "inventory_hostname == 'b'"}],
+            "handlers": [log_task("h")]}
+    _code, seq, _res = ours(tmp_path, play)
+    assert seq["b"] == ["notify", "h"]
+
+
 @pytest.mark.parametrize("order", ["reverse_inventory", "sorted", "reverse_sorted", "inventory"])
 def test_order_sets_the_hosts_order(tmp_path, order):
     play = {"hosts": "all", "order": order, "serial": 1, "tasks": [log_task("t")]}
