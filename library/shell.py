@@ -5,7 +5,7 @@ ansible.builtin.shell's options and result, with command's own additions (librar
 the program for both (dflash_host/host/commands.py), so creates/removes, check mode, `check_safe`, `stdin`,
 `strip_empty_ends`, `env`, `timeout_s`, `expect_rc`, the messages and the result fields are command's, and so
 are the differences from Ansible that its docstring lists. Ansible's one-line form
-`- shell: cat /x | wc -l creates=/y` gives `cmd` (and the options written after it).
+`- shell: cat /x | wc -l creates=/y` gives `cmd` (and the options written in it, as Ansible reads them).
 
 The shell string is the playbook's word. A shell parses `cmd` as code, so what it says must come from the
 playbook and its variables, never from what a host returned: the engine refuses a `cmd` (or `executable`)

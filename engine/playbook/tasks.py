@@ -6,7 +6,6 @@ here with the file and the task, before any host is touched."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from engine.playbook.keywords import (
     wrong,
 )
 from engine.playbook.model import Block, DynamicInclude, Include, Task, walk_tasks
-from engine.playbook.modulespec import module_args_spec, modules
+from engine.playbook.modulespec import is_user_module, module_args_spec, modules
 from engine.playbook.roles import (
     RoleCall,
     RoleMeta,
@@ -44,6 +43,7 @@ from engine.playbook.roles import (
     role_variables,
     tasks_from,
 )
+from engine.playbook.user_modules import add_library, check_user_module
 from engine.template.environment import environment
 from engine.template.templar import Templar
 
@@ -109,13 +109,13 @@ RAW_PARAMS_ARGUMENT = {"include_tasks": "file", "import_tasks": "file", "meta": 
 
 def module_arguments(module: str, value: Any, label: str) -> Any:
     """A module's arguments as written: a mapping, nothing, or Ansible's one-line `key=value` form (command and
-    shell: the command line and its trailing options, as before; any other module: engine/parsing/kv.py)."""
+    shell: the command line and the options in it; any other module: engine/parsing/kv.py)."""
     if value is None:
         return {}
     if not isinstance(value, str):
         return value
     if module in FREE_FORM:
-        return free_form_args(value)
+        return free_form_args(value, label)
     args = kv_arguments(value, label, module)
     if "_raw_params" in args:
         target = RAW_PARAMS_ARGUMENT.get(module)
@@ -128,19 +128,19 @@ def module_arguments(module: str, value: Any, label: str) -> Any:
     return args
 
 
-_TRAILING_OPTION = re.compile(
-    r"""\s+(creates|removes|chdir|executable|stdin)=("[^"]*"|'[^']*'|(?:\{\{.*?\}\}|\S)+)\s*$""")  # {{ }} may hold spaces
-
-
-def free_form_args(text: str) -> dict:
+def free_form_args(text: str, label: str = "task") -> dict:
     """`- command: CMD [creates=P] [chdir=D] ...`: the command line (split on the host as Ansible splits it, never
-    run through a shell by command) and the options written after it, as Ansible reads them."""
-    options: dict = {}
-    while match := _TRAILING_OPTION.search(text):
-        value = match.group(2)
-        options.setdefault(match.group(1), value[1:-1] if value[:1] in "\"'" else value)
-        text = text[:match.start()]
-    return {"cmd": text.strip(), **options}
+    run through a shell by command) and its options (engine/parsing/kv.py's FREE_FORM_OPTIONS, wherever written),
+    read as Ansible's parse_kv reads them: `cmd` is the other words joined back, its line breaks kept and a
+    backslash line continuation dropped, as Ansible's shell result reports `cmd`."""
+    try:
+        options = parse_kv(text, free_form=True)
+    except ValueError:
+        raise UserError(f"{label}: the command line {shown(text)} has an unclosed quote or Jinja block (failed at "
+                        "splitting arguments); close it, or give the command as cmd: in a mapping") from None
+    if "_raw_params" in options:
+        options["cmd"] = options.pop("_raw_params")
+    return options
 
 
 def check_module_args(module: str, args: dict, label: str, complete: bool = True) -> None:
@@ -152,6 +152,9 @@ def check_module_args(module: str, args: dict, label: str, complete: bool = True
         raise UserError(f"{label}: Invalid parameter specified beginning with keyword '_ansible_' for action "
                         f"'{module}': '{reserved[0]}'. The prefix '_ansible_' is reserved for internal use only; "
                         "rename that key.")
+    if is_user_module(module):  # its AnsibleModule checks the arguments on the host, as Ansible's
+        check_user_module(module, label)
+        return
     spec = module_args_spec(module)
     if spec is None:  # set_fact: its arguments become variables (a templated key is checked once rendered)
         check_variable_names({k: v for k, v in args.items() if not is_template_text(k)}, f"{label}: '{module}'")
@@ -352,7 +355,7 @@ def _action_module(value: Any, where: str) -> tuple[str, Any]:
         raise wrong(where, "args", "a mapping of the module's arguments or a key=value line", inner, "{chdir: /tmp}")
     args.update(inner or {})
     if rest:
-        args.update(free_form_args(rest) if module in FREE_FORM else parse_kv(rest))
+        args.update(free_form_args(rest, where) if module in FREE_FORM else parse_kv(rest))
     return module, args
 
 
@@ -766,6 +769,7 @@ def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:
     play = ctx.play
     assert play is not None  # noqa: S101 - a role is read for a play, never in handlers
     role_dir = find_role(call.name, ctx.playbook, where)
+    add_library(role_dir / "library")  # the role's own modules, known from here on (as Ansible's module path)
     meta = role_meta(role_dir, ctx.budget)
     allow = meta.allow_duplicates if call.allow_duplicates is None else call.allow_duplicates
     identity = (id(play), call.identity(role_dir))
@@ -820,7 +824,8 @@ def _own_tasks(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, ke
 
 
 def _role_handlers(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, key: str) -> list[Task]:
-    """The role's handlers (handlers/main.yml, or handlers_from's), each also notified as `ROLE : NAME`."""
+    """The role's handlers (handlers/main.yml, or handlers_from's), each also notified as `ROLE : NAME` and its
+    listen topics also as `ROLE : TOPIC`."""
     stem = call.from_files.get("handlers")
     found = role_part(role_dir, "handlers", stem) if stem is not None else role_file(role_dir, "handlers")
     if not found:
@@ -828,8 +833,10 @@ def _role_handlers(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext
     inside = replace(ctx, play=None, role=call.name, role_dir=role_dir)
     reading = enter(inside, found, f"role {call.name} (handlers)", where, f"{key} {call.name}")
     handlers = parse_tasks(load_yaml(found, "role handlers", ctx.budget), found, reading)
-    for handler in handlers:
-        handler.listen = [*handler.listen, f"{call.name} : {handler.name}"]
+    roles = dict.fromkeys([call.name, role_dir.name if call.name.endswith("." + role_dir.name) else call.name])
+    for handler in handlers:  # a collection's role answers to its full name and its short one, as in Ansible
+        topics = [*handler.listen, *([handler.name] if handler.name else [])]
+        handler.listen = [*handler.listen, *(f"{r} : {topic}" for topic in topics for r in roles)]
     return handlers
 
 

@@ -55,3 +55,26 @@ def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(t
     assert not marker.exists()  # nothing ran the host's words
     assert next(r.msg for r in res.find("seen")) == "True"
     assert next(r.status for r in res.find("as argv")) == "changed"  # host data as an argument is fine
+
+
+ONE_LINE_FORMS = [  # each one-line command/shell string, as written in a playbook
+    'echo this is a \\\n"multiline echo" \\\n"with a new\nline" \\\n| cat\necho "second line"\n',  # continuations
+    'executable="/bin/bash"\ncreates=/nonexistent-dfp\necho "test"\n',  # options on their own lines
+    "creates=/nonexistent-dfp echo  two   spaces  ",  # an option first, runs of spaces kept
+    "echo a=b c\\=d chdir=/tmp",  # a k=v that is no option stays in the line
+]
+
+
+def test_the_one_line_form_gives_cmd_as_ansible_playbook(tmp_path):
+    """Ansible reads `- shell: LINE` with its parse_kv: the options anywhere in it, line breaks kept, a backslash
+    line continuation dropped; its result's `cmd` is what remains, which ours must report the same."""
+    from tests.engine.playbook.ansible_side import ansible, ours, write
+
+    tasks = []
+    for number, line in enumerate(ONE_LINE_FORMS):
+        tasks += [{"name": f"t{number}", "shell": line, "register": "r"},
+                  {"debug": {"msg": "{{ r.cmd }}|{{ r.stdout }}"}}]
+    pb = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": tasks}])
+    theirs, mine = ansible(pb), ours(pb)
+    assert theirs[0] == 0 and len(theirs[3]) == len(ONE_LINE_FORMS), theirs
+    assert mine[3] == theirs[3]
