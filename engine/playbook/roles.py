@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.parsing.ansible_cfg import roles_path
+from engine.parsing.ansible_cfg import roles_path, setting
 from engine.parsing.yamlfile import LoadBudget, check_variable_names, load_yaml
 from engine.playbook.keywords import BECOME_KEYWORDS, become_of, condition_list, flag, names, shown, variables_of, wrong
 from engine.playbook.modulespec import PROJECT_ROOT
@@ -30,8 +31,31 @@ def role_search_dirs(playbook: Path) -> list[Path]:
     return out
 
 
+ANSIBLE_DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
+
+
+def collection_role(name: str, playbook: Path) -> Path | None:
+    """A collection's role by its full name `NAMESPACE.COLLECTION.ROLE`, looked up as Ansible does: the
+    collections/ folder beside the playbook, then ANSIBLE_COLLECTIONS_PATH (or ansible.cfg's collections_path, else
+    Ansible's default folders), each holding ansible_collections/NAMESPACE/COLLECTION/roles/ROLE."""
+    parts = name.split(".")
+    if len(parts) != 3 or not all(p.isidentifier() for p in parts):
+        return None
+    configured = [p for p in (setting("collections_path") or "").split(os.pathsep) if p.strip()]
+    for base in [playbook.parent / "collections", *map(Path, configured or ANSIBLE_DEFAULT_COLLECTIONS_PATH)]:
+        base = base.expanduser()
+        root = base if base.name == "ansible_collections" else base / "ansible_collections"
+        if (root / parts[0] / parts[1] / "roles" / parts[2]).is_dir():
+            return root / parts[0] / parts[1] / "roles" / parts[2]
+    return None
+
+
 def find_role(name: str, playbook: Path, where: str) -> Path:
-    """A role's folder by name, or by a path (absolute, or relative to the playbook's folder) as Ansible allows."""
+    """A role's folder by name, or by a path (absolute, or relative to the playbook's folder) as Ansible allows,
+    or a collection's role by its full name."""
+    in_collection = collection_role(name, playbook)
+    if in_collection is not None:
+        return in_collection
     for d in role_search_dirs(playbook):
         if (d / name).is_dir():
             return d / name

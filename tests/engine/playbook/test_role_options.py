@@ -55,6 +55,21 @@ def test_handlers_notified_across_roles_by_name_listen_and_role_prefix(tmp_path)
     same_as_ansible(book)
 
 
+def test_a_collections_role_beside_the_playbook_and_its_listen_topics_by_role_prefix(tmp_path):
+    """collections/ansible_collections/NS/COL/roles/ROLE beside the playbook; its listen topics answer to
+    `ROLE : TOPIC` and `NS.COL.ROLE : TOPIC`, a plain role's to `ROLE : TOPIC`."""
+    coll = tmp_path / "collections" / "ansible_collections" / "ns" / "col" / "roles" / "r"
+    write(coll / "tasks" / "main.yml", [{"name": "in collection", "debug": {"msg": "coll"}}])
+    write(coll / "handlers" / "main.yml", [{"name": "ch", "debug": {"msg": "collection heard"}, "listen": "ctopic"}])
+    write(tmp_path / "roles" / "p" / "handlers" / "main.yml", [
+        {"name": "ph", "debug": {"msg": "plain heard"}, "listen": "ptopic"}])
+    book = write(tmp_path / "pb.yml", play([
+        {"name": "short", "command": "true", "notify": ["r : ctopic", "p : ptopic"]},
+        {"meta": "flush_handlers"},
+        {"name": "full", "command": "true", "notify": "ns.col.r : ctopic"}], roles=["ns.col.r", "p"]))
+    same_as_ansible(book)
+
+
 def test_role_vars_and_defaults_seen_by_the_play(tmp_path):
     """Ansible's public_exposure shapes that hold here: a static role's defaults and vars are seen by the whole
     play from its start; include_role's (public or not) are seen by its own tasks."""
