@@ -91,6 +91,12 @@ def close_frame(frame: Taint) -> None:
         stack[-1].add(frame)
 
 
+def current() -> Taint | None:
+    """The frame of the render in progress on this thread (None outside any): what it has read so far."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
 def note(taint: Taint | None) -> None:
     """A read: the render in progress carries what the value read carries."""
     stack = getattr(_local, "stack", None)

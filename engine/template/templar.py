@@ -230,18 +230,25 @@ class Templar:
         """A bare expression's value and what it read; a value computed from a secret joins the secrets."""
         return self._tracked(self.evaluate, expression, variables, True)
 
-    def render_file(self, path: str, variables: Mapping, options: dict | None = None) -> str:
+    def render_file(self, path: str, variables: Mapping, options: dict | None = None, loader: Any = None) -> str:
         """A template file; `options` are Jinja environment settings for this one (template's trim_blocks,
-        lstrip_blocks, newline_sequence, block_start_string, ...), the sandbox kept."""
+        lstrip_blocks, newline_sequence, block_start_string, ...), the sandbox kept; `loader` finds the files its
+        {% include %} and {% import %} name (engine/template/loader.py)."""
         with open(path, encoding="utf-8") as fh:
-            return self.render_text(fh.read(), variables, options)
+            return self.render_text(fh.read(), variables, options, loader)
 
-    def render_text(self, source: str, variables: Mapping, options: dict | None = None) -> str:
-        """A whole template as text, even when it is one expression (a file's trailing newline is kept)."""
-        template = self.env.overlay(**options).from_string(source) if options else self._template(source)
-        with render_budget():
-            ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
-            return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
+    def render_text(self, source: str, variables: Mapping, options: dict | None = None, loader: Any = None) -> str:
+        """A whole template as text, even when it is one expression (a file's trailing newline is kept). It renders
+        in a taint frame of its own, so its loader knows whether a host's answer named a file it pulls in."""
+        settings = {**(options or {}), **({"loader": loader} if loader is not None else {})}
+        template = self.env.overlay(**settings).from_string(source) if settings else self._template(source)
+        frame = open_frame()
+        try:
+            with render_budget():
+                ctx = template.new_context(self._scope(variables), shared=True)  # type: ignore[arg-type]  # any Mapping works
+                return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
+        finally:
+            close_frame(frame)
 
 
 def keep_secret(variables: Mapping, value: Any) -> None:
