@@ -16,18 +16,19 @@ Beside them ours: msg, sha256 (of the content). tests/library/test_copy_against_
 
 Where it differs on purpose: dest's missing folders are created (0755 less the umask, or directory_mode, each)
 where Ansible fails with "Destination directory ... does not exist"; `validate` without %s is refused before
-anything is compared; remote_src copies one file (a folder as src is refused) and validates the copy, where
+anything is compared; remote_src validates the copy, where
 Ansible sets the task's mode and owner on src itself to validate it; mode preserve with content is refused
 (Ansible's takes its controller temp file's 0600); the result has no `src` for content (Ansible's names its
 uploaded temp file, gone when the task ends). `attributes` are set with chattr where the host has it; local_follow
-and decrypt are the engine's (src on the control node). unsafe_writes and the SELinux options are not arguments: a
+and decrypt are the engine's (src on the control node); with remote_src and a folder as src, local_follow says
+whether its symlinks are followed (dflash_host/host/copytree.py merges the tree, as Ansible's). unsafe_writes and the SELinux options are not arguments: a
 task using them is refused when the playbook is loaded.
 
 A folder (the engine drives this for `src:` on the control node): `manifest` lists the files by path,
 sha256 and mode; phase `plan` says which files the host lacks, the engine uploads those to temp
 files, and phase `install` checks each upload's sha256 and renames it into place.
 
-Folder mode results: `needed` (paths whose content differs or is missing), `mode_changes`,
+Folder mode results: `needed` (paths whose content differs or is missing), `mode_changes`, `dest_existed`,
 `owner_changes`, `extra` (with delete_extra), `would_change`; install adds `installed`, `deleted`.
 Plan is changed=false, except in check mode where it reports `would_change` (the plan is then the
 answer). Install in check mode needs no uploads. The engine should run install whenever the plan
@@ -49,6 +50,7 @@ import re
 import stat
 
 from dflash_host.host import attributes
+from dflash_host.host.copytree import copy_tree, tree_destination
 from dflash_host.host.fileattrs import (
     lookup_gid,
     lookup_uid,
@@ -251,9 +253,6 @@ def file_source(args: dict) -> Source:
         raise ModuleError(f"Source {src} not found; give the path of a file on the host")
     if not os.access(src, os.R_OK):
         raise ModuleError(f"Source {src} not readable; fix its permissions (or become a user who may read it)")
-    if os.path.isdir(src):
-        raise ModuleError(f"module 'copy': src {src} is a folder; remote_src copies one file here (a folder on the "
-                          "host is not copied: copy its files one by one, or copy the folder from the control node)")
     if not os.path.isfile(src):
         raise ModuleError(f"Cannot copy invalid source '{src}': not a file")
     return Source(None, src)
@@ -518,6 +517,7 @@ def plan_folder(f: dict, delete_extra: bool) -> tuple:
         "extra": extra,
         "would_change": would_change,
         "files": len(f["entries"]),
+        "dest_existed": os.path.isdir(dest_real),  # the engine gives a folder it made directory_mode
     }
     return plan, found
 
@@ -667,9 +667,38 @@ def run_manifest(args: dict, ctx: Context) -> dict:
     return result
 
 
+def run_tree(args: dict, ctx: Context) -> dict:
+    """remote_src with a folder as src, as Ansible's copy module: `src/` merges its content into dest, `src` the
+    folder itself (dest/NAME); a missing dest ending in / is created first (directory_mode). Nothing is removed."""
+    src, dest = os.path.expandvars(args["src"]), os.path.expandvars(args["dest"])
+    if os.path.lexists(dest) and not os.path.isdir(dest):
+        raise ModuleError(f"module 'copy': src {src} is a folder and dest {dest} is not one; give a folder as dest")
+    lookup_uid(args["owner"]), lookup_gid(args["group"])
+    changed = False
+    if dest.endswith("/") and not os.path.exists(dest):
+        if ctx.check:
+            return {"changed": True, "src": src, "msg": f"dest directory {dest.rstrip('/')} would be created"}
+        make_parents(dest.rstrip("/"), mode_arg(args["directory_mode"], "copy"))
+        changed = True
+    shown = os.path.join(dest, os.path.basename(src)) if os.path.isdir(dest) else dest
+
+    def chown(path: str) -> bool:
+        return set_attributes(path, None, args["owner"], args["group"], ctx.check)
+
+    changed = copy_tree(os.path.join(src, ""), tree_destination(src, dest), args["local_follow"], ctx.check,
+                        chown) or changed
+    mode = None if args["mode"] == "preserve" else mode_arg(args["mode"], "copy")
+    if os.path.exists(shown):
+        changed = set_attributes(shown, mode, args["owner"], args["group"], ctx.check) or changed
+        changed = attributes.ensure(shown, args["attributes"], ctx.check) or changed
+    return {"dest": shown, "src": src, "md5sum": None, "checksum": None, "changed": changed}
+
+
 def run(args: dict, ctx: Context) -> dict:
     if args["manifest"] is not None:
         return run_manifest(args, ctx)
+    if args["remote_src"] and args["src"] and os.path.isdir(os.path.expandvars(args["src"])):
+        return run_tree(args, ctx)
     return run_file(args, ctx)
 
 

@@ -240,8 +240,27 @@ def test_remote_src_copies_a_file_on_the_host(tmp_path):
     assert preserved["mode"] == "0750"
     with pytest.raises(ModuleError, match="needs remote_src: true"):
         call({"dest": str(old), "src": str(src)})
-    with pytest.raises(ModuleError, match="is a folder; remote_src copies one file"):
-        call({"dest": str(tmp_path / "x"), "src": str(folder), "remote_src": True})
+
+
+def test_remote_src_folder_merges_as_ansible(tmp_path):
+    """remote_src with a folder: `src/` its content into dest, `src` the folder itself under dest; a second run
+    changes nothing, a changed file is replaced, a link stays a link without local_follow (Ansible's copy module)."""
+    src = tmp_path / "tree"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    (src / "empty").mkdir()
+    os.symlink("a.txt", src / "link")
+    into = call({"src": f"{src}/", "dest": f"{tmp_path}/new/", "remote_src": True, "local_follow": False})
+    assert into["changed"] and (tmp_path / "new" / "sub" / "b.txt").read_text() == "b"
+    assert (tmp_path / "new" / "empty").is_dir() and os.readlink(tmp_path / "new" / "link") == "a.txt"
+    assert call({"src": f"{src}/", "dest": f"{tmp_path}/new/", "remote_src": True})["changed"] is False
+    (src / "sub" / "b.txt").write_text("bee")
+    assert call({"src": f"{src}/", "dest": f"{tmp_path}/new/", "remote_src": True})["changed"] is True
+    assert (tmp_path / "new" / "sub" / "b.txt").read_text() == "bee"
+    whole = call({"src": str(src), "dest": str(tmp_path / "new"), "remote_src": True})
+    assert whole["changed"] and whole["dest"] == f"{tmp_path}/new/tree" and (tmp_path / "new" / "tree" / "a.txt").exists()
+    assert not call({"src": str(src), "dest": str(tmp_path / "new"), "remote_src": True}, check=True)["changed"]
 
 
 def umask() -> int:

@@ -7,13 +7,17 @@ import base64
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import TaskError
 from engine.parsing import vault
 from engine.run.actions.call import ActionCall
+from engine.run.actions.copy_walk import SourceTree, destination_folder, walk_source
 from engine.run.actions.template_vars import with_template_variables
+from engine.run.variables import search_path
+from engine.template.loader import include_loader
 
 if TYPE_CHECKING:
     pass
@@ -76,7 +80,7 @@ def template(call: ActionCall) -> dict:
     src = resolve_local(call, call.args["src"], "templates/")
     templar = call.executor.templar
     view = with_template_variables(call.view, templar, src, str(call.args["src"]), call.args.get("dest"))
-    content = templar.render_file(str(src), view, template_options(call))
+    content = templar.render_file(str(src), view, template_options(call), _include_loader(call, src))
     encoding = call.args.get("output_encoding") or "utf-8"
     try:
         data = content.encode(encoding, errors="surrogateescape")
@@ -92,9 +96,11 @@ def template(call: ActionCall) -> dict:
     return _send_file(call, args, src.name, data, None, src)
 
 
-def _copy_entries(src: Path, dest: str) -> tuple[list[tuple[Path, str]], str]:
-    """(local file, path relative to the destination folder) pairs of a folder's files, and that folder."""
-    return [(p, str(p.relative_to(src))) for p in sorted(p for p in src.rglob("*") if p.is_file())], dest
+def _include_loader(call: ActionCall, src: Path) -> Any:
+    """Where the template's {% include %} and {% import %} look, as Ansible's template action: the task's search
+    path, the playbook's folder, then the template's own folder (each with its templates/)."""
+    playbook_dir = str(call.play.source.parent)
+    return include_loader(search_path(call.task, playbook_dir), [playbook_dir, str(src.parent)])
 
 
 def _upload(call: ActionCall, needed: list[str], by_rel: dict, stage_root: str, dest: str) -> dict:
@@ -137,8 +143,7 @@ def copy_from_control_node(call: ActionCall) -> dict:
         return {"failed": True, "changed": False, "msg": "src (or content) is required"}
     src = resolve_local(call, str(call.args["src"]), "files/")
     if src.is_dir():
-        call.args.pop("src")
-        return _copy_folder(call, src)
+        return _copy_folder(call, src, str(call.args.pop("src")))
     return _copy_one_file(call, src)
 
 
@@ -219,22 +224,54 @@ def _as_ansible_answers(result: dict, src: Path) -> dict:
     return result
 
 
-def _copy_folder(call: ActionCall, src: Path) -> dict:
-    """A folder: a manifest of its files (each with the control node's mode unless the task gives one)."""
-    if call.args.get("local_follow") is False and any(p.is_symlink() for p in src.rglob("*")):
-        raise TaskError(f"{call.where()}: local_follow: false keeps {src}'s symlinks as links, which this tool does not "
-                        "copy; drop local_follow (the files they point to are copied) or remove the links")
+def _copy_folder(call: ActionCall, src: Path, given: str) -> dict:
+    """A folder, as Ansible's copy action: `src/` its content into dest, `src` the folder itself (dest/NAME); its
+    files through a manifest (each with the control node's mode unless the task gives one), then its folders
+    (directory_mode) and the symlinks it keeps as links. The answer names dest and src, as Ansible's."""
     if call.args.get("attributes") or call.args.get("attr"):
         raise TaskError(f"{call.where()}: attributes are set on one file here; a folder ({src}) is copied without "
                         "them: set them with a file task on each copied file after the copy")
+    tree = walk_source(src, call.args.get("local_follow") is not False)
     for name in ENGINE_ONLY:
         call.args.pop(name, None)
-    dest = str(call.args["dest"])
-    entries, dest_dir = _copy_entries(src, dest)
+    if call.args.get("mode") == "preserve":  # each file keeps the control node's mode, as without a mode
+        call.args.pop("mode")
+    dest_dir = destination_folder(given, str(call.args["dest"]))
+    result = _install_manifest(call, tree.files, dest_dir)
+    if result.get("failed"):
+        return result
+    changed = bool(result.get("changed"))
+    folders = tree.directories
+    if call.args.get("directory_mode") is not None and not result.get("dest_existed", True):
+        folders = ["", *folders]  # the folder the copy made gets directory_mode too (Ansible's copy module)
+    for answer in _folders_and_links(call, dest_dir, folders, tree):
+        if answer.get("failed"):
+            return answer
+        changed = changed or bool(answer.get("changed"))
+    result.pop("dest_existed", None)
+    return {**result, "dest": f"{str(call.args['dest']).rstrip('/')}/", "src": str(src) + ("/" if given.endswith("/")
+            else ""), "changed": changed}
+
+
+def _folders_and_links(call: ActionCall, dest_dir: str, folders: list[str], tree: SourceTree) -> Iterator[dict]:
+    """The file module's answer for each folder (state directory, directory_mode) and each kept symlink (state
+    link, force), as Ansible's copy action sends them after the files."""
+    common = {k: call.args[k] for k in ("owner", "group") if call.args.get(k) is not None}
+    for rel in folders:
+        mode = {"mode": call.args["directory_mode"]} if call.args.get("directory_mode") is not None else {}
+        yield call.module("file", {**common, **mode, "path": f"{dest_dir.rstrip('/')}/{rel}".rstrip("/"),
+                                   "state": "directory"})
+    for target, rel in tree.symlinks:
+        yield call.module("file", {**common, "path": f"{dest_dir.rstrip('/')}/{rel}", "src": target, "state": "link",
+                                   "force": True, **({"follow": False} if tree.directories else {})})
+
+
+def _install_manifest(call: ActionCall, files: list[tuple[Path, str]], dest_dir: str) -> dict:
+    """The folder's files: planned on the host, the differing ones uploaded, installed atomically."""
     given_mode = call.args.get("mode")  # the task's mode for every file; else each keeps the control node's
     manifest = [{"path": rel, "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
                  **({} if given_mode is not None else {"mode": "%04o" % (p.stat().st_mode & 0o777)})}
-                for p, rel in entries]
+                for p, rel in files]
     extra = {k: v for k, v in call.args.items() if k in COPY_FOLDER_ARGS}
     plan = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "plan", **extra})
     if plan.get("failed") or call.check or not plan.get("would_change"):
@@ -242,12 +279,12 @@ def _copy_folder(call: ActionCall, src: Path) -> dict:
     stage_root = staging_folder(plan, dest_dir)
     staged = {}
     if plan.get("needed"):
-        by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(entries, manifest)}
-        staged = _upload(call, plan["needed"], by_rel, stage_root, dest)
+        by_rel = {rel: (path, m["sha256"]) for (path, rel), m in zip(files, manifest)}
+        staged = _upload(call, plan["needed"], by_rel, stage_root, dest_dir)
     result = call.module("copy", {"dest": dest_dir, "manifest": manifest, "phase": "install", "staged": staged, **extra})
     if staged:
         call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
-    return result
+    return {**result, "dest_existed": plan.get("dest_existed", True)}
 
 
 def unarchive_from_control_node(call: ActionCall) -> dict:

@@ -45,6 +45,11 @@ CASES = [
     ("large-same", {"src": "big.bin", "dest": "@/big-same.bin"}, False),
     ("large-replace", {"src": "big.bin", "dest": "@/old.txt"}, False),
     ("local-follow-decrypt", {"src": "small.txt", "dest": "@/lf.txt", "local_follow": True, "decrypt": True}, False),
+    # a folder: `tree` itself under dest, `tree/` its content; empty folders, directory_mode, kept links
+    ("folder-whole", {"src": "tree", "dest": "@/dir", "directory_mode": "0700"}, False),
+    ("folder-content", {"src": "tree/", "dest": "@/dir"}, False),
+    ("folder-links", {"src": "tree/", "dest": "@/links/", "local_follow": False}, False),
+    ("folder-check", {"src": "tree", "dest": "@/dir"}, True),
 ]
 
 
@@ -58,6 +63,17 @@ def _build(folder: Path) -> None:
         os.chmod(folder / rel, what[1])
 
 
+def _source_tree(top: Path) -> None:
+    """A control-node folder: files at two levels, an empty folder, a link to a file and one to a folder."""
+    (top / "sub" / "deeper").mkdir(parents=True)
+    (top / "empty").mkdir()
+    for rel in ("a.txt", "sub/b.txt", "sub/deeper/c.txt"):
+        (top / rel).write_bytes(rel.encode() + b"\n")
+        os.chmod(top / rel, 0o644)
+    os.symlink("a.txt", top / "sub" / "link-a")
+    os.symlink("../sub/deeper", top / "empty" / "link-dir")
+
+
 def _tasks(base: Path) -> list[tuple[str, dict]]:
     out = []
     for cid, args, check in CASES:
@@ -68,7 +84,8 @@ def _tasks(base: Path) -> list[tuple[str, dict]]:
 
 
 def _tree(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (oct(stat.S_IMODE(p.stat().st_mode)), p.read_bytes() if p.is_file() else None)
+    return {str(p.relative_to(folder)): (os.readlink(p) if p.is_symlink() else oct(stat.S_IMODE(p.stat().st_mode)),
+                                         p.read_bytes() if p.is_file() else None)
             for p in sorted(folder.rglob("*")) if ".dfp-staging" not in str(p) and "~" not in p.name}
 
 
@@ -90,6 +107,7 @@ def both(tmp_path_factory) -> dict:
         (files / "big.bin").write_bytes(LARGE)
         (files / "exec.sh").write_bytes(b"#!/bin/sh\n")
         os.chmod(files / "exec.sh", 0o750)
+        _source_tree(files / "tree")
         for cid, *_rest in CASES:
             _build(work / side / "t" / cid)
     home = work / "ansible"
