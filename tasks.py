@@ -11,7 +11,8 @@ from invoke import Collection, Task
 
 from dfp_cli import commands as cmd
 from dfp_cli import speed_commands as speed
-from dfp_cli.options import INVENTORY_OPTIONS, PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
+from dfp_cli.monitoring.command import monitoring
+from dfp_cli.options import INVENTORY_OPTIONS, MONITORING_OPTIONS, PLAYBOOK_OPTIONS, REPORT_OPTIONS, Option, invoke_task
 
 PURGE = Option("purge", False, "also remove environments and generated configs (logs and fetched models are kept)", ("p",))
 PURGE_MODELS = Option("purge_models", False, "also remove the model repositories the tool fetched from the Hub")
@@ -38,6 +39,9 @@ ns = Collection(
                 "Closed-loop load against the server (vllm bench serve); --compare-baseline also without the drafter."),
     invoke_task(speed.tune, speed.TUNE_OPTIONS, "tune",
                 "Measure the baseline and each k, choose num_speculative_tokens, write it to host_vars."),
+    invoke_task(monitoring, MONITORING_OPTIONS, "monitoring",
+                "Prometheus scrape config (file_sd targets) and alert rules for the hosts, from the inventory and each "
+                "host's last speed record."),
     invoke_task(cmd.inventory, INVENTORY_OPTIONS, "inventory", "Print the inventory as JSON, like ansible-inventory."),
     Task(cmd.disconnect, name="disconnect"),
     Task(cmd.bench, name="bench", help={"quick": "a short run (under 2 minutes): fewer repetitions, no cold provision"}),

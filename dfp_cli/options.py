@@ -82,6 +82,8 @@ LISTING_OPTIONS = {"list_hosts": "hosts", "list_tasks": "tasks", "list_tags": "t
 _READ_ONLY = ("host", "group", "limit", "inventory", "extra_vars", "vault_password_file", "connection", "user",
               "private_key")
 REPORT_OPTIONS = tuple(o for o in PLAYBOOK_OPTIONS if o.name in _READ_ONLY) + (Option("json", False, "print JSON"),)
+MONITORING_OPTIONS = tuple(o for o in REPORT_OPTIONS if o.name != "json") + (
+    Option("out", None, "folder to write prometheus.yml, rules/dflash.rules.yml and targets/*.yml to (required)"),)
 INVENTORY_OPTIONS = (
     Option("list", False, "all hosts and groups (like ansible-inventory --list)"),
     Option("host", None, "one host's merged variables"),

@@ -1,0 +1,91 @@
+"""The command body of `invoke monitoring`: read the hosts, write the configuration, say what each host lacks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dfp_cli.monitoring.hosts import HostView, fleet_setting, view_of
+from dfp_cli.monitoring.rules import GPU_MEMORY_METRIC, rules_file
+from dfp_cli.monitoring.targets import RULES_FILE, scrape_config, target_files
+from engine.errors import UserError
+
+PLAYBOOK = "monitoring"
+CONFIG_FILE = "prometheus.yml"
+HEADER = "# Written by `invoke monitoring` (dflash-provision) from the inventory and each host's last speed record;\n" \
+         "# a re-run rewrites it: change the inventory, not this file.\n"
+
+
+def read_hosts(opts: dict) -> list[HostView]:
+    """Every selected host's view, from one quiet read-only run of playbooks/monitoring.yaml."""
+    from dfp_cli.commands import DEFAULT_INVENTORY
+    from dfp_cli.options import host_defaults_of, inventories_of, limit_of, parse_extra_vars, use_vault_password_file
+    from engine.api import run_playbook
+
+    use_vault_password_file(opts.get("vault_password_file"))
+    result = run_playbook(PLAYBOOK, inventories_of(opts.get("inventory"), DEFAULT_INVENTORY),
+                          extra_vars=parse_extra_vars(opts.get("extra_vars")), quiet=True,
+                          limit=limit_of(opts.get("host"), opts.get("group"), opts.get("limit")),
+                          host_defaults=host_defaults_of(opts))
+    if result.error:
+        raise UserError(result.error)
+    failed = {r.host: r.msg for r in result.results if r.status in ("failed", "unreachable") and not r.ignored}
+    if failed:
+        said = "; ".join(f"{h}: {msg}" for h, msg in sorted(failed.items()))
+        raise UserError(f"could not read every host ({said}); nothing was written: reach them, or leave them out "
+                        "with --limit")
+    if not result.registered:
+        raise UserError("no host matched: check --host/--group/--limit against `invoke inventory --list`")
+    return [view_of(h, reg, opts.get("group")) for h, reg in sorted(result.registered.items())]
+
+
+def documents(views: list[HostView]) -> dict[str, Any]:
+    """{path relative to the output folder: data} of every file the command writes."""
+    window, hold = fleet_setting(views, "monitoring_window"), fleet_setting(views, "monitoring_for")
+    return {CONFIG_FILE: scrape_config(views), RULES_FILE: rules_file(views, window, hold), **target_files(views)}
+
+
+def write_documents(out: str, docs: dict[str, Any]) -> list[str]:
+    """Each document as YAML (PyYAML, keys in the order built), written whole then renamed into place."""
+    import yaml  # here: `invoke --list` stays fast
+    written = []
+    for rel, data in docs.items():
+        path = Path(out) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
+        os.replace(tmp, path)
+        written.append(str(path))
+    return written
+
+
+def host_lines(views: list[HostView]) -> list[str]:
+    """One line per host (what it is watched for), then what it lacks."""
+    lines = []
+    for v in views:
+        bands = ", ".join(f"c={b.concurrency} {b.verdict}" for b in v.bands) or "none"
+        lines.append(f"{v.name}: vLLM {v.address}:{v.vllm_port}, node_exporter :{v.node_exporter_port}; "
+                     f"k={v.k}, measured {v.measured_at_utc or 'never'}; drafter not paying at: {bands}")
+        lines += [f"  {v.name}: {note}" for note in v.notes]
+    if not any(v.gpu_exporter_port for v in views):
+        lines.append(f"note: no host sets gpu_exporter_port: DflashGpuMemoryHeldWithoutServer reads {GPU_MEMORY_METRIC} "
+                     "(NVIDIA dcgm-exporter), and the tool's textfile holds no GPU memory, so it sees no data yet")
+    return lines
+
+
+def monitoring(c: Any = None, **opts: Any) -> None:
+    """`invoke monitoring --group G --out DIR`."""
+    from dfp_cli.commands import fail_user
+
+    try:
+        if not opts.get("out"):
+            raise UserError("--out DIR is required: the folder prometheus.yml, rules/ and targets/ are written to")
+        views = read_hosts(opts)
+        written = write_documents(os.path.expanduser(opts["out"]), documents(views))
+    except UserError as exc:
+        raise fail_user(exc) from None
+    for line in host_lines(views):
+        print(line)
+    print("wrote: " + ", ".join(written))
+    print(f"check: promtool check config {Path(opts['out']) / CONFIG_FILE}")
