@@ -83,6 +83,7 @@ class ModuleSpec:
     path: Path | None  # None for engine actions
     args: dict | None  # None = accepts anything
     code: tuple[str, ...] | None = None  # CODE_ARGS: the arguments that decide what runs or which file is touched
+    user: bool = False  # a playbook's own Ansible module (engine/playbook/user_modules.py): no ARGS table
 
 
 _MODULES: dict[str, ModuleSpec] | None = None
@@ -155,6 +156,23 @@ def modules() -> dict[str, ModuleSpec]:
     return _MODULES
 
 
+def add_user_module(name: str, path: Path) -> None:
+    """A playbook's own module (a `library/` file beside a playbook or in a role), known from now on unless the
+    name is taken: ours, or an earlier library's (Ansible's first-found)."""
+    modules().setdefault(name, ModuleSpec(name, path, None, None, user=True))
+
+
+def forget_user_modules() -> None:
+    """A new playbook load starts with our modules only."""
+    for name in [n for n, spec in modules().items() if spec.user]:
+        del modules()[name]
+
+
+def is_user_module(name: str) -> bool:
+    spec = modules().get(name)
+    return spec is not None and spec.user
+
+
 @functools.cache  # read for every task on every host; the tables do not change during a run
 def linked_vars(name: str) -> dict[str, str]:
     """{argument: variable} for a module's arguments whose ARGS entry names a variable (`"var": "vllm_port"`).
@@ -167,7 +185,7 @@ def linked_vars(name: str) -> dict[str, str]:
 
 def module_args_spec(name: str) -> dict | None:
     spec = modules()[name]
-    if spec.args is None and spec.path is not None:
+    if spec.args is None and spec.path is not None and not spec.user:  # a user module checks its own arguments
         args, spec.code = _read_args_literal(spec.path)
         try:
             spec.args = resolve_entries(args)

@@ -26,6 +26,7 @@ from engine.playbook.keywords import (
     wrong,
 )
 from engine.playbook.model import Play, walk_tasks
+from engine.playbook.modulespec import forget_user_modules
 from engine.playbook.tasks import (
     inherit_become,
     inherit_environment,
@@ -34,6 +35,7 @@ from engine.playbook.tasks import (
     parse_tasks,
     short_names,
 )
+from engine.playbook.user_modules import add_library
 from engine.template.templar import Templar
 
 
@@ -215,6 +217,7 @@ def load_playbook(path: str | Path, budget: LoadBudget | None = None, extra_vars
     everything it brings in is read within one budget (engine/parsing/yamlfile.py LoadBudget; a fresh one by default).
     `extra_vars` (-e): what a templated import name may read, besides the vars written with it (and the play's)."""
     path = Path(path)
+    forget_user_modules()
     return _load_playbook(path, ParseContext(path, including=((path.resolve(), str(path)),),
                                              budget=budget or LoadBudget(path), extra_vars=dict(extra_vars or {})))
 
@@ -222,6 +225,7 @@ def load_playbook(path: str | Path, budget: LoadBudget | None = None, extra_vars
 def _load_playbook(path: Path, ctx: ParseContext) -> list[Play]:
     """The plays of the playbook `path`; `ctx`: the load it is part of, `path` entered in it."""
     data = load_yaml(path, "playbook", ctx.budget)
+    add_library(path.parent / "library")  # its own modules, known from here on (as Ansible's module path)
     if not isinstance(data, list):
         raise UserError(f"{path}: a playbook is a list of plays, each starting with '- hosts:'")
     loading = ParseContext(path, including=ctx.including, budget=ctx.budget,  # its own roles and task files

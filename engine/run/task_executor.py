@@ -21,7 +21,8 @@ from engine.connection.login import check_remote_user
 from engine.errors import HostUnreachable, TaskError, UserError
 from engine.parsing.yamlfile import is_variable_name
 from engine.playbook.model import Play, Task
-from engine.playbook.modulespec import linked_vars, module_args_spec
+from engine.playbook.modulespec import is_user_module, linked_vars, module_args_spec
+from engine.playbook.user_modules import user_module_call
 from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
 from engine.run.includes import Reaches
@@ -219,7 +220,12 @@ class TaskExecutor:
                 if index and pause > 0:
                     time.sleep(pause)
                 names = item_variables(task, loop_var, items, index)
-                result = self._run_with_retries(state, play, task, names)
+                try:
+                    result = self._run_with_retries(state, play, task, names)
+                except HostUnreachable:
+                    raise
+                except Exception as exc:  # this item's failure; the next items still run (Ansible's _run_loop)
+                    result = {"failed": True, "changed": False, "msg": failure_message(task, exc)}
                 result.update(item_result_fields(task, loop_var, names))
                 if "label" in task.loop_control:
                     self._label(state, play, task, names, result)
@@ -314,7 +320,7 @@ class TaskExecutor:
                 for cond in task.when:
                     if not self.when_holds(cond, view):
                         return {"skipped": True, "changed": False, "msg": f"skipped: {cond}"}
-            result = self._apply_conditions(state, play, task, extra, self._attempt(state, play, task, view))
+            result = self._apply_conditions(state, play, task, extra, status_fields(self._attempt(state, play, task, view)))
             if task.until is None:
                 break
             if self.truth(task.until, self._result_view(state, play, task, extra, result)):
@@ -354,14 +360,12 @@ class TaskExecutor:
         return result
 
     def _condition_result(self, expr: Any, view, result: dict, field: str) -> bool | None:
-        """changed_when / failed_when; None when it reads an undefined name: the result then fails, the error
-        under `field`, as Ansible's."""
+        """changed_when / failed_when; None when it cannot be evaluated (an undefined name, a non-boolean result,
+        a syntax error): the result, kept, then fails with the error under `field`, as Ansible 2.19's."""
         try:
             return self.truth(expr, view)
         except Exception as exc:
-            error = ansible_undefined("Error while evaluating conditional", exc)
-            if error is None:
-                raise
+            error = ansible_undefined("Error while evaluating conditional", exc) or exc
             result.update({"failed": True, field: str(error).removeprefix("Task failed: ")})
             return None
 
@@ -385,6 +389,8 @@ class TaskExecutor:
         with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():
             if action:
                 result = ACTIONS[task.module](ActionCall(self, state, play, task, args, view, check, target, taints))
+            elif is_user_module(task.module):  # a playbook's own module: its runner, with the module's source
+                result = self.module(target, *user_module_call(task.module, args), check, task, environment)
             else:
                 try:
                     check_args(module_args_spec(task.module) or {}, args, task.module)
@@ -485,6 +491,15 @@ class TaskExecutor:
                         self.variables.secrets.add(text)
                     merged[key] = text
         return merged, taint
+
+
+def status_fields(result: dict) -> dict:
+    """`failed` and `changed` in every result that ran, as Ansible's task executor adds them (a nonzero `rc`
+    is a failure): `result.failed` reads the same whatever action or module gave it."""
+    if "failed" not in result:
+        result["failed"] = "rc" in result and result["rc"] not in (0, "0")
+    result.setdefault("changed", False)
+    return result
 
 
 class LoopUndefined(Exception):

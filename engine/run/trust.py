@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from engine.errors import TaskError
-from engine.playbook.modulespec import code_args
+from engine.playbook.modulespec import code_args, is_user_module
 from engine.template.taint import Taint
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def check_task(task: Task, target: HostState, arg_taints: Mapping[str, Taint], e
     if not runs_here(target.host.connection):
         return
     where = f"{task.source} ('{task.name}')"
-    for key in code_args(task.module):
+    # a playbook's own module: what it does with an argument is unknown, so every one counts as code
+    for key in arg_taints if is_user_module(task.module) else code_args(task.module):
         hosts = foreign(arg_taints.get(key), states)
         if hosts:
             raise TaskError(f"{where}: the {task.module} argument '{key}' is built from what {', '.join(hosts)} "

@@ -46,6 +46,10 @@ ALLOWED = {
     ("dflash_host/module.py", "main", "json.load"): "the task's arguments file (the module contract)",
     ("library/tiny_models.py", "generate", "json.loads"): "the generator's stdout line",
     ("library/uri.py", "decoded_body", "json.loads"): "an HTTP answer the task asked for",
+    ("dflash_host/ansible_compat/ansible/module_utils/basic.py", "_load_params", "json.loads"):
+        "a playbook's own module's arguments file (Ansible's module protocol)",
+    ("dflash_host/ansible_compat/ansible/module_utils/_params.py", "_to_dict", "json.loads"):
+        "a dict argument written as JSON text (AnsibleModule's type dict)",
 }
 
 

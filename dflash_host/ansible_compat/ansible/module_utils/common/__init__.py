@@ -1,0 +1,1 @@
+"""ansible.module_utils.common: only text.converters here."""

@@ -1,0 +1,1 @@
+"""ansible.module_utils.common.text: only converters here."""
