@@ -12,7 +12,7 @@ from engine.connection.ssh_connect import open_connection, tcp_socket
 from engine.errors import UserError
 from engine.inventory.manager import Host, Inventory
 from engine.parsing import vault
-from engine.parsing.yamlfile import check_nesting, check_variable_names, load_yaml, parse_text
+from engine.parsing.yamlfile import check_nesting, check_variable_names, load_yaml, parse_text, remember_written
 from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
 from engine.playbook.plays import load_playbook, resolve_play_keywords
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
@@ -173,6 +173,7 @@ def _plan(playbook, inventory, extra_vars: dict | None, limit: str | None, tags,
     """(playbook path, plays, Runner, the hosts the run will touch): what a run and a listing both start from;
     a UserError for anything wrong in them."""
     check_variable_names(extra_vars or {}, "extra variables (-e)")
+    remember_written([extra_vars, inventory])  # what the caller wrote (-e, an inventory given as data) is trusted
     inv = Inventory(data=inventory) if isinstance(inventory, dict) else Inventory(inventory)
     inv.set_defaults(host_defaults or {})
     path = resolve_playbook(playbook)

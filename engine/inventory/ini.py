@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.errors import UserError
 from engine.inventory.ranges import expand, split_port
-from engine.parsing.yamlfile import MAX_YAML_NODES
+from engine.parsing.yamlfile import MAX_YAML_NODES, remember_written
 
 _SECTION = re.compile(r"^\[([^:\]\s]+)(?::(\w+))?\]\s*(?:#.*)?$")
 _GROUP_LINE = re.compile(r"^([^:\]\s]+)\s*(?:#.*)?$")
@@ -37,6 +37,7 @@ def parse_ini(text: str, path: Path, known_groups: set[str]) -> dict[str, dict]:
     for number, raw in enumerate(text.splitlines(), start=1):
         parser.line(number, raw.strip())
     parser.finish()
+    remember_written(parser.groups)  # an inventory's values are templates the person wrote, as YAML ones
     return parser.groups
 
 

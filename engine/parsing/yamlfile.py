@@ -152,6 +152,7 @@ def load_yaml(path: str | Path, what: str = "file", budget: LoadBudget | None = 
         for leaf in leaf_texts(data):
             vault.remember_secret(leaf)
     _cache[key] = (data, len(raw), sum(counted))
+    remember_written(data)
     return data
 
 
@@ -171,6 +172,32 @@ def was_encrypted(path: str | Path) -> bool:
             return vault.is_encrypted(f.read(64).decode("utf-8", "replace"))
     except OSError:
         return False
+
+
+# Every string a loaded file (or -e, an INI inventory) wrote, by identity: Ansible's TrustedAsTemplate tag. A
+# string that passes through templating unchanged is the same object; one a template, a filter or a host computed
+# is a new one, never in here. The load cache keeps these alive for the run.
+_written: dict[int, str] = {}
+
+
+def remember_written(value: Any) -> None:
+    """The strings inside `value` (keys too), as written by a person: trusted as templates and expressions."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not isinstance(item, Unsafe):
+            _written[id(item)] = item
+
+
+def is_written(value: Any) -> bool:
+    """True for a string a playbook, role, variable file, inventory or -e wrote, handed over unchanged; false for
+    what a template computed, a host returned or `!unsafe` tagged (Ansible's `tagged_with('TrustedAsTemplate')`)."""
+    return isinstance(value, str) and _written.get(id(value)) is value
 
 
 def leaf_texts(value: Any) -> list[str]:

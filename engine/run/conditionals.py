@@ -7,8 +7,8 @@ them: an expression whose result must be a boolean.
 - A string is a Jinja expression. One wholly wrapped in template delimiters (`"{{ checks_ok }}"`) is rendered
   first: a non-string result stands as the result (Ansible's deprecation warning); a string result is evaluated
   as an expression only when the playbook wrote it and a variable brought it here (`when: "{{ rule }}"` with
-  `rule: "1 == 1"` in the play's vars). A string the template computed (`"{{ '1 == 1' }}"`), one a host
-  returned, or one tagged `!unsafe` is data: "Encountered untrusted template or expression."
+  `rule: "1 == 1"` in the play's vars). A string the template computed (`"{{ '1 == 1' }}"`), one a module
+  returned (a local host's too), or one tagged `!unsafe` is data: "Encountered untrusted template or expression."
 - A result that is not a boolean fails the task ("Conditional result (True) was derived from value of type
   'str' ... Conditionals must have a boolean result."), unless the ALLOW_BROKEN_CONDITIONALS setting
   (ANSIBLE_ALLOW_BROKEN_CONDITIONALS, or `allow_broken_conditionals` in ansible.cfg's [defaults]) is on: then
@@ -29,6 +29,7 @@ from jinja2 import TemplateSyntaxError, nodes
 
 from engine.errors import TaskError
 from engine.parsing import ansible_cfg
+from engine.parsing.yamlfile import is_written
 from engine.template.markers import Unsafe, is_template
 from engine.template.templar import LazyVars
 
@@ -83,11 +84,12 @@ def _value(templar: Templar, conditional: Any, view: Mapping) -> Any:
     if not all_template(conditional):
         return _expression(templar, conditional, view)
     rendered, taint = templar.render_tracked(conditional, view)
+    written = is_written(rendered)  # the string as the playbook (or a variable file, -e) wrote it, not a result's
     rendered = _stripped(rendered)
     if not isinstance(rendered, str):
         deprecated(AS_TEMPLATE)
         return rendered
-    if isinstance(rendered, Unsafe) or taint.hosts or not indirect(templar, conditional, view):
+    if isinstance(rendered, Unsafe) or taint.hosts or not written or not indirect(templar, conditional, view):
         raise BrokenConditional(UNTRUSTED)
     return _expression(templar, rendered, view)
 

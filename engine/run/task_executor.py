@@ -25,6 +25,7 @@ from engine.playbook.modulespec import is_user_module, linked_vars, module_args_
 from engine.playbook.user_modules import user_module_call
 from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
+from engine.run.handlers import rendered_notify
 from engine.run.includes import Reaches
 from engine.run.loops import item_result_fields, item_variables, loop_items
 from engine.run.results import HostState, TaskResult, status_of
@@ -152,8 +153,9 @@ class TaskExecutor:
         ignored = status == "failed" and task.ignore_errors
         if status == "failed" and not ignored:
             state.failed = True
-        if status == "changed" and task.notify:
-            state.notified |= set(task.notify)
+        if status == "changed" and task.notify:  # a templated one renders as the task's arguments do
+            state.notified |= set(rendered_notify(task.notify, lambda entry: self.templar.render_value(
+                entry, self.variables.view(state, play, task))))
         msg = res.get("msg", "")
         if task.no_log:
             msg = "(output hidden: no_log)"

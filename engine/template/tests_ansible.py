@@ -17,6 +17,7 @@ from jinja2 import Undefined
 
 from engine.errors import TaskError
 from engine.parsing import vault
+from engine.parsing.yamlfile import is_written
 
 _TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
 _FALSE = frozenset({"n", "no", "off", "0", "false", "f"})
@@ -131,6 +132,16 @@ def vault_encrypted(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and value in vault.revealed()[1]
 
 
+def tagged_with(value: Any, tag: Any) -> bool:
+    """Ansible 2.19's `ansible._protomatter.tagged_with`, for the one data tag kept here: TrustedAsTemplate, a
+    string a playbook, role, variable file, inventory or -e wrote, handed over unchanged (not one a template
+    computed nor one a module returned: engine/parsing/yamlfile.py is_written)."""
+    if tag != "TrustedAsTemplate":
+        raise TaskError(f"the tagged_with test: the tag {tag!r} is not kept here; only 'TrustedAsTemplate' is (a "
+                        "string the playbook wrote, handed over unchanged)")
+    return is_written(value)
+
+
 def vaulted_file(path: Any) -> bool:
     try:
         with open(os.fsencode(str(path)), "rb") as fh:
@@ -199,6 +210,7 @@ TESTS: dict[tuple, Any] = {
     _names("abs", "is_abs"): _path_test(os.path.isabs),
     _names("mount", "is_mount"): _path_test(os.path.ismount),
     _names("same_file", "is_same_file"): same_file,
+    _names("ansible._protomatter.tagged_with",): tagged_with,
 }
 
 

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from jinja2 import UndefinedError
 
 from engine.errors import UserError
+from engine.parsing.yamlfile import is_written
 from engine.run.actions.call import ActionCall
-from engine.run.conditionals import AS_TEMPLATE, all_template
+from engine.run.conditionals import AS_TEMPLATE, UNTRUSTED, BrokenConditional, all_template
 from engine.run.includes import reach_of
 from engine.run.task_args import as_written
 from engine.template.markers import is_template
@@ -32,6 +33,8 @@ def assert_(call: ActionCall) -> dict:
         return {"failed": True, "changed": False, "msg": "Empty conditional expression in assert's 'that'; give "
                                                           "one condition or a list of them (that: x > 1)"}
     conditions = that if isinstance(that, list) else [that]
+    if "that" not in call.task.args and any(isinstance(c, str) and not is_written(c) for c in conditions):
+        raise BrokenConditional(UNTRUSTED)  # `assert: "{{ item }}"`: a condition its template computed is data
     deprecations: list[dict] = []
     for cond in conditions:
         holds = call.truth(cond)

@@ -50,6 +50,7 @@ def test_a_shell_line_from_templated_arguments_built_from_host_data_is_refused(t
 
 
 def test_an_assert_expression_from_host_data_is_refused(tmp_path):
+    """A module's output is never an expression (a local host's either: Ansible's untrusted-expression words)."""
     pb = _one_play(tmp_path, [
         {"command": "echo '{\"that\": \"1 == 1\"}'", "register": "out"},
         {"name": "splat", "assert": "{{ out.stdout | from_json }}"},
@@ -57,7 +58,7 @@ def test_an_assert_expression_from_host_data_is_refused(tmp_path):
     res = run_playbook(str(pb), inventory=INVENTORY)
     failed = [r for r in res.results if r.status == "failed"]
     assert [r.task for r in failed] == ["splat"], res.results
-    assert "never evaluated as an expression" in failed[0].msg
+    assert "Encountered untrusted template or expression" in failed[0].msg
 
 
 def test_args_neither_mapping_nor_template_is_refused_at_load(tmp_path):
