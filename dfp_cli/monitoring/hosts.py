@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_host.vllm.cluster import is_headless
 from dfp_cli.monitoring.loads import LosingBand, losing_bands, verdicts_of
 from engine.errors import UserError
 
@@ -35,6 +36,7 @@ class HostView:
     served_model: str | None = None
     target_commit: str | None = None
     drafter_commit: str | None = None
+    serves_http: bool = True  # False: a headless node of a multi-node server (its head answers for it)
     k: int | None = None
     measured_at_utc: str | None = None
     bands: list[LosingBand] = field(default_factory=list)
@@ -143,6 +145,9 @@ def view_of(host: str, registered: dict, group: str | None) -> HostView:
         served_model=settings.get("served_model_name") or launch.get("served_model_name"),
         target_commit=commit_of(models.get("target"), settings.get("target_revision")),
         drafter_commit=commit_of(models.get("drafter"), settings.get("drafter_revision")))
+    if is_headless(launch):
+        view.serves_http = False
+        view.notes.append("a headless node of a multi-node server: no vLLM target (its head's /metrics covers it)")
     if not launch:
         view.notes.append("no launch record here (not provisioned yet): no model commits in its labels")
     elif str(launch.get("host") or "").startswith(LOOPBACK) and not settings.get("local"):  # said, not used

@@ -24,15 +24,19 @@ class LosingBand:
 
 
 def verdicts_of(record: dict) -> dict[int, str]:
-    """{concurrency: verdict} of the record's last figures; a tune's level where no k pays says so."""
+    """{concurrency: verdict} of the record's last figures; a tune's level where no k pays says so. Where the tune
+    made a schedule (a k per batch size), each level is served with its own k: it pays there unless no k did."""
     out: dict[int, str] = {}
+    choice: dict = record["choice"] if isinstance(record.get("choice"), dict) else {}
     for level, judged in (record.get("comparison") or {}).items():
         if isinstance(judged, dict) and judged.get("verdict") and str(level).isdigit():
             out[int(level)] = str(judged["verdict"])
-    per_level = ((record.get("choice") or {}).get("per_level")) or {}
-    for level, choice in per_level.items():
-        if str(level).isdigit() and isinstance(choice, dict) and choice.get("chosen_k") is None:
-            out[int(level)] = NO_K_PAYS
+    for level, chosen in (choice.get("per_level") or {}).items():
+        if str(level).isdigit() and isinstance(chosen, dict):
+            if chosen.get("chosen_k") is None:
+                out[int(level)] = NO_K_PAYS
+            elif choice.get("schedule"):
+                out[int(level)] = PAYS
     return out
 
 

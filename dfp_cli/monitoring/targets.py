@@ -20,7 +20,8 @@ def target_groups(views: list[HostView], job: str) -> list[dict]:
     """file_sd's format: one {targets, labels} group per host."""
     out = []
     for view in views:
-        port = {"vllm": view.vllm_port, "node": view.node_exporter_port, "gpu": view.gpu_exporter_port}[job]
+        port = {"vllm": view.vllm_port if view.serves_http else None, "node": view.node_exporter_port,
+                "gpu": view.gpu_exporter_port}[job]
         if port:
             out.append({"targets": [f"{_host_part(view.address)}:{port}"], "labels": view.labels()})
     return out

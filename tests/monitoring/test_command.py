@@ -70,7 +70,7 @@ def test_it_writes_what_the_host_and_the_inventory_know(tmp_path, inventory, cap
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_without_out_or_with_a_bad_setting_it_says_so_and_writes_nothing(tmp_path, inventory, capsys):
+def test_without_out_with_a_bad_setting_or_an_unwritable_out_it_says_so(tmp_path, inventory, capsys):
     with pytest.raises(Exit) as exc:
         monitoring(None, **OPTS, inventory=[str(inventory)], out=None)
     assert exc.value.code == 4 and "--out DIR is required" in capsys.readouterr().err
@@ -81,3 +81,7 @@ def test_without_out_or_with_a_bad_setting_it_says_so_and_writes_nothing(tmp_pat
     err = capsys.readouterr().err
     assert exc.value.code == 4 and "monitoring_window is 'ten minutes'; give a Prometheus duration" in err, err
     assert "Traceback" not in err and not out.exists()
+    with pytest.raises(Exit) as exc:
+        monitoring(None, **OPTS, inventory=[str(inventory)], out=str(inventory / "x"))  # a file, not a folder
+    err = capsys.readouterr().err
+    assert exc.value.code == 4 and "cannot write" in err and "Traceback" not in err, err

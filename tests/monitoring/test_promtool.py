@@ -155,3 +155,25 @@ def test_the_thresholds_are_the_inventorys_and_the_records_not_constants():
     assert ("dflash:prefix_cache_min_query_tokens_per_second", "quiet", None) not in by
     assert "dflash_measurement_timestamp_seconds" in prom_textfile.HELP  # the stale alert reads the tool's textfile
     assert not math.isnan(float(by[("dflash:ttft_p99_max_seconds", "bad", None)][7:-1]))
+
+
+def test_the_load_bands_follow_the_verdicts_a_schedule_and_a_tune_where_no_k_pays():
+    from dfp_cli.monitoring.loads import losing_bands, verdicts_of
+
+    one_k = {"comparison": {"1": {"verdict": "pays"}, "4": {"verdict": "inconclusive"}, "16": {"verdict": "slower"}}}
+    assert [(b.concurrency, b.verdict, b.low, b.high) for b in losing_bands(verdicts_of(one_k))] == [
+        (4, "inconclusive", 2.0, 8.0), (16, "slower", 8.0, math.inf)]
+    scheduled = {**one_k, "choice": {"schedule": [[1, 8, 3], [9, 64, 1]], "per_level": {
+        "1": {"chosen_k": 3}, "4": {"chosen_k": 3}, "16": {"chosen_k": 1}}}}  # each level served with a k that pays
+    assert losing_bands(verdicts_of(scheduled)) == []
+    none_pays = {**one_k, "choice": {"per_level": {"1": {"chosen_k": 3}, "16": {"chosen_k": None}}}}
+    assert [(b.concurrency, b.verdict) for b in losing_bands(verdicts_of(none_pays))] == [
+        (4, "inconclusive"), (16, "no_k_pays")]
+
+
+def test_a_headless_cluster_node_gets_no_vllm_target():
+    from dfp_cli.monitoring.targets import target_groups
+    from tests.monitoring.helpers import launch, record, registered, view_of
+
+    worker = view_of("w", registered("10.0.0.9", record({1: "pays"}), {**launch(), "cluster": {"headless": True}}), "gpu")
+    assert target_groups([worker], "vllm") == [] and target_groups([worker], "node")[0]["targets"] == ["10.0.0.9:9100"]
