@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_host.speed.state import TOOL_TAG
 from dflash_host.vllm.cluster import is_headless
 from dfp_cli.monitoring.loads import LosingBand, losing_bands, verdicts_of
 from engine.errors import UserError
@@ -103,9 +104,9 @@ def address_of(settings: dict) -> str:
     return "127.0.0.1" if settings.get("local") else str(settings.get("address"))
 
 
-def _port(value: Any, name: str, host: str) -> int | None:
-    """A port setting as a number (None when unset); anything else is the inventory's mistake, named."""
-    if value is None or value == "":
+def _port(value: Any, name: str, host: str, required: bool = True) -> int | None:
+    """A port setting as a number (None when unset and not required); anything else is the inventory's mistake."""
+    if (value is None or value == "") and not required:
         return None
     if isinstance(value, bool) or not str(value).isdigit() or not 0 < int(value) < 65536:
         raise UserError(f"{host}: {name} is {value!r}; give a TCP port (1-65535)")
@@ -114,19 +115,30 @@ def _port(value: Any, name: str, host: str) -> int | None:
 
 def _record_facts(view: HostView, record: dict) -> None:
     """k, when, and the losing load bands from the host's last speed record."""
-    last = record.get("last") if isinstance(record.get("last"), dict) else {}
+    if record and record.get("tool") != TOOL_TAG:
+        view.notes.append("its speed record file is not the tool's (no tag): not read")
+        record = {}
+    last: dict = record["last"] if isinstance(record.get("last"), dict) else {}
     if not last:
         view.notes.append("no speed record yet (`invoke serving-bench --compare-baseline` or `invoke tune` makes one): "
                           "no per-load drafter alert for it")
         return
     k = last.get("num_speculative_tokens")
-    view.k = k if isinstance(k, int) and not isinstance(k, bool) else None
+    if view.k is None and isinstance(k, int) and not isinstance(k, bool):
+        view.k = k  # the running launch's k, where it has one, wins
     view.measured_at_utc = str(last.get("measured_at_utc") or "") or None
     verdicts = verdicts_of(last)
     view.bands = losing_bands(verdicts)
     if not verdicts:
         view.notes.append("its speed record has no per-load verdict (measured without the baseline): "
                           "`invoke serving-bench --compare-baseline` measures them")
+
+
+def _launch_k(launch: dict) -> int | None:
+    """k of the running launch (its speculative config), None without a drafter or a launch."""
+    spec = launch.get("speculative")
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return k if isinstance(k, int) and not isinstance(k, bool) else None
 
 
 def view_of(host: str, registered: dict, group: str | None) -> HostView:
@@ -139,17 +151,20 @@ def view_of(host: str, registered: dict, group: str | None) -> HostView:
     groups = [g for g in settings.get("groups") or [] if g != "ungrouped"]
     view = HostView(
         name=host, group=group or (groups[0] if groups else "ungrouped"), address=address_of(settings),
-        vllm_port=_port(settings.get("vllm_port"), "vllm_port", host) or 8000,
-        node_exporter_port=_port(settings.get("node_exporter_port"), "node_exporter_port", host) or 9100,
-        gpu_exporter_port=_port(settings.get("gpu_exporter_port"), "gpu_exporter_port", host), settings=settings,
+        vllm_port=_port(settings.get("vllm_port"), "vllm_port", host) or 0,
+        node_exporter_port=_port(settings.get("node_exporter_port"), "node_exporter_port", host) or 0,
+        gpu_exporter_port=_port(settings.get("gpu_exporter_port"), "gpu_exporter_port", host, required=False),
+        settings=settings,
         served_model=settings.get("served_model_name") or launch.get("served_model_name"),
         target_commit=commit_of(models.get("target"), settings.get("target_revision")),
         drafter_commit=commit_of(models.get("drafter"), settings.get("drafter_revision")))
+    view.k = _launch_k(launch)
     if is_headless(launch):
         view.serves_http = False
         view.notes.append("a headless node of a multi-node server: no vLLM target (its head's /metrics covers it)")
     if not launch:
-        view.notes.append("no launch record here (not provisioned yet): no model commits in its labels")
+        view.notes.append("no launch record here (not provisioned yet): no model commit in its labels unless "
+                          "target_revision / drafter_revision name one")
     elif str(launch.get("host") or "").startswith(LOOPBACK) and not settings.get("local"):  # said, not used
         view.notes.append(f"its server binds {launch['host']}: a Prometheus on another machine cannot scrape it "
                           "(set vllm_host to an address it can reach)")

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from dflash_host.speed.state import TOOL_TAG
 from dfp_cli.monitoring.hosts import HostView, view_of
 
 PROMTOOL = shutil.which("promtool")
@@ -38,7 +39,7 @@ def launch(target: str = f"/hf/hub/models--o--t/snapshots/{COMMIT_T}") -> dict:
 
 def record(verdicts: dict[int, str], k: int = 3) -> dict:
     """A speed record whose last figures judged the drafter per concurrency (serving-bench --compare-baseline)."""
-    return {"last": {"num_speculative_tokens": k, "measured_at_utc": "2026-12-06T10:00:00Z",
+    return {"tool": TOOL_TAG, "last": {"num_speculative_tokens": k, "measured_at_utc": "2026-12-06T10:00:00Z",
                      "comparison": {str(c): {"verdict": v, "speedup": 1.0} for c, v in verdicts.items()}}}
 
 
