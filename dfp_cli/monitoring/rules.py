@@ -11,11 +11,13 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from dflash_host.vllm.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS
 from dfp_cli.monitoring.hosts import HostView
 from dfp_cli.monitoring.loads import LosingBand
 
 # dcgm-exporter's framebuffer memory in use (MiB) per GPU: the tool's textfile holds no GPU memory (see README)
 GPU_MEMORY_METRIC = "DCGM_FI_DEV_FB_USED"
+MEASURED_AT = "dflash_measurement_timestamp_seconds"  # the tool's textfile (dflash_host/speed/prom_textfile.py)
 LOSING_LOW, LOSING_HIGH = "dflash:drafter_losing_load_low", "dflash:drafter_losing_load_high"
 # the floors and ceilings per host: recorded name -> how a HostView gives it (None: not checked there)
 FLOORS: dict[str, Callable[[HostView], float | None]] = {
@@ -75,9 +77,9 @@ def rate_rules(window: str) -> list[dict]:
         return f"histogram_quantile(0.99, sum by (host, le) (rate({histogram}_bucket[{window}])))"
 
     exprs = {
-        "drafts": rate("vllm:spec_decode_num_drafts_total"),
-        "drafted": rate("vllm:spec_decode_num_draft_tokens_total"),
-        "accepted": rate("vllm:spec_decode_num_accepted_tokens_total"),
+        "drafts": rate(DRAFTS),
+        "drafted": rate(DRAFT_TOKENS),
+        "accepted": rate(ACCEPTED),
         "acceptance": f"{n['accepted']} / {n['drafted']}",
         "length": f"1 + {n['accepted']} / {n['drafts']}",
         "running": f"avg by (host) (avg_over_time(vllm:num_requests_running[{window}]))",
@@ -136,8 +138,8 @@ def alert_rules(window: str, hold: str) -> list[dict]:
                f"invoke teardown --host {HOST} (stops the server's leftover processes and proves the GPU free), "
                f"then invoke provision --host {HOST}"),
         _alert("DflashSpeedMeasurementStale",
-               'max by (host) (dflash_measurement_timestamp_seconds) < on(host) '
-               'max by (host) (process_start_time_seconds{job="vllm"})', "info",
+               f'max by (host) ({MEASURED_AT}) < on(host) max by (host) (process_start_time_seconds{{job="vllm"}})',
+               "info",
                f"{HOST}: its last speed measurement is older than the running server's start",
                f"{COMPARE} (records the figures again for this launch)"),
         _alert("DflashTtftP99High", f"{n['ttft']} > on(host) dflash:ttft_p99_max_seconds", "warning",

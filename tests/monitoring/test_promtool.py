@@ -153,7 +153,7 @@ def test_the_thresholds_are_the_inventorys_and_the_records_not_constants():
     assert by[(R.LOSING_LOW, "bad", "16")] == "vector(4.0)" and by[(R.LOSING_HIGH, "bad", "16")] == "vector(+Inf)"
     assert not any(k[1] == "good" and k[0] == R.LOSING_LOW for k in by)  # it pays at every measured load
     assert ("dflash:prefix_cache_min_query_tokens_per_second", "quiet", None) not in by
-    assert "dflash_measurement_timestamp_seconds" in prom_textfile.HELP  # the stale alert reads the tool's textfile
+    assert R.MEASURED_AT in prom_textfile.HELP  # the stale alert reads the tool's textfile
     assert not math.isnan(float(by[("dflash:ttft_p99_max_seconds", "bad", None)][7:-1]))
 
 
