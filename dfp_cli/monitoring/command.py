@@ -55,7 +55,7 @@ def write_documents(out: str, docs: dict[str, Any]) -> list[str]:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True), encoding="utf-8")
+            tmp.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=1 << 16, allow_unicode=True), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write {path} ({exc.strerror}); give a folder you can write to") from None

@@ -121,7 +121,7 @@ def alert_rules(window: str, hold: str) -> list[dict]:
         _alert("DflashDrafterLosesAtLoad",
                f"({n['running']} >= on(host) group_right {LOSING_LOW}) < on(host, concurrency, verdict) {LOSING_HIGH} "
                f"and on(host) {n['drafts']} > 0", "warning",
-               f"{HOST}: the drafter runs at {VALUE} requests, where its tune measured it '{{{{ $labels.verdict }}}}' "
+               f"{HOST}: the drafter runs at {VALUE} requests, where its own measurement judged it '{{{{ $labels.verdict }}}}' "
                "(concurrency {{ $labels.concurrency }})",
                f"invoke tune --host {HOST} --concurrency {{{{ $labels.concurrency }}}} (a k that pays at this load, or "
                f"none); or {WITHOUT_DRAFTER}"),
