@@ -169,7 +169,10 @@ def role_part(role_dir: Path, folder: str, stem: str) -> Path:
     path out of the role or a missing file is refused at load."""
     key = f"{folder}_from" if folder != "defaults" else "defaults_from"
     where = f"role '{role_dir.name}'"
-    if not (isinstance(stem, str) and stem.strip()) or stem.startswith(("/", "..")) or "{{" in stem:
+    if not isinstance(stem, str):  # ansible-core's words
+        raise UserError(f"{where}: Expected a string for {key} but got {type(stem).__name__} instead; write the name "
+                        f"of one file of the role's {folder}/ folder ({key}: main.yml)")
+    if not stem.strip() or stem.startswith(("/", "..")) or "{{" in stem:
         raise wrong(where, key, f"the name of a file in the role's {folder}/ folder", stem, "main.yml")
     for name in (stem, f"{stem}.yml", f"{stem}.yaml"):
         if (role_dir / folder / name).is_file():

@@ -84,6 +84,27 @@ _NO_HOSTS: tuple[list[str], list[str]] = ([], [])  # a play not begun (secrets c
 ANSIBLE_VERSION = {"full": "2.19.14", "major": 2, "minor": 19, "revision": 14, "string": "2.19.14"}
 
 
+class DelegatedVars(Mapping):
+    """`ansible_delegated_vars` of a task delegated to a host written in the playbook: {delegate: its variables},
+    the delegate's view built only when read (a delegate outside the inventory: its name alone)."""
+
+    SANDBOX_ATTRS = frozenset({"get", "keys", "items", "values"})
+
+    def __init__(self, hostvars: HostVars, name: str) -> None:
+        self._hostvars, self._name = hostvars, name
+
+    def __getitem__(self, name: str) -> Any:
+        if name != self._name:
+            raise KeyError(name)
+        return self._hostvars[name] if name in self._hostvars else {"inventory_hostname": name}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([self._name])
+
+    def __len__(self) -> int:
+        return 1
+
+
 class HostVars(Mapping):
     """`hostvars`: every inventory host's variables, each host's view built only when a template reads it.
 
@@ -232,6 +253,8 @@ class Variables:
         }
         if task is not None:
             magic["ansible_search_path"] = search_path(task, magic["playbook_dir"])
+        if task is not None and isinstance(task.delegate_to, str) and "{" not in task.delegate_to:
+            magic["ansible_delegated_vars"] = DelegatedVars(hostvars, task.delegate_to)
         if task is not None and task.role_dir is not None:
             magic["role_path"] = str(task.role_dir)
         if task is not None and task.role:
