@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from engine.connection import become
 from engine.connection.client import WorkerClient
@@ -83,8 +84,8 @@ class HostStart:
 
     # -- one host's start ----------------------------------------------------------------------------
     def start(self, state: HostState, play: Play, step: str | None = None) -> None:
-        """Connect (unless connected), become, lock (on a new connection) and gather facts (once); `step` names
-        the task an unreachable host is reported under."""
+        """Connect (unless connected), become, lock (on a new connection) and gather facts (each play that asks,
+        as Ansible's default `gathering: implicit`); `step` names the task an unreachable host is reported under."""
         if state.client is None:
             try:
                 state.client = self._open_client(state)
@@ -98,7 +99,7 @@ class HostStart:
             state.locked = True
         elif not self._play_become(state, play):
             return
-        if play.gather_facts and state.facts is None and FACTS in modules():
+        if play.gather_facts and FACTS in modules():
             self._gather_facts(state, play)
 
     def reset(self, state: HostState, play: Play) -> None:
@@ -111,7 +112,7 @@ class HostStart:
         old.transport.forget()
         state.client, state.locked = None, False
         old.close(keep=False)
-        self.start(state, play, step="Connecting")
+        self.start(state, replace(play, gather_facts=False), step="Connecting")  # no second fact gathering
 
     def _say_notes(self, state: HostState) -> None:
         """What the connection had to say (a kept-connection daemon that did not answer and was bypassed), as
