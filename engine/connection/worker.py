@@ -72,8 +72,7 @@ def cached_code(source, filename):
     import marshal
 
     key = hashlib.sha256((sys.version + "\0" + filename + "\0" + source).encode("utf-8")).hexdigest()[:32]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = os.path.join(base, "dflash-provision", "code", key + ".bin")
+    path = os.path.join(cache_base(), "dflash-provision", "code", key + ".bin")
     try:
         with open(path, "rb") as fh:
             return marshal.loads(fh.read())  # noqa: S302 - our cache in the user's own 0700-able folder, keyed by sha256 of the source
@@ -91,9 +90,31 @@ def cached_code(source, filename):
     return code
 
 
-def runtime_dir(key):
+def cache_base():
+    """The user's cache folder; for a user whose home cannot hold one (become_user nobody: /nonexistent), a folder
+    of its own in the temp folder, used only when it is a real folder of this user that no one else may enter
+    (another user could otherwise put code there for this one to run)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dflash-provision", "runtime", key)
+    if os.path.isdir(base) or os.access(os.path.dirname(base.rstrip("/")) or "/", os.W_OK):
+        return base
+    import stat
+    import tempfile
+
+    private = os.path.join(tempfile.gettempdir(), f"dflash-provision-cache-{os.getuid()}")
+    try:
+        os.mkdir(private, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return base
+    st = os.lstat(private)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o077 == 0:
+        return private
+    return base
+
+
+def runtime_dir(key):
+    return os.path.join(cache_base(), "dflash-provision", "runtime", key)
 
 
 def missing_packages():

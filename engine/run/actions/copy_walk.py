@@ -38,12 +38,20 @@ def _key(path: Path | str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def _is_dir(entry: os.DirEntry) -> bool:
+    """A folder, or a link to one; a link that loops on itself (ELOOP) or leads nowhere is no folder."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
 def _walk(folder: Path, rel: str, chain: frozenset, follow: bool, tree: SourceTree) -> None:
     """One folder: its files and links noted, its subfolders (and, with follow, linked ones) walked; `chain` holds
     the folders from the top down to this one, which a link may not lead back into."""
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         path, name = Path(entry.path), f"{rel}{entry.name}"
-        if entry.is_dir():
+        if _is_dir(entry):
             if entry.is_symlink() and (not follow or _key(path) in chain):
                 tree.symlinks.append((os.readlink(path), name))
                 continue

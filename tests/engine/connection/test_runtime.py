@@ -110,3 +110,28 @@ def test_a_version_is_made_of_regular_files_only(tmp_path):
     (tmp_path / "sub" / "__pycache__" / "b.cpython-311.py").write_text("")
     os.symlink("root@host.1234:1700000000", tmp_path / ".#a.py")
     assert runtime._files(tmp_path, ".py") == [tmp_path / "a.py", tmp_path / "sub" / "b.py"]
+
+
+def test_a_user_without_a_home_caches_in_a_private_temp_folder(tmp_path, monkeypatch):
+    """become_user nobody (home /nonexistent): the runtime and code go to a 0700 folder of the user's own in the
+    temp folder; one that others may enter, or not a real folder, is never used (its code would be someone else's)."""
+    import ast
+    import tempfile
+    import types
+
+    source = ast.parse((ROOT / "engine" / "connection" / "worker.py").read_text())  # importing it starts a worker
+    found = [n for n in source.body if isinstance(n, ast.FunctionDef) and n.name == "cache_base"]
+    worker = types.SimpleNamespace()
+    namespace: dict = {"os": os}
+    exec(compile(ast.Module(body=found, type_ignores=[]), "worker.py", "exec"), namespace)  # noqa: S102 - our own source
+    worker.cache_base = namespace["cache_base"]
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "nonexistent" / "home"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    private = tmp_path / f"dflash-provision-cache-{os.getuid()}"
+    assert worker.cache_base() == str(private) and (private.stat().st_mode & 0o777) == 0o700
+    private.chmod(0o777)
+    assert worker.cache_base() == str(tmp_path / "nonexistent" / "home" / ".cache")
+    private.rmdir()
+    private.symlink_to(tmp_path)
+    assert worker.cache_base() == str(tmp_path / "nonexistent" / "home" / ".cache")

@@ -72,6 +72,7 @@ def _source_tree(top: Path) -> None:
         os.chmod(top / rel, 0o644)
     os.symlink("a.txt", top / "sub" / "link-a")
     os.symlink("../sub/deeper", top / "empty" / "link-dir")
+    os.symlink("loop", top / "empty" / "loop")  # a link to itself stays a link (ELOOP)
 
 
 def _tasks(base: Path) -> list[tuple[str, dict]]:
