@@ -172,13 +172,30 @@ class Templar:
     def render_string(self, source: str, variables: Mapping) -> Any:
         if not is_template(source):
             return source
-        m = _SINGLE_EXPR.match(source)
-        if m and "{%" not in source:
-            return self.evaluate(m.group(1), variables)
+        expression = self._one_expression(source)
+        if expression is not None:
+            return self.evaluate(expression, variables)
         template = self._template(source)
         with render_budget():
             ctx = template.new_context(self._scope(variables), shared=True)
             return trailing_newlines_kept(source, bounded_output(template.root_render_func(ctx)))
+
+    def _one_expression(self, source: str) -> str | None:
+        """The expression of a template that is one `{{ expr }}` alone, which keeps its value's type; braces inside
+        its string constants (`{{ x == "{{ y }}" }}`) do not make it text, as Jinja's lexer reads it."""
+        m = _SINGLE_EXPR.match(source)
+        if m and "{%" not in source and not source.startswith("{{-") and not source.endswith("-}}"):
+            return m.group(1)
+        if not (source.startswith("{{") and source.endswith("}}")):
+            return None
+        try:
+            tokens = [t for t in self.env.lexer.tokeniter(source, None) if t[1] != "whitespace"]
+        except jinja2.TemplateSyntaxError:
+            return None  # its error comes from the render, in the words every template's has
+        kinds = [kind for _, kind, _ in tokens]
+        if kinds[0] != "variable_begin" or kinds[-1] != "variable_end" or kinds.count("variable_begin") != 1:
+            return None
+        return source[len(tokens[0][2]):len(source) - len(tokens[-1][2])]
 
     def render_value(self, value: Any, variables: Mapping) -> Any:
         """Render strings inside `value`; a string rendered from a secret joins the run's secrets (engine/template/taint.py)."""

@@ -23,6 +23,16 @@ def test_single_expression_keeps_its_type():
     assert t.render_string("ids={{ ids | length }}", v) == "ids=3"
 
 
+def test_one_expression_with_braces_in_its_strings_keeps_its_type():
+    """`{{ x == "{{ y }}" }}` is one expression (Jinja's lexer reads the braces as a string's): its value, not
+    text, as Ansible's native rendering gives; whitespace control around one expression too."""
+    t = Templar(environment())
+    v = t.view({"x": 1})
+    assert t.render_string('{{ "{{ y }}" == "{" + "{ y }}" }}', v) is True
+    assert t.render_string("{{- x -}}", v) == 1
+    assert t.render_string("{{ x }} {{ x }}", v) == "1 1"
+
+
 def test_undefined_variable_raises():
     t = Templar(environment())
     with pytest.raises(jinja2.UndefinedError, match="'missing' is undefined"):
