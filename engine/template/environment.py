@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import datetime
 import functools
+from collections import ChainMap
 from typing import Any
 
 import jinja2
 from jinja2 import StrictUndefined, Undefined
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import missing
 
 from engine.template import filters_data, filters_numbers, filters_paths, filters_text, tests_ansible
 from engine.template.bounds import (
@@ -47,10 +50,35 @@ MAX_RANGE = 100_000
 # TemplateRefused (a template tried something the sandbox forbids) lives with the other bounds.
 
 
+class LazyContext(Context):
+    """A render's context that hands an {% include %} or {% import ... with context %} the variables as a view, not
+    a copy: Jinja's dict() of them would render every variable, and one nobody reads may be undefined (Ansible
+    renders only what the included template reads)."""
+
+    def get_all(self) -> Any:
+        if self.vars and self.parent:
+            return ChainMap(self.vars, self.parent)
+        return super().get_all()
+
+
+class LazyTemplate(jinja2.Template):
+    """A template whose included render layers the includer's local names over its variables (Jinja copies them)."""
+
+    def new_context(self, vars: Any = None, shared: bool = False, locals: Any = None) -> Context:  # noqa: A002 - Jinja's names
+        if shared and locals and vars is not None:
+            kept = {k: v for k, v in locals.items() if v is not missing}
+            layered: Any = ChainMap(kept, vars)  # read as a Mapping only
+            return self.environment.context_class(self.environment, layered, self.name, self.blocks,
+                                                  globals=self.globals)
+        return super().new_context(vars, shared, locals)
+
+
 class Sandbox(ImmutableSandboxedEnvironment):
     """Jinja2's immutable sandbox plus bounds on `*`, `**` and `range` (templates are text, not programs)."""
 
     intercepted_binops = frozenset({"*", "**", "%"})
+    context_class = LazyContext
+    template_class = LazyTemplate
 
     def call_binop(self, context, operator: str, left: Any, right: Any) -> Any:
         tick()

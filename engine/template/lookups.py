@@ -50,6 +50,7 @@ from engine.errors import TaskError, UserError
 from engine.parsing import ansible_cfg, vault
 from engine.parsing.yamlfile import MAX_YAML_BYTES
 from engine.template import lookups_lists
+from engine.template.loader import include_loader
 from engine.template.secrets import is_secret_name
 from engine.template.taint import note_secret
 from engine.template.templar import LazyVars, Templar
@@ -453,8 +454,8 @@ def _render_template(call: LookupCall, term: str, path: Path, extra: dict) -> An
     variables = _template_variables(call, extra)
     _depth.n = depth + 1
     try:
-        rendered = templar.render_text(source, variables) if source.endswith("\n") else \
-            templar.render_string(source, variables)
+        rendered = templar.render_string(source, variables) if not _whole_text(source) else \
+            templar.render_text(source, variables, None, _include_loader(call, path))
         if vaulted:
             call.secret(rendered)
         return rendered
@@ -466,6 +467,18 @@ def _render_template(call: LookupCall, term: str, path: Path, extra: dict) -> An
         _depth.n = depth
         if view is not None and variables is not view and isinstance(variables, LazyVars):  # its reads count for the task
             view.touched |= variables.touched - set(extra)
+
+
+def _whole_text(source: str) -> bool:
+    """A looked-up template rendered as text: one that ends a line or has a {% tag %} (an include, an import); else
+    one expression keeps its type (`{{ {'a': 1} }}` is a mapping), as Ansible's lookup converts it."""
+    return source.endswith("\n") or "{%" in source
+
+
+def _include_loader(call: LookupCall, path: Path) -> Any:
+    """Where the template's {% include %} and {% import %} look, as Ansible's template lookup: the template's own
+    folder, then the task's search path (each folder with its templates/)."""
+    return include_loader([str(r) for r in _roots(call)], first=[str(path.parent)])
 
 
 def _template_variables(call: LookupCall, extra: dict) -> Mapping:

@@ -1,6 +1,6 @@
 """A template's {% include %} and {% import %} (engine/template/loader.py) find their files as Ansible's template
-action does: the role's templates/, the playbook's templates/, the template's own folder; compared with real
-ansible-playbook on a local host. A file a host's answer names stays inside the role's or the playbook's folders."""
+action and lookup do: the role's templates/, the playbook's templates/, the template's own folder, without
+rendering the variables the included file does not read; compared with real ansible-playbook on a local host. A file a host's answer names stays inside the role's or the playbook's folders."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.engine.playbook.ansible_side import local_inventory, real_ansible_pla
 
 FILES = {
     "templates/shared.j2": "shared {{ x }}\n",
-    "templates/deep/play.j2": "{% include 'shared.j2' %}{% include 'beside.j2' %}{% from 'macros.j2' import hi with context %}"
+    "templates/deep/play.j2": "{% set y = x %}{% include 'shared.j2' %}{% include 'beside.j2' %}{% from 'macros.j2' import hi with context %}"
                               "{{ hi() }}\n",
     "templates/deep/beside.j2": "beside\n",
     "templates/macros.j2": "{% macro hi() %}play macro {{ x }}{% endmacro %}",
@@ -36,8 +36,10 @@ FILES = {
 def _book(tree: Path, side: str) -> Path:
     out = tree / side
     out.mkdir()
-    play = {"hosts": "all", "gather_facts": False, "vars": {"x": "X", "out": str(out)}, "roles": ["r"],
-            "tasks": [{"template": {"src": "deep/play.j2", "dest": f"{out}/play.txt"}}]}
+    play = {"hosts": "all", "gather_facts": False, "roles": ["r"],
+            "vars": {"x": "X", "out": str(out), "unread": "{{ nowhere }}"},  # an include does not render it
+            "tasks": [{"template": {"src": "deep/play.j2", "dest": f"{out}/play.txt"}},
+                      {"copy": {"content": "{{ lookup('template', 'deep/play.j2') }}", "dest": f"{out}/lookup.txt"}}]}
     book = tree / f"{side}.yml"
     book.write_text(yaml.safe_dump([play], sort_keys=False))
     return book
