@@ -4,6 +4,7 @@ refused (registered), while one from the playbook's own values, inventory variab
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from engine.api import run_playbook
@@ -36,8 +37,11 @@ def test_the_one_line_forms_and_args(tmp_path):
     assert [r["stdout"] for r in reg["lit"]["results"]] == ["hi there one", "hi there two"]
 
 
-def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(tmp_path):
-    marker = tmp_path / "ran"
+@pytest.mark.ssh
+def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(tmp_path, ssh_host, inventory_file,
+                                                                              shared_tmp):
+    marker = shared_tmp / "ran"
+    inv = inventory_file(hosts=[ssh_host], host_vars={ssh_host.name: {"dfp_root": str(shared_tmp / "root")}})
     tasks = [
         {"name": "probe", "command": {"argv": ["echo", f"touch {marker}"]}, "register": "probe"},
         {"name": "from host", "shell": "{{ probe.stdout }}", "register": "bad", "ignore_errors": True},
@@ -47,7 +51,9 @@ def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(t
         {"name": "as argv", "command": {"argv": ["sh", "-c", 'test -n "$1"', "sh", "{{ probe.stdout }}"]}},
         {"name": "seen", "debug": {"msg": "{{ bad is failed }}"}},
     ]
-    res = run(tmp_path, tasks)
+    path = tmp_path / "pb.yaml"
+    path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    res = run_playbook(str(path), inventory=str(inv))
     assert res.exit_code == 0, res.tasks
     for name, needle in (("from host", "(probe from "), ("via loop", "(item from "), ("via a variable", "(probe from ")):
         msg = next(r.msg for r in res.find(name))
@@ -55,6 +61,16 @@ def test_a_shell_command_built_from_host_data_is_refused_and_registered_failed(t
     assert not marker.exists()  # nothing ran the host's words
     assert next(r.msg for r in res.find("seen")) == "True"
     assert next(r.status for r in res.find("as argv")) == "changed"  # host data as an argument is fine
+
+
+def test_the_control_nodes_own_answer_may_build_its_shell_line(tmp_path):
+    """A local host is the control node: its own output is its own word (engine/run/trust.py answer_taint)."""
+    marker = tmp_path / "ran"
+    res = run(tmp_path, [
+        {"name": "probe", "command": {"argv": ["echo", f"touch {marker}"]}, "register": "probe"},
+        {"name": "from here", "shell": "{{ probe.stdout }}"},
+    ])
+    assert res.exit_code == 0 and marker.exists(), res.tasks
 
 
 ONE_LINE_FORMS = [  # each one-line command/shell string, as written in a playbook

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from engine.api import run_playbook
 from tests.engine.playbook.ansible_side import INVENTORY, ansible, ours, write
 
@@ -38,12 +40,15 @@ def _one_play(tmp_path: Path, tasks: list) -> Path:
     return write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": tasks}])
 
 
-def test_a_shell_line_from_templated_arguments_built_from_host_data_is_refused(tmp_path):
+@pytest.mark.ssh
+def test_a_shell_line_from_templated_arguments_built_from_host_data_is_refused(tmp_path, ssh_host, inventory_file,
+                                                                               shared_tmp):
     pb = _one_play(tmp_path, [
         {"command": "echo '{\"cmd\": \"echo pwned\"}'", "register": "out"},
         {"name": "splat", "shell": None, "args": "{{ out.stdout | from_json }}"},
     ])
-    res = run_playbook(str(pb), inventory=INVENTORY)
+    inv = inventory_file(hosts=[ssh_host], host_vars={ssh_host.name: {"dfp_root": str(shared_tmp / "root")}})
+    res = run_playbook(str(pb), inventory=str(inv))
     failed = [r for r in res.results if r.status == "failed"]
     assert [r.task for r in failed] == ["splat"], res.results
     assert "host data never runs as shell code" in failed[0].msg
