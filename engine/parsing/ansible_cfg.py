@@ -18,6 +18,7 @@ from engine.errors import UserError
 SETTINGS = {"roles_path": "ANSIBLE_ROLES_PATH", "force_handlers": "ANSIBLE_FORCE_HANDLERS",
             "allow_broken_conditionals": "ANSIBLE_ALLOW_BROKEN_CONDITIONALS",
             "deprecation_warnings": "ANSIBLE_DEPRECATION_WARNINGS", "collections_path": "ANSIBLE_COLLECTIONS_PATH",
+            "error_on_missing_handler": "ANSIBLE_ERROR_ON_MISSING_HANDLER",
             "ansible_managed": None}  # None: ansible.cfg only (Ansible reads no environment variable for it)
 
 

@@ -56,6 +56,9 @@ class Task:
     delegate_to: str | None = None
     delegate_facts: bool = False
     named: bool = True  # the playbook gave it a name (else `name` is the module's)
+    via_include: bool = False  # a task a handler's include brings: notified through the include, not its own name
+    by_include_role: bool = False  # a handler include_role brought: notified once that include_role ran
+    brings: Any = None  # a handler's include read when notified (a loop, a templated name): its Include
     given: set = field(default_factory=set)  # keywords the task, or a block around it, set (a block's fill the rest)
     action: str = ""  # the module as the playbook spells it (ansible.builtin.copy), for --list-tasks
     # tasks a looped include brought: its loop's names (item, ansible_loop, the index_var) as data (never rendered,

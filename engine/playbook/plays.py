@@ -25,7 +25,7 @@ from engine.playbook.keywords import (
     variables_of,
     wrong,
 )
-from engine.playbook.model import Play, walk_tasks
+from engine.playbook.model import Play
 from engine.playbook.modulespec import forget_user_modules
 from engine.playbook.tasks import (
     inherit_become,
@@ -87,6 +87,7 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     play.tasks.extend(parse_tasks(raw.get("post_tasks"), path, ctx))
     _flow_keywords(play, raw, where)
     play.handlers.extend(parse_tasks(raw.get("handlers"), path, loading))
+    play.handlers.sort(key=lambda h: h.by_include_role)  # include_role's come last: Ansible adds them as it runs
     for t in play.all_tasks():
         t.tags |= play_tags
     play.become = become_of(raw, where)
@@ -97,7 +98,6 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
         play.serial = serial_of(raw["serial"], where)
     if "max_fail_percentage" in raw:
         play.max_fail_percentage = max_fail_percentage_of(raw["max_fail_percentage"], where)
-    _check_notified_handlers(play)
     return play
 
 
@@ -200,16 +200,6 @@ def _vars_prompt_of(value: Any, where: str) -> list:
                             f"and salt are not supported); a prompt may have {', '.join(sorted(PROMPT_KEYS))}")
         out.append(dict(item))
     return out
-
-
-def _check_notified_handlers(play: Play) -> None:
-    names = {h.name for h in play.handlers} | {n for h in play.handlers for n in h.listen}
-    for t in walk_tasks(play.tasks):
-        for n in t.notify:
-            if n not in names:
-                raise UserError(
-                    f"{t.source} ('{t.name}'): notifies '{n}', but no handler has that name; handlers: {', '.join(sorted(names)) or '(none)'}"
-                )
 
 
 def load_playbook(path: str | Path, budget: LoadBudget | None = None, extra_vars: dict | None = None) -> list[Play]:

@@ -341,6 +341,9 @@ def _action_module(value: Any, where: str) -> tuple[str, Any]:
     if not (isinstance(line, str) and line.strip()):
         raise UserError(f"{where}: write the module and its arguments as one line (action: copy src=a dest=b), or a "
                         f"mapping with module: (action: {{module: copy, src: a, dest: b}}); got {shown(value)}")
+    if whole_template(line.strip()):  # Ansible resolves it when the task runs (a `never`-tagged one never does)
+        return "fail", {"msg": f"{where}: the module is the template {line.strip()}, which dflash-provision does not "
+                               "resolve: it reads a task's module when the playbook loads; write the module's name"}
     try:
         module, rest = split_module_string(line)
     except ValueError as exc:
@@ -426,7 +429,8 @@ def parse_tasks(items: Any, path: Path | str, ctx: ParseContext | None = None) -
 
 
 IMPORT_KEYS = {"name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
-IMPORT_ONLY_KEYS = {"delegate_to"}  # given to the imported tasks (Ansible's include_tasks refuses it)
+# given to the imported tasks (Ansible's include_tasks refuses delegate_to), the flags where a task sets none
+IMPORT_ONLY_KEYS = {"delegate_to", "any_errors_fatal", "check_mode", "run_once", "ignore_errors"}
 # what an include (not an import) may have besides, as Ansible's: a loop, register, ignore_errors, no_log
 INCLUDE_ONLY_KEYS = {"register", "ignore_errors", "no_log", "loop_control", "run_once", "debugger", "args",
                      *LOOP_KEYWORDS}
@@ -491,9 +495,13 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
     if not include and is_template_text(file):  # a static import's name renders now, as Ansible's
         file = load_time_name(file, ctx, variables_of(raw.get("vars"), source), f"{source} ({key})", key)
-    if ctx.play is None and (dynamic or apply):
-        raise UserError(f"{source}: {key} in handlers is read as an import: a templated file name, a loop or apply "
-                        "is not supported there; include the file from a task instead")
+    if ctx.play is None and apply:
+        raise UserError(f"{source}: {key} in handlers is read as an import: apply is not supported there; include "
+                        "the file from a task instead")
+    if ctx.play is None and dynamic:  # a handler reading its file when notified: the Runner runs what it brings
+        brought = include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)
+        heard = names(raw["listen"], source, "listen") if "listen" in raw else []
+        return [replace(brought.marker, brings=brought, listen=heard)]  # a copy: no marker holds itself
     where = f"{source} ({key} {file})"
     import_vars = variables_of(raw.get("vars"), where)
     if include and ctx.play is not None:  # (in handlers read as an import: they reach its tasks that way)
@@ -519,7 +527,10 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     inherited = become_of(raw, where)
     if "delegate_to" in raw:  # an import's delegate_to reaches its tasks, as Ansible's
         inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
+    if "any_errors_fatal" in raw:
+        inherited["any_errors_fatal"] = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     _inherit(tasks, when, tags, import_vars, inherited)
+    _inherit_unset(walk_tasks(tasks), _block_values(raw, where))  # check_mode, run_once, ignore_errors
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], where))
     _name_with(walk_tasks(tasks), import_vars)
@@ -527,6 +538,7 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
         heard = names(raw["listen"], where, "listen") if "listen" in raw else []  # (one ok result) and its tasks
         for task in walk_tasks(tasks):
             task.listen = [*task.listen, *([raw["name"]] if raw.get("name") else []), *heard]
+            task.via_include = True
         marker = Task(name=raw.get("name") or key.split(".")[-1], module="include_tasks", args={"file": file},
                       source=source, role=ctx.role, role_dir=ctx.role_dir, when=list(when), listen=list(heard),
                       named="name" in raw, action=key)
@@ -719,7 +731,7 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     raw = _with_args(raw, key, source) if include else raw
     spec = raw[key]
     bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
-                     - (INCLUDE_ONLY_KEYS if include else set())))
+                     - (INCLUDE_ONLY_KEYS if include else IMPORT_ONLY_KEYS)))
     options = (*ROLE_INCLUDE_OPTIONS, "apply") if include else ROLE_INCLUDE_OPTIONS
     bad += sorted(f"{key}.{k}" for k in (spec if isinstance(spec, dict) else {}) if k not in options)
     name = spec.get("name", spec.get("role")) if isinstance(spec, dict) else None
@@ -742,14 +754,15 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     if include:
         args = {k: spec[k] for k in ("name", "tasks_from") if k in spec} if "name" in spec else {"name": name}
         if _looped(raw) or any(is_template_text(v) for v in args.values()) or (
-                "when" in raw and not role_exists(name, ctx.playbook)):  # missing, behind a `when`: read when reached
+                "when" in raw and not role_exists(name, ctx.playbook)) or (  # missing, behind a `when`: read when reached
+                spec.get("public") not in (None, False)):  # public: its variables seen once it ran, as Ansible's
             return [include_of(raw, key, args, source, ctx, [], apply, dynamic=True)]
     tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
     when = condition_list(raw["when"], where, "when") if "when" in raw else []
     flags = {k: flag(spec[k], where, f"{key}.{k}") for k in ("public", "allow_duplicates", "rolespec_validate")
              if k in spec}
     call = RoleCall(name, dict(variables_of(raw.get("vars"), where)), set() if include else tags,
-                    [] if include else when, {} if include else become_of(raw, where),
+                    [] if include else when, {} if include else _import_inherited(raw, where),
                     {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec},
                     static=not include, public=flags.get("public"), allow_duplicates=flags.get("allow_duplicates", True))
     tasks = role_tasks(call, where, ctx, key)
@@ -758,7 +771,19 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
         return [include_of(raw, key, args, source, ctx, tasks, apply)]
     if "environment" in raw:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
+    _inherit_unset(walk_tasks(tasks), _block_values(raw, where))  # check_mode, run_once, ignore_errors
     return tasks
+
+
+def _import_inherited(raw: dict, where: str) -> dict:
+    """What an import_role gives each of the role's tasks and handlers that does not set it: become and
+    delegate_to, as Ansible's."""
+    inherited = become_of(raw, where)
+    if "delegate_to" in raw:
+        inherited["delegate_to"] = delegate_to_of(raw["delegate_to"], where)
+    if "any_errors_fatal" in raw:
+        inherited["any_errors_fatal"] = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
+    return inherited
 
 
 def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:") -> list:
@@ -792,6 +817,8 @@ def role_tasks(call: RoleCall, where: str, ctx: ParseContext, key: str = "roles:
         t.when = call.when + t.when
         t.role_vars = {**params, **t.role_vars}  # an imported role's (or a dependency's) own parameters win
         t.role_defaults = {**defaults, **t.role_defaults}
+    for h in handlers if not call.static else []:  # engine/run/handlers.py: found once the include_role ran
+        h.by_include_role = True
     known = {(h.role, h.name) for h in play.handlers}  # a role imported twice brings its handlers once, as Ansible
     play.handlers.extend(h for h in handlers if (h.role, h.name) not in known)
     play.roles.append(call.name)
@@ -824,8 +851,8 @@ def _own_tasks(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, ke
 
 
 def _role_handlers(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext, key: str) -> list[Task]:
-    """The role's handlers (handlers/main.yml, or handlers_from's), each also notified as `ROLE : NAME` and its
-    listen topics also as `ROLE : TOPIC`."""
+    """The role's handlers (handlers/main.yml, or handlers_from's); their listen topics also as `ROLE : TOPIC`
+    (`ROLE : NAME` is engine/run/handlers.py's)."""
     stem = call.from_files.get("handlers")
     found = role_part(role_dir, "handlers", stem) if stem is not None else role_file(role_dir, "handlers")
     if not found:
@@ -835,8 +862,7 @@ def _role_handlers(call: RoleCall, role_dir: Path, where: str, ctx: ParseContext
     handlers = parse_tasks(load_yaml(found, "role handlers", ctx.budget), found, reading)
     roles = dict.fromkeys([call.name, role_dir.name if call.name.endswith("." + role_dir.name) else call.name])
     for handler in handlers:  # a collection's role answers to its full name and its short one, as in Ansible
-        topics = [*handler.listen, *([handler.name] if handler.name else [])]
-        handler.listen = [*handler.listen, *(f"{r} : {topic}" for topic in topics for r in roles)]
+        handler.listen = [*handler.listen, *(f"{r} : {topic}" for topic in handler.listen for r in roles)]
     return handlers
 
 

@@ -67,7 +67,8 @@ class HostState:
     included_vars: dict = field(default_factory=dict)  # include_vars: above task vars, below set_fact (rendered)
     failed: bool = False
     unreachable: bool = False
-    notified: set = field(default_factory=set)
+    notified: set = field(default_factory=set)  # notifications since the last flush (engine/run/handlers.py)
+    pending_handlers: set = field(default_factory=set)  # id() of the handlers they resolved to, until each runs
     stats: dict = field(default_factory=lambda: {s: 0 for s in STATUSES})
     unreachable_msg: str = ""
     last_failure: TaskResult | None = None  # the result that failed the host, or made it unreachable

@@ -34,6 +34,7 @@ from engine.run import fact_store
 from engine.run.actions.vars_files import play_vars_files
 from engine.run.batches import host_list, resolve_serial, roll_stops, split_batches
 from engine.run.delegation import Delegation
+from engine.run.handlers import PlayHandlers
 from engine.run.host_start import HostStart, reaches_hosts
 from engine.run.includes import bring, rounds
 from engine.run.play_stops import PlayStops
@@ -90,6 +91,7 @@ class Runner:
         self.inventory = inventory
         # --force-handlers, else ANSIBLE_FORCE_HANDLERS or ansible.cfg's (its default there): a play's own wins
         self.force_handlers = force_handlers or ansible_cfg.enabled("force_handlers")
+        self._handlers: PlayHandlers | None = None  # the current play's (handlers_of)
         self._shuffled: dict[int, list[str]] = {}  # id(play) -> its hosts in `order: shuffle`, drawn once
         self._vars_loaded: set[int] = set()  # plays whose vars_prompt and vars_files are in their vars
         self.extra_vars = extra_vars or {}
@@ -322,8 +324,10 @@ class Runner:
             self._parallel(states, lambda st: self.hosts.start(st, play))
         if play.any_errors_fatal:
             self.stops.note_fatal(active, None)
-        for s in states:
+        for s in states:  # notifications are the play's own: an earlier play's left-overs never run here
             s.ended = False
+            s.notified.clear()
+            s.pending_handlers.clear()
         if play.strategy == "free" and len(states) > 1:  # each host through the whole play at its own pace
             self._parallel(states, lambda st: self._run_sections([st], play))
         else:
@@ -358,20 +362,39 @@ class Runner:
 
     def _flush_handlers(self, states: list[HostState], play: Play, forced: bool = False) -> None:
         """The notified handlers, in the order the play lists them, on the hosts that notified them (after each
-        part of the play, or at a `meta: flush_handlers`); `forced`: on the failed ones too (not unreachable)."""
-        consumed: dict[int, set] = {}  # per host, the names and topics that ran a handler: cleared at the end, so
-        for handler in play.handlers:  # every handler listening to one topic runs, as in Ansible
+        part of the play, or at a `meta: flush_handlers`); `forced`: on the failed ones too (not unreachable).
+        Which handlers a notification runs, and when a handler's own notification runs: engine/run/handlers.py."""
+        known = self.handlers_of(play)
+        for s in states:
+            known.queue(s)
+        for handler in play.handlers:
             if self.stops.fatal is not None and not forced:
                 break
-            triggers = {handler.name, *handler.listen}
             active = [s for s in states if (s.running or (forced and not s.unreachable and not s.ended))
-                      and s.notified & triggers]
+                      and id(handler) in s.pending_handlers]
             if active:
-                self._run_on(active, play, handler, handler=True)
                 for s in active:
-                    consumed.setdefault(id(s), set()).update(s.notified & triggers)
-        for s in states:
-            s.notified -= consumed.get(id(s), set())
+                    s.pending_handlers.discard(id(handler))
+                if handler.brings is not None:  # an include read when notified: the include, then what it brings
+                    self._run_dynamic(active, play, handler.brings)
+                else:  # a templated name shown rendered, as Ansible shows it
+                    shown = known.name_of(handler) or handler.name
+                    self._run_on(active, play, replace(handler, name=shown) if shown != handler.name else handler,
+                                 handler=True)
+                for s in active:
+                    known.queue(s)
+
+    def handlers_of(self, play: Play) -> PlayHandlers:
+        """The play's handlers as its notifications find them (made once a play)."""
+        if self._handlers is None or self._handlers.handlers is not play.handlers:
+            def render_name(handler: Task) -> str:  # the play's variables, no host's: as Ansible renders it
+                layers = ChainMap(self.extra_vars, handler.vars, handler.role_vars, play.vars, handler.role_defaults,
+                                  play.defaults)
+                return self.templar.render_value(handler.name, self.templar.view(layers))
+
+            self._handlers = PlayHandlers(play.handlers, render_name,
+                                          self.console.warning if self.console else lambda _text: None)
+        return self._handlers
 
     def _run_once(self, states: list[HostState], play: Play, task: Task) -> None:
         """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and
@@ -465,6 +488,8 @@ class Runner:
         for r in ran:  # read at load: what it reached is known already
             self.executor.reaches.take(r.host)
         reached = {r.host for r in ran if r.status == "ok"}
+        if reached and include.marker.module == "include_role":
+            self.handlers_of(play).reveal(str(include.marker.args.get("name")))
         self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
 
     def _run_dynamic(self, states: list[HostState], play: Play, include: Include) -> None:
@@ -488,6 +513,8 @@ class Runner:
             except IncludeNotFound as exc:  # Ansible: the hosts that reached it fail; any other load error stops
                 self._include_failed(members, outcome, str(exc))  # the run (its parser's errors are fatal there too)
                 continue
+            if include.marker.module == "include_role":
+                self.handlers_of(play).reveal(str(reach.args.get("name")))
             brought = replace(play, tasks=tasks, handlers=[])  # its secret-named vars are secrets before it runs
             for s, _ in members:
                 self.variables.collect_secrets(s, brought)
@@ -562,6 +589,9 @@ class Runner:
                                     source=task.source)
         self.variables.publish(play)  # hostvars and ansible_play_hosts as they are now, for the whole task
         self._parallel(states, lambda st: self.executor.run_task(st, play, task, handler=handler))
+        if task.notify:
+            for s in states:  # a notification no handler answers: Ansible's error once the task has run
+                self.handlers_of(play).check(s)
         if play.fatal(task):
             self._fail_into_rescue(states)
             self.stops.note_fatal(states, task.name)

@@ -48,4 +48,4 @@ def test_a_roles_handler_includes_a_file_of_its_tasks_folder(tmp_path):
     assert mine[1] == theirs[1]
     write(role / "handlers" / "main.yml", [{"name": "do_include", "import_tasks": "tasks/handlers.yml"}])
     theirs, mine = ansible(book), ours(book)
-    assert theirs[0] != 0 and mine[0] == 4 and "notifies 'do_include', but no handler has that name" in mine[2]["error"]
+    assert theirs[0] != 0 and mine[0] == 4 and "The requested handler 'do_include' was not found" in mine[2]["error"]
