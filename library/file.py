@@ -312,7 +312,7 @@ def ensure_symlink(path: str, src: str | None, c: Call) -> dict:
     changed = False
     if prev != "link":
         if src is None:
-            raise ModuleError("src is required for creating new symlinks; give src: what the link points to")
+            raise ModuleError("src is required for creating new symlinks")  # Ansible's words
         changed = True
     elif src is not None:
         old = os.readlink(path)
@@ -346,11 +346,11 @@ def ensure_hardlink(path: str, src: str | None, c: Call) -> dict:
     prev = get_state(path)
     target = c.target(path)
     if prev != "hard" and src is None:
-        raise ModuleError("src is required for creating new hardlinks; give src: the file to link to")
+        raise ModuleError("src is required for creating new hardlinks")  # Ansible's words, which its tests read
     if src is not None:
+        if not os.path.exists(os.path.expanduser(src)):  # Ansible's words and fields, before a relative src is refused
+            raise ModuleError("src does not exist", dest=path, src=src)
         src = check_plain(src, "src")
-        if not os.path.exists(src):
-            raise ModuleError(f"src does not exist: {src}; give an existing file", dest=path, src=src)
     diff = initial_diff(path, "hard", prev)
     changed = False
     if prev == "absent":
@@ -423,7 +423,7 @@ def execute_touch(path: str, c: Call) -> dict:
 def _state_and_path(args: dict) -> tuple[str | None, str]:
     """The state asked and the path, checked (absent: by managed_path, before anything is looked at)."""
     if args["path"] is None:
-        raise ModuleError("missing required arguments: path; give path (or its alias dest or name)")
+        raise ModuleError("missing required arguments: path")  # Ansible's words, which its file target reads
     path = os.path.expandvars(args["path"])  # Ansible's path type expands $VARS too
     state = args["state"]
     if state == "absent":

@@ -121,7 +121,7 @@ def test_state_defaults_to_what_is_there(tmp_path):
 def test_aliases_and_a_missing_path(tmp_path):
     assert call({"dest": str(tmp_path / "a"), "state": "directory"})["path"] == str(tmp_path / "a")
     assert call({"name": str(tmp_path / "b"), "state": "directory"})["path"] == str(tmp_path / "b")
-    with pytest.raises(ModuleError, match="missing required arguments: path"):
+    with pytest.raises(ModuleError, match="^missing required arguments: path$"):  # Ansible's words exactly
         call({"state": "directory"})
     with pytest.raises(ModuleError, match="keep one of them"):
         call({"path": str(tmp_path / "a"), "dest": str(tmp_path / "b"), "state": "directory"})
@@ -144,9 +144,10 @@ def test_relative_paths_are_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModuleError, match="is a relative path"):
         call({"path": "rel", "state": "directory"})
+    (tmp_path / "there").write_text("x")  # a relative src that exists is refused; a missing one is Ansible's error
     with pytest.raises(ModuleError, match="is a relative path"):
-        call({"path": str(tmp_path / "h"), "state": "hard", "src": "rel"})
-    assert list(tmp_path.iterdir()) == []
+        call({"path": str(tmp_path / "h"), "state": "hard", "src": "there"})
+    assert list(tmp_path.iterdir()) == [tmp_path / "there"]
 
 
 def test_a_folder_the_tool_cannot_own_is_not_replaced_by_a_link(tmp_path, monkeypatch):
@@ -210,5 +211,10 @@ def test_bad_option_combinations_are_refused_with_ansibles_words(tmp_path):
         call({"path": str(tmp_path), "state": "file", "recurse": True})
     with pytest.raises(ModuleError, match="src option requires state to be 'link' or 'hard'"):
         call({"path": str(tmp_path), "state": "directory", "src": "/x"})
-    with pytest.raises(ModuleError, match="src is required for creating new symlinks"):
+    with pytest.raises(ModuleError, match="^src is required for creating new symlinks$"):
         call({"path": str(tmp_path / "l"), "state": "link"})
+    with pytest.raises(ModuleError, match="^src is required for creating new hardlinks$"):
+        call({"path": str(tmp_path / "h"), "state": "hard"})
+    with pytest.raises(ModuleError, match="^src does not exist$") as missing:  # before a relative src is refused
+        call({"path": str(tmp_path / "h"), "state": "hard", "src": "dfp-no-such-file.txt"})
+    assert missing.value.data == {"src": "dfp-no-such-file.txt", "dest": str(tmp_path / "h")}
