@@ -91,6 +91,15 @@ def run_validate(command: str, path: str) -> None:
                           stdout=proc.stdout.decode("utf-8", errors="replace"), stderr=err)
 
 
+def _keep_owner(original: str, copy: str) -> None:
+    """A backup keeps the old file's owner and group, as Ansible's preserved copy (where this user may set them)."""
+    st = os.stat(original)
+    try:
+        os.chown(copy, st.st_uid, st.st_gid)
+    except PermissionError:
+        pass
+
+
 def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup: bool | str = False,
                  validate: str | None = None, suffix: str = "", source: str | None = None) -> str | None:
     """Write through a temp file in the same folder, fsync, rename. Return the backup path if made.
@@ -114,6 +123,7 @@ def atomic_write(path: str, data: bytes | None, mode: int | None = None, backup:
         if backup and os.path.exists(path):
             backup_path = backup if isinstance(backup, str) else backup_name(path)
             shutil.copy2(path, backup_path)
+            _keep_owner(path, backup_path)
         before = os.stat(path) if os.path.exists(path) else None
         if mode is None and before is not None:
             mode = before.st_mode & 0o7777

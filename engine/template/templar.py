@@ -28,6 +28,7 @@ from engine.template.bounds import (
     tick,
 )
 from engine.template.markers import is_template, trailing_newlines_kept
+from engine.template.overrides import split_overrides
 from engine.template.secrets import has_value, is_secret_name, secret_leaves
 from engine.template.taint import CLEAN, Taint, close_frame, note, open_frame
 
@@ -256,7 +257,9 @@ class Templar:
 
     def render_text(self, source: str, variables: Mapping, options: dict | None = None, loader: Any = None) -> str:
         """A whole template as text, even when it is one expression (a file's trailing newline is kept). It renders
-        in a taint frame of its own, so its loader knows whether a host's answer named a file it pulls in."""
+        in a taint frame of its own, so its loader knows whether a host's answer named a file it pulls in. A first
+        line `#jinja2: ...` sets its own options (engine/template/overrides.py)."""
+        source, options = split_overrides(source, options)
         settings = {**(options or {}), **({"loader": loader} if loader is not None else {})}
         template = self.env.overlay(**settings).from_string(source) if settings else self._template(source)
         frame = open_frame()

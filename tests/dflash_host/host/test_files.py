@@ -31,3 +31,15 @@ def test_a_plain_file_is_replaced_as_before(tmp_path):
     f.chmod(0o600)
     atomic_write(str(f), b"b")
     assert f.read_bytes() == b"b" and f.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_backup_keeps_the_old_files_owner_and_group(tmp_path):
+    import os
+    if os.geteuid() != 0:
+        pytest.skip("only root gives a file to another user")
+    f = tmp_path / "t.txt"
+    f.write_text("OLD")
+    os.chown(f, 65534, 65534)
+    backup = atomic_write(str(f), b"NEW\n", backup=True)
+    assert backup and open(backup).read() == "OLD"
+    assert (os.stat(backup).st_uid, os.stat(backup).st_gid) == (65534, 65534)
