@@ -161,8 +161,35 @@ def _source_bytes(call: ActionCall, src: Path) -> bytes | None:
         raise TaskError(f"{call.where()}: could not find src={src}, {exc.strerror or exc}; fix the path or its "
                         "permissions") from None
     if vaulted:
-        return vault.decrypt(data.decode("utf-8", "replace"), f"{call.where()}: copy src {src}").encode("utf-8")
+        return _decrypted(call, src, data)
     return data
+
+
+def _decrypted(call: ActionCall, src: Path, data: bytes) -> bytes:
+    """A vault-encrypted file's plaintext; without a vault password the message ends in Ansible's words (its copy
+    target reads them)."""
+    try:
+        return vault.decrypt(data.decode("utf-8", "replace"), f"{call.where()}: copy src {src}").encode("utf-8")
+    except vault.VaultError as exc:
+        if vault.password_file() is None:
+            raise TaskError(f"{exc} A vault password or secret must be specified to decrypt {src}") from None
+        raise
+
+
+def _plain_copies(call: ActionCall, files: list[tuple[Path, str]], scratch: Path) -> list[tuple[Path, str]]:
+    """A folder's files as they are sent: a vault-encrypted one (decrypt: true) as its plaintext in `scratch`,
+    with the mode of the file it comes from."""
+    out = []
+    for i, (path, rel) in enumerate(files):
+        with open(path, "rb") as fh:
+            vaulted = call.args.get("decrypt", True) is not False and vault.is_encrypted(fh.read(64))
+        if vaulted:
+            plain = scratch / str(i)
+            plain.write_bytes(_decrypted(call, path, path.read_bytes()))
+            plain.chmod(path.stat().st_mode & 0o777)
+            path = plain
+        out.append((path, rel))
+    return out
 
 
 def _sha1_of(path: Path) -> str:
@@ -232,12 +259,14 @@ def _copy_folder(call: ActionCall, src: Path, given: str) -> dict:
         raise TaskError(f"{call.where()}: attributes are set on one file here; a folder ({src}) is copied without "
                         "them: set them with a file task on each copied file after the copy")
     tree = walk_source(src, call.args.get("local_follow") is not False)
-    for name in ENGINE_ONLY:
-        call.args.pop(name, None)
-    if call.args.get("mode") == "preserve":  # each file keeps the control node's mode, as without a mode
-        call.args.pop("mode")
-    dest_dir = destination_folder(given, str(call.args["dest"]))
-    result = _install_manifest(call, tree.files, dest_dir)
+    with tempfile.TemporaryDirectory(prefix="dfp-copy-") as scratch:
+        files = _plain_copies(call, tree.files, Path(scratch))
+        for name in ENGINE_ONLY:
+            call.args.pop(name, None)
+        if call.args.get("mode") == "preserve":  # each file keeps the control node's mode, as without a mode
+            call.args.pop("mode")
+        dest_dir = destination_folder(given, str(call.args["dest"]))
+        result = _install_manifest(call, files, dest_dir)
     if result.get("failed"):
         return result
     changed = bool(result.get("changed"))

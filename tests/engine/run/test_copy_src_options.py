@@ -59,3 +59,33 @@ def test_template_takes_force_and_validate_as_ansibles(tmp_path):
     assert res.exit_code == 2 and dest.read_text() == "kept\n", res.tasks  # validate failed: dest untouched
     good = [{"name": "valid", "template": {"src": "conf.j2", "dest": str(dest), "validate": "grep -q port= %s"}}]
     assert run(tmp_path, good).exit_code == 0 and dest.read_text() == "port=81\n"
+
+
+def test_a_folder_sends_a_vaulted_file_decrypted_and_without_a_password_fails_in_ansibles_words(tmp_path, monkeypatch):
+    """A vault-encrypted file inside a copied folder arrives as its plaintext (decrypt: true, as Ansible's); with
+    no vault password the task fails, its message ending as Ansible's (its copy target reads that ending)."""
+    import subprocess
+
+    from engine.parsing import vault
+    from tests.helpers import required_ansible_tool
+
+    (tmp_path / "pw").write_text("s3cret\n")
+    tree = tmp_path / "files" / "tree"
+    tree.mkdir(parents=True)
+    (tree / "secret.txt").write_text("plain words\n")
+    subprocess.run([str(required_ansible_tool("ansible-vault")), "encrypt", "--vault-password-file",
+                    str(tmp_path / "pw"), str(tree / "secret.txt")], check=True, capture_output=True,
+                   env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)})
+    task = {"name": "put", "copy": {"src": "tree", "dest": str(tmp_path / "out")}}
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    vault.use_password_file(None)
+    refused = run(tmp_path, [task])
+    msg = refused.find("put")[0].result["msg"]
+    assert msg.endswith(f"A vault password or secret must be specified to decrypt {tree / 'secret.txt'}"), msg
+    assert not (tmp_path / "out").exists()
+    vault.use_password_file(str(tmp_path / "pw"))
+    try:
+        sent = run(tmp_path, [task])
+    finally:
+        vault.use_password_file(None)
+    assert sent.exit_code == 0 and (tmp_path / "out" / "tree" / "secret.txt").read_text() == "plain words\n"
