@@ -48,21 +48,29 @@ def _is_dir(entry: os.DirEntry) -> bool:
 
 def _walk(folder: Path, rel: str, chain: frozenset, follow: bool, tree: SourceTree) -> None:
     """One folder: its files and links noted, its subfolders (and, with follow, linked ones) walked; `chain` holds
-    the folders from the top down to this one, which a link may not lead back into."""
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+    the folders from the top down to this one, which a link may not lead back into. A folder's files come before
+    its subfolders' (os.walk's order, which Ansible's walk follows: the first file that fails is the same)."""
+    entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    for entry in [e for e in entries if not _is_dir(e)]:
+        _note_file(entry, f"{rel}{entry.name}", follow, tree)
+    for entry in [e for e in entries if _is_dir(e)]:
         path, name = Path(entry.path), f"{rel}{entry.name}"
-        if _is_dir(entry):
-            if entry.is_symlink() and (not follow or _key(path) in chain):
-                tree.symlinks.append((os.readlink(path), name))
-                continue
-            tree.directories.append(name)
-            real = Path(os.path.realpath(path)) if entry.is_symlink() else path
-            _walk(real, f"{name}/", chain | {_key(path)}, follow, tree)
-        elif entry.is_symlink():
-            target = os.path.realpath(path)
-            if follow and os.path.isfile(target):
-                tree.files.append((Path(target), name))
-            else:
-                tree.symlinks.append((os.readlink(path), name))
+        if entry.is_symlink() and (not follow or _key(path) in chain):
+            tree.symlinks.append((os.readlink(path), name))
+            continue
+        tree.directories.append(name)
+        real = Path(os.path.realpath(path)) if entry.is_symlink() else path
+        _walk(real, f"{name}/", chain | {_key(path)}, follow, tree)
+
+
+def _note_file(entry: os.DirEntry, name: str, follow: bool, tree: SourceTree) -> None:
+    """A file, or a link that is no folder: with follow, a link to a file is that file; else it stays a link."""
+    path = Path(entry.path)
+    if entry.is_symlink():
+        target = os.path.realpath(path)
+        if follow and os.path.isfile(target):
+            tree.files.append((Path(target), name))
         else:
-            tree.files.append((path, name))
+            tree.symlinks.append((os.readlink(path), name))
+    else:
+        tree.files.append((path, name))
