@@ -97,6 +97,17 @@ def shared_tmp(tmp_path):
 
 
 @pytest.fixture
+def remote_host(ssh_host, inventory_file, shared_tmp):
+    """One real sshd host (`.name`) and an inventory of it alone (`.inventory`): a machine other than the control
+    node, so what it answers is another machine's word (engine/run/trust.py); a local host's is the control node's."""
+    from types import SimpleNamespace
+
+    inv = inventory_file(hosts=[ssh_host], host_vars={ssh_host.name: {"dfp_root": str(shared_tmp / "root")}},
+                         name="remote-inventory.yaml")
+    return SimpleNamespace(name=ssh_host.name, inventory=str(inv))
+
+
+@pytest.fixture
 def gpu():
     """A stand-in nvidia-smi (tests/fakes/nvidia-smi) whose GPU holders are real processes the test starts."""
     from tests.fakes.gpu_holder import FakeGpu

@@ -44,23 +44,41 @@ def test_add_host_and_group_by_as_ansible_playbook(tmp_path):
     assert set(ours.recap) == {"h", "h2", "newhost", "n1", "n2"}
 
 
-@pytest.mark.parametrize("args", [
+ADD_FROM_AN_ANSWER = [
     {"name": "{{ out.stdout }}"},
     {"name": "fixed", "ansible_host": "{{ out.stdout }}"},
     {"name": "fixed", "ansible_connection": "{{ out.stdout }}"},
-])
-def test_a_host_name_or_address_from_host_data_is_refused(tmp_path, args):
+]
+
+
+@pytest.mark.ssh
+def test_a_host_name_or_address_from_host_data_is_refused(tmp_path, remote_host):
     pb = write(tmp_path / "pb.yaml", [
         {"hosts": "all", "gather_facts": False, "tasks": [
             {"command": "echo local", "register": "out"},
-            {"name": "add", "add_host": args},
+            *({"name": f"add{i}", "add_host": args, "ignore_errors": True} for i, args in enumerate(ADD_FROM_AN_ANSWER)),
         ]},
         {"hosts": "fixed", "gather_facts": False, "tasks": [{"debug": {"msg": "reached"}}]},
     ])
-    res = run_playbook(str(pb), _inventory(tmp_path))
-    failed = [r for r in res.results if r.status == "failed"]
-    assert failed and failed[0].task == "add" and "never names a host" in failed[0].msg, res.results
+    res = run_playbook(str(pb), remote_host.inventory)
+    for i, args in enumerate(ADD_FROM_AN_ANSWER):
+        (add,) = res.find(f"add{i}")
+        assert add.status == "failed" and "never names a host" in add.msg, (args, add)
     assert not any(r.host in ("fixed", "local") for r in res.results)
+
+
+def test_the_control_nodes_own_answer_names_a_host(tmp_path):
+    """A local host is the control node: the name it answered is its own word, as one the playbook wrote."""
+    pb = write(tmp_path / "pb.yaml", [
+        {"hosts": "h", "gather_facts": False, "tasks": [
+            {"command": "echo n9", "register": "out"},
+            {"name": "add", "add_host": {"name": "{{ out.stdout }}", "ansible_connection": "local",
+                                         "ansible_python_interpreter": sys.executable}},
+        ]},
+        {"hosts": "n9", "gather_facts": False, "tasks": [{"debug": {"msg": "reached"}}]},
+    ])
+    res = run_playbook(str(pb), _inventory(tmp_path))
+    assert res.exit_code == 0 and res.recap["n9"]["ok"] == 1, res.error or res.results
 
 
 def test_plain_variables_from_host_data_are_data(tmp_path):

@@ -2,7 +2,7 @@
 files' variables, their precedence (vars_files above play vars; include_vars above task vars, below set_fact and
 -e), a templated vars_files name with a first-found list, include_vars' file / dir / depth / files_matching /
 ignore_files / name / hash_behaviour, a role's vars/ folder, vault-encrypted files; and the refusals: a file name
-built from a host's answer, a missing file."""
+built from a remote host's answer (the control node's own may name one), a missing file."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from engine.api import run_playbook
@@ -143,13 +144,25 @@ def test_include_vars_in_a_role_reads_its_vars_folder(tmp_path):
     both_pass(tmp_path, [{"hosts": "h", "gather_facts": False, "roles": ["r"]}])
 
 
-def test_include_vars_name_from_a_hosts_answer_is_refused(tmp_path):
+@pytest.mark.ssh
+def test_include_vars_name_from_a_hosts_answer_is_refused(tmp_path, remote_host):
+    """include_vars reads its file on the control node: a remote host's answer never names it."""
+    _tree(tmp_path, {"vars/one.yml": {"x": 1}})
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
+        {"command": {"argv": ["echo", "one.yml"]}, "register": "out"},
+        {"name": "inc", "include_vars": {"file": "{{ out.stdout }}"}}]}], sort_keys=False))
+    res = run_playbook(str(tmp_path / "pb.yaml"), inventory=remote_host.inventory)
+    failed = res.find("inc", remote_host.name)
+    assert res.exit_code == 2 and "built from what a host returned" in failed[0].msg, failed
+
+
+def test_include_vars_name_from_the_control_nodes_own_answer_is_read(tmp_path):
+    """A local host is the control node: the file name it answered is its own word."""
     _tree(tmp_path, {"vars/one.yml": {"x": 1}})
     res = ours(tmp_path, [{"hosts": "h", "gather_facts": False, "tasks": [
         {"command": {"argv": ["echo", "one.yml"]}, "register": "out"},
-        {"name": "inc", "include_vars": {"file": "{{ out.stdout }}"}}]}])
-    failed = [r for r in res.find("inc")]
-    assert res.exit_code == 2 and "built from what a host returned" in failed[0].msg, failed
+        {"name": "inc", "include_vars": {"file": "{{ out.stdout }}"}}, check("x == 1")]}])
+    assert res.exit_code == 0, res.error or res.results
 
 
 def test_include_vars_under_run_once_reaches_every_host(tmp_path):

@@ -388,17 +388,18 @@ def test_a_bad_version_test_fails_as_ansibles_does(expr, words):
         ours(expr)
 
 
-def test_a_hosts_answer_stays_a_hosts_answer_through_filters(tmp_path):
-    """A shell command built from a registered result is refused, however filters transformed the result."""
+@pytest.mark.ssh
+def test_a_hosts_answer_stays_a_hosts_answer_through_filters(tmp_path, remote_host):
+    """A shell command built from a remote host's registered result is refused, however filters transformed it."""
     tasks = [{"name": "ask", "command": {"argv": ["echo", "x"]}, "register": "out"}]
     for i, expr in enumerate(["out.stdout | b64encode", "{'a': out.stdout} | combine({}) | to_json",
                               "[out.stdout] | flatten | first", "out.stdout | regex_replace('x', 'y')"]):
         tasks.append({"name": f"sh{i}", "shell": f"echo {{{{ {expr} }}}}", "ignore_errors": True})
     book = tmp_path / "pb.yaml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    res = run_playbook(str(book), inventory=INV)
+    res = run_playbook(str(book), inventory=remote_host.inventory)
     for i in range(4):
-        shown = res.find(f"sh{i}", "localhost")[0]
+        shown = res.find(f"sh{i}", remote_host.name)[0]
         assert shown.status == "failed" and "host returned" in shown.msg, shown
 
 

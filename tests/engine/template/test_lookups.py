@@ -1,8 +1,8 @@
 """lookup() and query()/q() in templates (engine/template/lookups.py): file, env, template, vars and first_found as
 ansible-core gives them (compared with real ansible-playbook on the same files), real playbook runs for the trust
-rules (a lookup's result is data; a path from a host's answer stays inside the playbook's and role's folders;
-commands, the network and writes on the control node refused by name, before any host when the name is written
-out), secrets masked, and every bad input one paragraph."""
+rules (a lookup's result is data; a path from a remote host's answer stays inside the playbook's and role's
+folders, while the control node's own answer is its word; commands, the network and writes on the control node
+refused by name, before any host when the name is written out), secrets masked, and every bad input one paragraph."""
 
 from __future__ import annotations
 
@@ -98,12 +98,12 @@ def write_book(folder, tasks, vars=None, name="pb.yaml", **play):
     return path
 
 
-def run(folder, tasks, vars=None, **play):
-    return run_playbook(str(write_book(folder, tasks, vars, **play)), inventory=INV)
+def run(folder, tasks, vars=None, inventory=INV, **play):
+    return run_playbook(str(write_book(folder, tasks, vars, **play)), inventory=inventory)
 
 
-def msg(res, task):
-    return res.find(task, "localhost")[0].msg
+def msg(res, task, host="localhost"):
+    return res.find(task, host)[0].msg
 
 
 def debug_tasks(expressions):
@@ -222,28 +222,53 @@ def ask(answer):
     return {"name": "ask", "command": {"argv": ["echo", answer]}, "register": "where"}
 
 
-@pytest.mark.parametrize("answer", ["/etc/hostname", "../../../../../../../../etc/hostname", "~/.bashrc"])
-@pytest.mark.parametrize("kind", ["file", "first_found"])
-def test_a_path_from_a_hosts_answer_cannot_leave_the_playbooks_folders(project, answer, kind):
-    res = run(project, [ask(answer), {"name": "read", "debug": {"msg": f"{{{{ lookup('{kind}', where.stdout | trim) }}}}"}}])
-    read = res.find("read", "localhost")[0]
-    assert read.status == "failed" and "comes from what a host returned" in read.msg, read.msg
-    assert "pb.yaml" in read.msg and "('read')" in read.msg and f"lookup('{kind}')" in read.msg
+OUTSIDE_ANSWERS = ["/etc/hostname", "../../../../../../../../etc/hostname", "~/.bashrc"]
 
 
-def test_a_symlink_out_of_the_folders_is_refused_for_a_hosts_path_but_the_playbooks_own(project):
+@pytest.mark.ssh
+def test_a_path_from_a_hosts_answer_cannot_leave_the_playbooks_folders(project, remote_host):
+    """Lookups read on the control node: a remote host's answer naming a file outside the folders is refused."""
+    reads = [(kind, i) for kind in ("file", "first_found") for i in range(len(OUTSIDE_ANSWERS))]
+    res = run(project, [
+        {"name": "ask", "command": {"argv": ["printf", "%s\\n", *OUTSIDE_ANSWERS]}, "register": "where"},
+        *({"name": f"{kind}{i}", "debug": {"msg": f"{{{{ lookup('{kind}', where.stdout_lines[{i}]) }}}}"},
+           "ignore_errors": True} for kind, i in reads),
+    ], inventory=remote_host.inventory)
+    for kind, i in reads:
+        read = res.find(f"{kind}{i}", remote_host.name)[0]
+        assert read.status == "failed" and "comes from what a host returned" in read.msg, (OUTSIDE_ANSWERS[i], read.msg)
+        assert "pb.yaml" in read.msg and f"('{kind}{i}')" in read.msg and f"lookup('{kind}')" in read.msg
+
+
+def test_the_control_nodes_own_answer_names_any_file_and_variable(project, monkeypatch):
+    """A local host is the control node: its answer is its own word, as a path the playbook wrote."""
+    monkeypatch.setenv("DFP_LOOKUP_TEST", ENV_VALUE)
+    outside = project.parent / f"{project.name}-mine.txt"
+    outside.write_text("mine\n")
+    res = run(project, [
+        {"name": "ask", "command": {"argv": ["printf", "%s\\n", str(outside), "DFP_LOOKUP_TEST"]}, "register": "where"},
+        {"name": "read", "debug": {"msg": "{{ lookup('file', where.stdout_lines[0]) }}"}},
+        {"name": "env", "debug": {"msg": "{{ lookup('env', where.stdout_lines[1]) }}"}},
+    ])
+    assert res.exit_code == 0, res.tasks
+    assert msg(res, "read") == "mine" and msg(res, "env") == ENV_VALUE
+
+
+@pytest.mark.ssh
+def test_a_symlink_out_of_the_folders_is_refused_for_a_hosts_path_but_the_playbooks_own(project, remote_host):
     (project / "files" / "link.txt").symlink_to("/etc/hostname")
     res = run(project, [
         ask("link.txt"),
         {"name": "from the host", "debug": {"msg": "{{ lookup('file', where.stdout | trim) }}"}, "ignore_errors": True},
         {"name": "written out", "debug": {"msg": "{{ lookup('file', 'link.txt') }}"}},
-    ])
-    bad = res.find("from the host", "localhost")[0]
+    ], inventory=remote_host.inventory)
+    bad = res.find("from the host", remote_host.name)[0]
     assert bad.status == "failed" and "it leads to /etc/hostname" in bad.msg, bad.msg
-    assert msg(res, "written out") == open("/etc/hostname").read().rstrip()
+    assert msg(res, "written out", remote_host.name) == open("/etc/hostname").read().rstrip()
 
 
-def test_host_data_through_set_fact_variables_and_loops_is_followed(project):
+@pytest.mark.ssh
+def test_host_data_through_set_fact_variables_and_loops_is_followed(project, remote_host):
     outside = project.parent / f"{project.name}-outside.txt"
     outside.write_text("outside\n")
     res = run(project, [
@@ -260,28 +285,31 @@ def test_host_data_through_set_fact_variables_and_loops_is_followed(project):
         {"name": "a playbook variable", "debug": {"msg": "{{ lookup('file', mine) }}"}},
         {"name": "inside, from the host", "debug": {"msg": "{{ lookup('file', 'files/' + (where.stdout | basename)) }}"},
          "ignore_errors": True},
-    ], {"indirect": "{{ kept }}", "mine": str(outside)})
+    ], {"indirect": "{{ kept }}", "mine": str(outside)}, inventory=remote_host.inventory)
+    host = remote_host.name
     for name in ("via set_fact", "via a variable", "via vars", "via a template loop"):
-        assert "comes from what a host returned" in msg(res, name), (name, msg(res, name))
-    assert "comes from what a host returned" in msg(res, "via a loop")
-    assert res.find("a literal loop", "localhost")[0].result["results"][0]["msg"] == "outside"
-    assert msg(res, "a playbook variable") == "outside"
-    assert "no file" in msg(res, "inside, from the host")  # allowed (inside), only missing
+        assert "comes from what a host returned" in msg(res, name, host), (name, msg(res, name, host))
+    assert "comes from what a host returned" in msg(res, "via a loop", host)
+    assert res.find("a literal loop", host)[0].result["results"][0]["msg"] == "outside"
+    assert msg(res, "a playbook variable", host) == "outside"
+    assert "no file" in msg(res, "inside, from the host", host)  # allowed (inside), only missing
 
 
-def test_a_template_named_by_a_host_is_never_rendered(project):
-    res = run(project, [ask("u.j2"), {"name": "render", "debug": {"msg": "{{ lookup('template', where.stdout | trim) }}"}}])
-    render = res.find("render", "localhost")[0]
-    assert render.status == "failed" and "only a template the playbook names is rendered" in render.msg
+@pytest.mark.ssh
+def test_a_template_named_by_a_host_is_never_rendered(project, remote_host):
+    res = run(project, [ask("u.j2"), {"name": "render", "debug": {"msg": "{{ lookup('template', where.stdout | trim) }}"}}],
+              inventory=remote_host.inventory)
+    render = res.find("render", remote_host.name)[0]
+    assert render.status == "failed" and "only a template the playbook names is rendered" in render.msg, render.msg
 
 
-def test_a_hosts_answer_cannot_choose_an_environment_variable(project, monkeypatch):
+@pytest.mark.ssh
+def test_a_hosts_answer_cannot_choose_an_environment_variable(project, monkeypatch, remote_host):
     monkeypatch.setenv("DFP_LOOKUP_TEST", ENV_VALUE)
-    res = run(project, [ask("DFP_LOOKUP_TEST"), {"name": "env", "debug": {"msg": "{{ lookup('env', where.stdout | trim) }}"}}])
-    env = res.find("env", "localhost")[0]
+    res = run(project, [ask("DFP_LOOKUP_TEST"), {"name": "env", "debug": {"msg": "{{ lookup('env', where.stdout | trim) }}"}}],
+              inventory=remote_host.inventory)
+    env = res.find("env", remote_host.name)[0]
     assert env.status == "failed" and "a host may not choose" in env.msg and ENV_VALUE not in env.msg
-
-
 @pytest.mark.parametrize("name,needle", [
     ("pipe", "would run a command on the control node"), ("lines", "would run a command on the control node"),
     ("url", "would reach the network"), ("password", "would create and write files"),
@@ -331,10 +359,13 @@ def test_a_lookup_name_computed_at_render_is_refused_there(project):
     assert not marker.exists()
 
 
-def test_errors_ignore_never_hides_a_refusal(project):
+@pytest.mark.ssh
+def test_errors_ignore_never_hides_a_refusal(project, remote_host):
     res = run(project, [ask("/etc/hostname"),
-                        {"name": "read", "debug": {"msg": "{{ lookup('file', where.stdout | trim, errors='ignore') }}"}}])
-    assert res.find("read", "localhost")[0].status == "failed"
+                        {"name": "read", "debug": {"msg": "{{ lookup('file', where.stdout | trim, errors='ignore') }}"}}],
+              inventory=remote_host.inventory)
+    read = res.find("read", remote_host.name)[0]
+    assert read.status == "failed" and "comes from what a host returned" in read.msg, read.msg
 
 
 # -- secrets -----------------------------------------------------------------------------------------------------

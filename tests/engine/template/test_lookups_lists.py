@@ -58,9 +58,9 @@ def project(tmp_path):
     return tmp_path
 
 
-def write_book(folder, tasks, vars=None):
+def write_book(folder, tasks, vars=None, hosts="localhost"):
     path = folder / "pb.yaml"
-    path.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "vars": vars or {}, "tasks": tasks}],
+    path.write_text(yaml.safe_dump([{"hosts": hosts, "gather_facts": False, "vars": vars or {}, "tasks": tasks}],
                                    sort_keys=False))
     return path
 
@@ -128,17 +128,19 @@ def test_a_bad_lookup_fails_the_task_with_one_message(project, expr, words):
     assert failed and words in failed[0]["msg"] and "Traceback" not in failed[0]["msg"], res.tasks
 
 
-def test_a_fileglob_built_from_a_hosts_answer_stays_inside_the_playbook(project, tmp_path_factory):
+@pytest.mark.ssh
+def test_a_fileglob_built_from_a_hosts_answer_stays_inside_the_playbook(project, tmp_path_factory, remote_host):
     outside = tmp_path_factory.mktemp("outside")
     (outside / "k.txt").write_text("key")
     tasks = [{"name": "ask", "command": {"argv": ["echo", str(outside)]}, "register": "out"},
-             {"name": "glob", "debug": {"msg": "{{ query('fileglob', out.stdout + '/*.txt') }}"}},
+             {"name": "glob", "debug": {"msg": "{{ query('fileglob', out.stdout + '/*.txt') }}"}, "ignore_errors": True},
              {"name": "inside", "command": {"argv": ["echo", "sub"]}, "register": "sub"},
              {"name": "ok", "debug": {"msg": "{{ query('fileglob', sub.stdout + '/*.cfg') | map('basename') | sort }}"}}]
-    res = run_playbook(str(write_book(project, tasks)), inventory=INV)
-    glob = res.find("glob", "localhost")[0]
+    res = run_playbook(str(write_book(project, tasks, hosts="all")), inventory=remote_host.inventory)
+    glob = res.find("glob", remote_host.name)[0]
     assert glob.status == "failed" and "comes from what a host returned" in glob.msg, res.tasks
     assert str(outside / "k.txt") not in str(res.tasks)
+    assert res.find("ok", remote_host.name)[0].msg == "['x.cfg', 'y.cfg']"  # inside the playbook's files/: allowed
 
 
 def test_an_unvaulted_file_is_decrypted_and_masked(project):
