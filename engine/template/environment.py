@@ -60,6 +60,14 @@ class LazyContext(Context):
             return ChainMap(self.vars, self.parent)
         return super().get_all()
 
+    def resolve_or_missing(self, key: str) -> Any:
+        """A variable whose own template reads an undefined name is undefined where a template reads it (`x is
+        undefined`, `x | default(...)` work; using it fails naming the missing name), as Ansible's since 2.14."""
+        try:
+            return super().resolve_or_missing(key)
+        except jinja2.UndefinedError as exc:
+            return self.environment.undefined(hint=str(exc), name=key)
+
 
 class LazyTemplate(jinja2.Template):
     """A template whose included render layers the includer's local names over its variables (Jinja copies them)."""

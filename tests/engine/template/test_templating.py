@@ -39,6 +39,20 @@ def test_undefined_variable_raises():
         t.render_string("{{ missing }}/x", t.view({}))
 
 
+def test_a_variable_reading_an_undefined_name_is_undefined_where_read():
+    """Ansible since 2.14 (its template target's lazy_eval.yml): `x is undefined` and `x | default(...)` hold for
+    a variable whose template reads an undefined name; using it fails naming that name."""
+    t = Templar(environment())
+    v = t.view({"deep": "{{ nowhere }}", "flag": True})
+    assert t.evaluate("flag or deep", v) is True
+    assert t.evaluate("deep is undefined", v) is True
+    assert t.render_string("{{ deep | default('d') }}-x", v) == "d-x"
+    with pytest.raises(jinja2.UndefinedError, match="'nowhere' is undefined"):
+        t.render_string("{{ deep }}-x", v)
+    with pytest.raises(TaskError, match="refers to itself"):
+        t.evaluate("me is defined", t.view({"me": "{{ me }}"}))
+
+
 def test_self_reference_is_reported():
     t = Templar(environment())
     v = t.view({"a": "{{ b }}", "b": "{{ a }}"})
