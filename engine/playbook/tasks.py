@@ -388,10 +388,14 @@ def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     spelled = raw
     raw = include_kv(short_names(action_form(raw, source), source), source)
     if isinstance(raw, dict) and "block" in raw:
+        if ctx.play is None:  # Ansible's parser error, in its words
+            raise UserError(f"{source}: Using a block as a handler is not supported.")
         return [parse_block(raw, source, ctx)]
     if isinstance(raw, dict) and {"import_role", "include_role"} & set(raw):
         if ctx.play is None:
-            raise UserError(f"{source}: import_role and include_role are not allowed here (handlers)")
+            action = next((k for k in spelled if str(k).split(".")[-1] in ("import_role", "include_role")),
+                          "include_role") if isinstance(spelled, dict) else "include_role"
+            raise UserError(f"{source}: Using '{action}' as a handler is not supported.")
         return spelled_include(import_role(raw, source, ctx), spelled)
     if isinstance(raw, dict) and ({"import_tasks", "include_tasks"} & set(raw)):
         return spelled_include(import_tasks(raw, source, ctx), spelled)
@@ -434,7 +438,8 @@ IMPORT_ONLY_KEYS = {"delegate_to", "any_errors_fatal", "check_mode", "run_once",
 # what an include (not an import) may have besides, as Ansible's: a loop, register, ignore_errors, no_log
 INCLUDE_ONLY_KEYS = {"register", "ignore_errors", "no_log", "loop_control", "run_once", "debugger", "args",
                      *LOOP_KEYWORDS}
-MARKER_KEYS = ("when", "tags", "vars", "register", "ignore_errors", "no_log", "loop_control", *LOOP_KEYWORDS)
+MARKER_KEYS = ("when", "tags", "vars", "register", "ignore_errors", "no_log", "loop_control", "run_once",
+               *LOOP_KEYWORDS)  # run_once: the include on the first host alone (engine/run/runner.py)
 
 
 def _with_args(raw: dict, key: str, source: str) -> dict:
@@ -729,6 +734,7 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
     key = "import_role" if "import_role" in raw else "include_role"
     include = key == "include_role"
     raw = _with_args(raw, key, source) if include else raw
+    raw = {**raw, key: _rendered_flags(raw, key, source, ctx)}
     spec = raw[key]
     bad = sorted(map(str, set(raw) - {key, "name", "vars", "when", "tags", "environment", *BECOME_KEYWORDS}
                      - (INCLUDE_ONLY_KEYS if include else IMPORT_ONLY_KEYS)))
@@ -773,6 +779,20 @@ def import_role(raw: dict, source: str, ctx: ParseContext) -> list:
         inherit_environment(walk_tasks(tasks), environment_of(raw["environment"], source))
     _inherit_unset(walk_tasks(tasks), _block_values(raw, where))  # check_mode, run_once, ignore_errors
     return tasks
+
+
+ROLE_FLAGS = ("public", "allow_duplicates", "rolespec_validate")
+
+
+def _rendered_flags(raw: dict, key: str, source: str, ctx: ParseContext) -> Any:
+    """import_role's / include_role's options with its templated flags (`public: "{{ x | bool }}"`) rendered when
+    the playbook loads, from -e, the vars written with it and the play's vars."""
+    spec = raw[key]
+    if not isinstance(spec, dict):
+        return spec
+    own_vars = variables_of(raw.get("vars"), source)
+    return {k: load_time_value(v, ctx, own_vars, f"{source} ({key})", k) if k in ROLE_FLAGS and is_template_text(v)
+            else v for k, v in spec.items()}
 
 
 def _import_inherited(raw: dict, where: str) -> dict:
@@ -882,21 +902,26 @@ def role_exists(name: str, playbook: Path) -> bool:
     return True
 
 
-def load_time_name(text: str, ctx: ParseContext, own_vars: dict, where: str, field: str) -> str:
-    """A static import's templated name (import_playbook, import_tasks, import_role's tasks_from), rendered when
-    the playbook loads, as Ansible's: from -e, the vars written with it and the play's vars (no host's: none is
-    known yet). One that does not render is refused naming the field."""
+def load_time_value(text: str, ctx: ParseContext, own_vars: dict, where: str, field: str) -> Any:
+    """A templated import option rendered when the playbook loads (load_time_name), whatever it gives."""
     from collections import ChainMap
 
     templar = Templar(environment())
     layers = ChainMap(ctx.extra_vars, own_vars, ctx.play.vars if ctx.play is not None else {},
                       {"playbook_dir": str(ctx.playbook.parent)})
     try:
-        value = templar.render_value(text, templar.view(layers))
+        return templar.render_value(text, templar.view(layers))
     except Exception as exc:  # undefined, a syntax error
         raise UserError(f"{where}: {field} {text!r} does not render when the playbook loads ({exc}); a static "
                         "import's name may read -e, the vars written with it and the play's vars (use include_tasks "
                         "/ include_role to read a host's variables)") from None
+
+
+def load_time_name(text: str, ctx: ParseContext, own_vars: dict, where: str, field: str) -> str:
+    """A static import's templated name (import_playbook, import_tasks, import_role's tasks_from), rendered when
+    the playbook loads, as Ansible's: from -e, the vars written with it and the play's vars (no host's: none is
+    known yet). One that does not render is refused naming the field."""
+    value = load_time_value(text, ctx, own_vars, where, field)
     if not isinstance(value, str) or not value.strip():
         raise UserError(f"{where}: {field} {text!r} rendered to {value!r}, not a file name")
     return value

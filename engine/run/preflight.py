@@ -84,7 +84,20 @@ class RunNames:
                     found = include_vars_names(t, play.source.parent)
                     is_open = is_open or found is None
                     names |= found or set()
+            is_open = is_open or public_role_include(play.tasks + play.handlers)
         return cls(names, is_open)
+
+
+def public_role_include(items: list) -> bool:
+    """An include_role with `public` read when reached: its role's defaults and vars join the play only then."""
+    for item in items:
+        if isinstance(item, Block) and public_role_include(item.block + item.rescue + item.always):
+            return True
+        if isinstance(item, Include) and (
+                (item.dynamic is not None and item.dynamic.spec.get("public") not in (None, False))
+                or public_role_include(item.tasks)):
+            return True
+    return False
 
 
 class Preflight:

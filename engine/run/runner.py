@@ -28,6 +28,7 @@ from engine.connection import ssh_lookup_cache
 from engine.errors import UserError
 from engine.inventory.manager import Inventory
 from engine.parsing import ansible_cfg
+from engine.playbook.keywords import flag
 from engine.playbook.model import Block, Include, Play, Task
 from engine.playbook.tasks import IncludeNotFound
 from engine.run import fact_store
@@ -110,6 +111,7 @@ class Runner:
         self.variables.set_options(forks=self.forks, verbosity=int(getattr(console, "verbose", 0) or 0), limit=limit)
         self.executor = TaskExecutor(self.variables, self.templar, check=check, diff=diff, console=console)
         self.states: dict[str, HostState] = self.variables.states  # one dict: hostvars reads the others' states
+        self.batch_states: list[HostState] = []  # the hosts of the batch running now
         self._pool: ThreadPoolExecutor | None = None
         self.failures_cleared: dict[str, int] = {}  # per host, its failures a clear_host_errors forgot (exit code)
         self.errors_cleared = 0  # how many `meta: clear_host_errors` ran (an always section then forgets its failures)
@@ -314,6 +316,7 @@ class Runner:
         if self.console:
             self.console.play_start(banner, names)
         states = [st for st in map(self._state, names) if not st.unreachable]
+        self.batch_states = states  # a run_once result reaches all of them (_run_once)
         if play.gather_facts and self.console:
             self.console.task_start("Gathering facts", None, [s.host.name for s in states])
         self.variables.begin_batch(play, names)
@@ -367,6 +370,8 @@ class Runner:
         known = self.handlers_of(play)
         for s in states:
             known.queue(s)
+            if s.pending_handlers and self.console:
+                self.console.debug(f"META: triggered running handlers for {s.host.name}")
         for handler in play.handlers:
             if self.stops.fatal is not None and not forced:
                 break
@@ -375,14 +380,24 @@ class Runner:
             if active:
                 for s in active:
                     s.pending_handlers.discard(id(handler))
-                if handler.brings is not None:  # an include read when notified: the include, then what it brings
-                    self._run_dynamic(active, play, handler.brings)
-                else:  # a templated name shown rendered, as Ansible shows it
-                    shown = known.name_of(handler) or handler.name
-                    self._run_on(active, play, replace(handler, name=shown) if shown != handler.name else handler,
-                                 handler=True)
+                self._run_handler(active, play, handler, known)
                 for s in active:
                     known.queue(s)
+
+    def _run_handler(self, active: list[HostState], play: Play, handler: Task, known: PlayHandlers) -> None:
+        """One notified handler on the hosts that notified it: an include read when notified runs, then what it
+        brings; a templated name is shown rendered, a run_once one runs on the first host, as Ansible's."""
+        if handler.module == "meta" and handler.args.get("action") == "flush_handlers":
+            raise UserError(f"{handler.source}: flush_handlers cannot be used as a handler")  # Ansible's words
+        if handler.brings is not None:
+            self._run_dynamic(active, play, handler.brings)
+            return
+        shown = known.name_of(handler) or handler.name
+        task = replace(handler, name=shown) if shown != handler.name else handler
+        if self.run_once_holds(active, play, handler):
+            self._run_once(active, play, task, handler=True)
+        else:
+            self._run_on(active, play, task, handler=True)
 
     def handlers_of(self, play: Play) -> PlayHandlers:
         """The play's handlers as its notifications find them (made once a play)."""
@@ -396,13 +411,21 @@ class Runner:
                                           self.console.warning if self.console else lambda _text: None)
         return self._handlers
 
-    def _run_once(self, states: list[HostState], play: Play, task: Task) -> None:
+    def run_once_holds(self, states: list[HostState], play: Play, task: Task) -> bool:
+        """The task's run_once; a templated one rendered with the first running host's variables, as Ansible's."""
+        running = [s for s in states if s.running]
+        if not isinstance(task.run_once, str) or not running:
+            return bool(task.run_once)
+        value = self.templar.render_value(task.run_once, self.variables.view(running[0], play, task))
+        return flag(value, f"{task.source} ('{task.name}')", "run_once")
+
+    def _run_once(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> None:
         """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and
         what it registered or set with set_fact given to every other running host of the batch, as in Ansible."""
         running = [s for s in states if s.running]
         if not running:
             return
-        ran = self._run_on(running[:1], play, task)
+        ran = self._run_on(running[:1], play, task, handler=handler)
         if task.module == "meta":
             self._meta(running, play, task, ran)
         first = running[0]
@@ -411,7 +434,9 @@ class Runner:
         loaded = (ran[0].result.get("ansible_facts") or {}) if task.module == "include_vars" and ran else {}
         included = {n: first.included_vars[n] for n in loaded if n in first.included_vars}
         hidden = first.hidden & {*registered, *facts}  # a no_log task's values stay secret on every host
-        for other in running[1:]:
+        # every host of the batch, those an include or a block's `when` left out too (Ansible's hosts cache)
+        batch = running if play.strategy == "free" else [s for s in self.batch_states or running if s.running]
+        for other in [s for s in batch if s is not first]:
             other.registered.update(registered)
             other.facts_set.update(facts)
             other.included_vars.update(included)
@@ -466,7 +491,7 @@ class Runner:
                 self._run_include(states, play, item)
             elif self.start_at.skips(item):
                 continue
-            elif self.task_selected(item) and item.run_once:
+            elif self.task_selected(item) and self.run_once_holds(states, play, item):
                 self._run_once(states, play, item)
             elif self.task_selected(item):
                 ran = self._run_on([s for s in states if s.running], play, item)
@@ -484,7 +509,7 @@ class Runner:
             return
         if not self.task_selected(include.marker):
             return
-        ran = self._run_on([s for s in states if s.running], play, include.marker)
+        ran = self._run_on(self._include_hosts(states, play, include.marker), play, include.marker)
         for r in ran:  # read at load: what it reached is known already
             self.executor.reaches.take(r.host)
         reached = {r.host for r in ran if r.status == "ok"}
@@ -492,13 +517,19 @@ class Runner:
             self.handlers_of(play).reveal(str(include.marker.args.get("name")))
         self._run_items([s for s in states if s.host.name in reached], play, include.tasks)
 
+    def _include_hosts(self, states: list[HostState], play: Play, marker: Task) -> list[HostState]:
+        """The hosts an include runs on: every running one, or with run_once the first alone (what it brings then
+        runs there only, as Ansible's)."""
+        running = [s for s in states if s.running]
+        return running[:1] if running and self.run_once_holds(running, play, marker) else running
+
     def _run_dynamic(self, states: list[HostState], play: Play, include: Include) -> None:
         """An include read when reached (a templated name, a loop): the include task on each running host (per
         item), then each file it reached, read once for the hosts that reached it alike and run on them
         (engine/run/includes.py); a file that is not there fails those hosts, naming it."""
         if self.start_at.skips(include.marker) or not self.task_selected(include.marker):
             return
-        running = [s for s in states if s.running]
+        running = self._include_hosts(states, play, include.marker)
         for s in running:
             self.executor.reaches.take(s.host.name)
         ran = self._run_on(running, play, include.marker)

@@ -7,6 +7,7 @@ measurement counts it as a target that does not run, never as one that passes.""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from invoke import Exit
@@ -43,10 +44,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def env_inventory() -> list[str]:
+    """ansible-playbook's inventory without -i: ANSIBLE_INVENTORY's comma-separated sources (ansible-test sets
+    /dev/null: no host but the implicit localhost), never this project's default inventory."""
+    return [s for s in os.environ.get("ANSIBLE_INVENTORY", "").split(",") if s.strip()]
+
+
 def options_of(args: argparse.Namespace) -> dict:
     """This project's option values (invoke play's) for ansible-playbook's parsed flags."""
     opts = {o.name: o.default for o in PLAYBOOK_OPTIONS}
-    opts.update(inventory=args.inventory, extra_vars=list(args.extra_vars), connection=args.connection, limit=args.limit, check=args.check, diff=args.diff,
+    opts.update(inventory=args.inventory or env_inventory(), extra_vars=list(args.extra_vars), connection=args.connection, limit=args.limit, check=args.check, diff=args.diff,
                 forks=args.forks, verbose=args.verbose, user=args.user, become=args.become,
                 become_user=args.become_user, private_key=args.private_key,
                 vault_password_file=args.vault_password_file, syntax_check=args.syntax_check,
