@@ -691,7 +691,10 @@ def run_tree(args: dict, ctx: Context) -> dict:
     if os.path.exists(shown):
         changed = set_attributes(shown, mode, args["owner"], args["group"], ctx.check) or changed
         changed = attributes.ensure(shown, args["attributes"], ctx.check) or changed
-    return {"dest": shown, "src": src, "md5sum": None, "checksum": None, "changed": changed}
+    result = {"dest": shown, "src": src, "md5sum": None, "checksum": None, "changed": changed}
+    if os.path.exists(shown):  # Ansible's exit_json adds dest's mode, owner, state and size
+        result.update(path_info(shown))
+    return result
 
 
 def run(args: dict, ctx: Context) -> dict:

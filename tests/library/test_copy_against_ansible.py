@@ -2,7 +2,7 @@
 ansible.builtin.copy, its action plugin included: each case gets the same tree twice (a file, a file already
 holding the content, a symlink to a file, a folder, files to copy on the host), Ansible's copy works in one (one
 ansible-playbook run for all the cases), ours (`python3 -m library.copy`) in the other, with the same arguments.
-Compared: failed, changed, the tree after (kind, mode, content, link text, owner, mtime; a backup by Ansible's
+A folder as remote_src's src is merged into dest as Ansible's. Compared: failed, changed, the tree after (kind, mode, content, link text, owner, mtime; a backup by Ansible's
 name pattern), every field Ansible returns (dest, path, checksum, md5sum, src with remote_src, state, mode, uid,
 gid, owner, group, size, backup_file) with its value, and with --diff the diff; a refusal by both, ours starting
 with Ansible's words, the tree unchanged. Where we differ on purpose (library/copy.py's docstring), DIFFERENCES
@@ -29,6 +29,9 @@ TREE = {
     "same.txt": (NEW.encode(), 0o600),
     "link.txt": Link("old.txt"),
     "dir/": 0o755,
+    "dir/in.txt": (b"in\n", 0o640),
+    "dir2/": 0o700,
+    "dir2/in.txt": (b"other\n", 0o600),
     "src.txt": (b"from the host\n", 0o750),
     "src-same.txt": (NEW.encode(), 0o644),
 }
@@ -64,6 +67,11 @@ CASES = [
     ("remote-src-into-a-folder", {"dest": "@dir", "src": "@src.txt", "remote_src": True}, ""),
     ("remote-src-mode-preserve", {"dest": "@new.txt", "src": "@src.txt", "remote_src": True, "mode": "preserve"}, ""),
     ("remote-src-check", {"dest": "@new.txt", "src": "@src.txt", "remote_src": True}, "check"),
+    # a folder on the host: `dir` itself under dest, `dir/` its content, merged into what is there
+    ("remote-src-folder", {"dest": "@copy", "src": "@dir", "remote_src": True}, ""),
+    ("remote-src-folder-content", {"dest": "@copy/", "src": "@dir/", "remote_src": True}, ""),
+    ("remote-src-folder-into-one", {"dest": "@dir2", "src": "@dir/", "remote_src": True}, ""),
+    ("remote-src-folder-check", {"dest": "@copy", "src": "@dir", "remote_src": True}, "check"),
     # refused by both
     ("content-into-a-folder", {"dest": "@dir", "content": "x"}, ""),
     ("content-dest-ends-in-slash", {"dest": "@dir/", "content": "x"}, ""),
@@ -88,8 +96,6 @@ DIFFERENCES = [
     # validate without %s is refused before anything is compared (Ansible: only when it would write)
     ("validate-without-placeholder", {"dest": "@same.txt", "content": NEW, "validate": "true"},
      {"same.txt": "0o600"}, FAILED),
-    # remote_src copies one file; a folder as src is refused
-    ("remote-src-folder", {"dest": "@copy", "src": "@dir", "remote_src": True}, {"copy/dir": "0o755"}, FAILED),
     # mode preserve needs a src (Ansible takes its temp file's 0600 for content)
     ("mode-preserve-with-content", {"dest": "@new.txt", "content": "x", "mode": "preserve"}, {"new.txt": "0o600"},
      FAILED),
