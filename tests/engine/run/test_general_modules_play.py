@@ -43,7 +43,7 @@ def http_port():
 
 TASKS = [
     {"name": "Write the app's env file", "copy": {"dest": "{{ base }}/conf/app.env", "content": APP_ENV, "mode": "0640"}},
-    {"name": "Push the scripts folder", "copy": {"src": "scripts", "dest": "{{ base }}/scripts"}},
+    {"name": "Push the scripts folder", "copy": {"src": "scripts/", "dest": "{{ base }}/scripts"}},  # its content
     {
         "name": "Set the log level line",
         "lineinfile": {"path": "{{ base }}/conf/extra.env", "line": "LOG=info", "regexp": "^LOG=", "create": True},
@@ -133,7 +133,7 @@ def test_copy_src_restores_a_changed_mode_without_an_upload(inventory_file, shar
     play = {
         "hosts": "all",
         "gather_facts": False,
-        "tasks": [{"name": "Push the tree", "copy": {"src": "tree", "dest": str(shared_tmp / "tree")}}],
+        "tasks": [{"name": "Push the tree", "copy": {"src": "tree/", "dest": str(shared_tmp / "tree")}}],
     }
     pb = tmp_path / "pb.yaml"
     pb.write_text(yaml.safe_dump([play]))
