@@ -14,7 +14,7 @@ from engine.api import run_playbook
 def push(tmp_path, src, dest):
     book = tmp_path / "pb.yaml"
     book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "push", "copy": {"src": str(src), "dest": str(dest)}}]}]))
+        {"name": "push", "copy": {"src": f"{src}/", "dest": str(dest)}}]}]))  # the folder's content into dest
     return run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
 
 
