@@ -19,6 +19,7 @@ SETTINGS = {"roles_path": "ANSIBLE_ROLES_PATH", "force_handlers": "ANSIBLE_FORCE
             "allow_broken_conditionals": "ANSIBLE_ALLOW_BROKEN_CONDITIONALS",
             "deprecation_warnings": "ANSIBLE_DEPRECATION_WARNINGS", "collections_path": "ANSIBLE_COLLECTIONS_PATH",
             "error_on_missing_handler": "ANSIBLE_ERROR_ON_MISSING_HANDLER",
+            "gathering": "ANSIBLE_GATHERING",  # implicit (the default), explicit: only `gather_facts: true` gathers
             "ansible_managed": None}  # None: ansible.cfg only (Ansible reads no environment variable for it)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
+from engine.parsing.ansible_cfg import setting
 from engine.parsing.yamlfile import LoadBudget, load_yaml
 from engine.playbook.context import ParseContext, enter
 from engine.playbook.keywords import (
@@ -70,6 +71,8 @@ def _parse_play(raw: Any, path: Path, where: str, loading: ParseContext) -> Play
     raw = {k: v for k, v in raw.items() if k == "hosts" or k not in play.keyword_templates}  # checked once rendered
     if "gather_facts" in raw:
         play.gather_facts = flag(raw["gather_facts"], where, "gather_facts")
+    elif "gather_facts" not in play.keyword_templates:  # Ansible's DEFAULT_GATHERING: explicit gathers on request only
+        play.gather_facts = (setting("gathering") or "implicit").strip().lower() != "explicit"
     if "any_errors_fatal" in raw:
         play.any_errors_fatal = flag(raw["any_errors_fatal"], where, "any_errors_fatal")
     play_tags = set(names(raw["tags"], where, "tags")) if "tags" in raw else set()
