@@ -51,6 +51,7 @@ from engine.parsing import ansible_cfg, vault
 from engine.parsing.yamlfile import MAX_YAML_BYTES
 from engine.template import lookups_lists
 from engine.template.loader import include_loader
+from engine.template.overrides import HEADER
 from engine.template.secrets import is_secret_name
 from engine.template.taint import note_secret
 from engine.template.templar import LazyVars, Templar
@@ -454,8 +455,7 @@ def _render_template(call: LookupCall, term: str, path: Path, extra: dict) -> An
     variables = _template_variables(call, extra)
     _depth.n = depth + 1
     try:
-        rendered = templar.render_string(source, variables) if not _whole_text(source) else \
-            templar.render_text(source, variables, None, _include_loader(call, path))
+        rendered = _render_looked_up(templar, source, variables, _include_loader(call, path))
         if vaulted:
             call.secret(rendered)
         return rendered
@@ -469,10 +469,15 @@ def _render_template(call: LookupCall, term: str, path: Path, extra: dict) -> An
             view.touched |= variables.touched - set(extra)
 
 
-def _whole_text(source: str) -> bool:
-    """A looked-up template rendered as text: one that ends a line or has a {% tag %} (an include, an import); else
-    one expression keeps its type (`{{ {'a': 1} }}` is a mapping), as Ansible's lookup converts it."""
-    return source.endswith("\n") or "{%" in source
+def _render_looked_up(templar: Templar, source: str, variables: Mapping, loader: Any) -> Any:
+    """A looked-up template's value as Ansible's lookup gives it: one `{{ expression }}` (a file's one trailing
+    newline aside, which Jinja drops) keeps its value's type (`{{ v.foo }}` a number, `{{ d }}` a mapping), text
+    gets its trailing newline back; a template with {% tags %} (an include, an import) or `#jinja2:` is text."""
+    body = source[:-1] if source.endswith("\n") else source
+    if "{%" in body or body.startswith(HEADER) or body.endswith("\n"):
+        return templar.render_text(source, variables, None, loader)
+    value = templar.render_string(body, variables)
+    return value + source[len(body):] if isinstance(value, str) else value
 
 
 def _include_loader(call: LookupCall, path: Path) -> Any:

@@ -69,6 +69,8 @@ EXPRESSIONS = [
     ("first_found skip", "lookup('first_found', 'nope.txt', skip=true)"),
     ("first_found query", "query('first_found', 'nope.txt', 'a.txt')"),
     ("first_found ignore", "lookup('first_found', 'nope.txt', errors='ignore')"),
+    ("template one expression ending a line", "lookup('template', 'nl.j2')"),
+    ("template one text expression ending a line", "lookup('template', 'nlword.j2')"),
 ]
 
 
@@ -83,6 +85,7 @@ def project(tmp_path):
         "templates/u.j2": "u {{ ids }} {{ word }}\n", "templates/reads.j2": "[{{ lookup('file', 'b.txt') }}]\n",
         "roles/r/files/c.txt": "role files\n", "roles/r/c.txt": "role root\n", "roles/r/files/b.txt": "role b\n",
         "roles/r/templates/u.j2": "role u {{ ids }}\n",
+        "templates/nl.j2": "{{ ids }}\n", "templates/nlword.j2": "{{ word }}\n\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -139,6 +142,7 @@ def test_lookups_give_what_ansible_gives_on_the_same_files(project, monkeypatch)
     assert json.loads(msg(res, "t0")) == "  hello"  # what the comparison holds, spelled out for a few
     assert json.loads(msg(res, "t10")) == "{{ 6 * 7 }} {% if true %}x{% endif %}"  # a file's text is never rendered
     assert json.loads(msg(res, "t25")) == [1, 2]  # a template of one expression keeps its type, as Ansible's
+    assert json.loads(msg(res, f"t{len(EXPRESSIONS) - 2}")) == [1, 2]  # its one trailing newline aside
 
 
 def test_a_roles_lookups_search_the_role_first_as_ansible(project):
