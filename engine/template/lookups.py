@@ -34,7 +34,7 @@ import re
 import stat
 import threading
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -53,7 +53,7 @@ from engine.template import lookups_lists
 from engine.template.loader import include_loader
 from engine.template.overrides import HEADER
 from engine.template.secrets import is_secret_name
-from engine.template.taint import note_secret
+from engine.template.taint import current, note_secret
 from engine.template.templar import LazyVars, Templar
 
 if TYPE_CHECKING:
@@ -223,6 +223,14 @@ def reads_host_data(view: LazyVars, reads: tuple) -> bool:
 # -- one call -----------------------------------------------------------------------------------------------------
 
 
+def _flat_maps(mapping: Mapping) -> Iterator[Mapping]:
+    for m in getattr(mapping, "maps", [mapping]):
+        if isinstance(m, ChainMap):
+            yield from _flat_maps(m)
+        else:
+            yield m
+
+
 @dataclass
 class LookupCall:
     """One lookup call as a plugin sees it: its terms and options, the variables it renders with, where it is."""
@@ -244,8 +252,8 @@ class LookupCall:
         return self.view if self.view is not None else self._scope_maps()[0]
 
     def _scope_maps(self) -> list:
-        parent = self.context.parent
-        return list(getattr(parent, "maps", [parent]))
+        """The context's variable maps, flat: an included template's context layers its includer's names over them."""
+        return list(_flat_maps(self.context.parent))
 
     @property
     def origin(self) -> Origin | None:
@@ -254,8 +262,13 @@ class LookupCall:
 
     @cached_property
     def from_host(self) -> bool:
+        """Whether a host's answer may have built the arguments. Without the task's variables (a macro imported
+        without context, called with arguments), whatever the render read so far may have: a host's answer then."""
         view = self.view
-        return view is not None and reads_host_data(view, self.reads)
+        if view is None:
+            frame = current()
+            return frame is not None and bool(frame.hosts)
+        return reads_host_data(view, self.reads)
 
     def where(self) -> str:
         origin = self.origin

@@ -25,7 +25,10 @@ FILES = {
     "templates/deep/beside.j2": "beside\n",
     "templates/macros.j2": "{% macro hi() %}play macro {{ x }}{% endmacro %}",
     "roles/r/templates/sub/main.j2": "{% import 'macros.j2' as m with context %}{{ m.hi() }}\n"
-                                     "{% include 'shared.j2' %}{% include 'near.j2' %}{% include 'loose' %}",
+                                     "{% include 'shared.j2' %}{% include 'near.j2' %}{% include 'loose' %}"
+                                     "{% set z = x %}{% include 'reads.j2' %}",
+    "roles/r/templates/reads.j2": "[{{ lookup('file', 'data.txt') }} {{ z }}]",
+    "roles/r/files/data.txt": "role data\n",
     "roles/r/templates/sub/near.j2": "near {{ x }}\n",
     "roles/r/templates/macros.j2": "{% macro hi() %}role macro {{ x }}{% endmacro %}",
     "roles/r/loose": "in the role's own folder\n",
@@ -58,17 +61,29 @@ def test_includes_and_imports_are_found_as_ansible_finds_them(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert run_playbook(str(_book(tmp_path, "ours")), inventory=str(inventory)).exit_code == 0
     assert _read(tmp_path / "ours") == _read(tmp_path / "ansible")
-    assert _read(tmp_path / "ours")["role.txt"] == "role macro X\nshared Xnear Xin the role's own folder"  # one newline gone
+    assert _read(tmp_path / "ours")["role.txt"] == "role macro X\nshared Xnear Xin the role's own folder[role data X]"  # one newline gone
 
 
-def _render_as_host_named(loader, name: str) -> str:
-    """Load `name` while the render in progress has read a host's answer."""
+def _render_as_host_named(loader, name: str = "", template=None) -> str:
+    """Load `name` (or render `template`) while the render in progress has read a host's answer."""
     frame = open_frame()
     try:
         note(Taint(("gpu1",)))
-        return environment().overlay(loader=loader).get_template(name).render()
+        return (template or environment().overlay(loader=loader).get_template(name)).render()
     finally:
         close_frame(frame)
+
+
+def test_a_lookup_in_a_macro_imported_without_context_takes_its_arguments_as_a_hosts(tmp_path):
+    """The macro sees no task variables, so what built its arguments is unknown: after a render read a host's
+    answer, its lookups are held to the rules for a host's paths."""
+    (tmp_path / "templates").mkdir()
+    (tmp_path / "templates" / "m.j2").write_text("{% macro f(p) %}{{ lookup('file', p) }}{% endmacro %}")
+    loader = include_loader([str(tmp_path)])
+    env = environment().overlay(loader=loader)
+    template = env.from_string("{% from 'm.j2' import f %}{{ f('/etc/hostname') }}")
+    with pytest.raises(TaskError, match="comes from what a host returned"):
+        _render_as_host_named(loader, template=template)
 
 
 def test_a_host_named_file_stays_inside_the_playbooks_folders(tmp_path):
