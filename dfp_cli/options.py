@@ -344,6 +344,21 @@ def parse_extra_vars(items: list[str] | None) -> dict:
         elif _starts_like_json(item):
             out.update(_mapping_arg(item, where))
         else:
-            key, value = _extra_var(item, where)
-            out[key] = value
+            for word in _kv_words(item):
+                key, value = _extra_var(word, where)
+                out[key] = value
     return out
+
+
+def _kv_words(item: str) -> list[str]:
+    """`-e "a=1 b=2"`: several KEY=VALUE words in one -e (split as a shell would, quotes kept together), as
+    ansible-playbook reads them; one word, or words that are not all KEY=VALUE, stay one KEY=VALUE."""
+    import shlex
+
+    try:
+        words = shlex.split(item)
+    except ValueError:  # an unclosed quote: one value, as written
+        return [item]
+    if len(words) > 1 and all(w.partition("=")[0].isidentifier() and "=" in w for w in words):
+        return words
+    return [item]

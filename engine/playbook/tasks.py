@@ -503,10 +503,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     if ctx.play is None and apply:
         raise UserError(f"{source}: {key} in handlers is read as an import: apply is not supported there; include "
                         "the file from a task instead")
-    if ctx.play is None and dynamic:  # a handler reading its file when notified: the Runner runs what it brings
-        brought = include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)
-        heard = names(raw["listen"], source, "listen") if "listen" in raw else []
-        return [replace(brought.marker, brings=brought, listen=heard)]  # a copy: no marker holds itself
+    if ctx.play is None and dynamic:
+        return _when_notified(raw, key, file, source, ctx)
     where = f"{source} ({key} {file})"
     import_vars = variables_of(raw.get("vars"), where)
     if include and ctx.play is not None:  # (in handlers read as an import: they reach its tasks that way)
@@ -514,12 +512,16 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     if dynamic or (include and ctx.play is not None and "when" in raw and not _task_file_exists(file, ctx)):
         return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]  # missing behind a when
     if include and ctx.play is None:  # a handler's include is read when notified in Ansible: a file that does
-        try:                           # not load fails the handler then, not the playbook now
+        try:                           # not exist fails the handler then, not the playbook now
             path = _task_file(file, source, ctx)
-            tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
         except UserError as exc:
             tasks = [Task(name=raw.get("name") or key, module="fail", args={"msg": Unsafe(str(exc))}, source=source,
                           role=ctx.role, role_dir=ctx.role_dir, named="name" in raw, action=key)]
+        else:
+            try:
+                tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
+            except UserError:  # Ansible's parser error ends the run once the handler is notified: read it then
+                return _when_notified(raw, key, file, source, ctx)
     else:
         path = _task_file(file, source, ctx)
         tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
@@ -549,6 +551,14 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
                       named="name" in raw, action=key)
         return [marker, *tasks]
     return tasks
+
+
+def _when_notified(raw: dict, key: str, file: str, source: str, ctx: ParseContext) -> list:
+    """A handler's include read when notified (a loop, a templated name, a file that does not parse): the
+    Runner runs the include, then what it brings (engine/run/runner.py _run_handler)."""
+    brought = include_of(raw, key, {"file": file}, source, ctx, [], {}, dynamic=True)
+    heard = names(raw["listen"], source, "listen") if "listen" in raw else []
+    return [replace(brought.marker, brings=brought, listen=heard)]  # a copy: no marker holds itself
 
 
 def _task_file_exists(file: str, ctx: ParseContext) -> bool:
@@ -629,7 +639,8 @@ def included_role(include: Include, args: dict, loop_names: dict, taints: dict) 
             find_role(name, include.dynamic.context.playbook, where)
         except UserError as exc:
             raise IncludeNotFound(str(exc)) from None
-    from_files = {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec}
+    # tasks_from as rendered for this host (one rendering to omit is left out: the role's main tasks)
+    from_files = {part: spec[k] for k, part in FROM_OPTIONS.items() if k in spec and k != "tasks_from"}
     if args.get("tasks_from") is not None:
         from_files["tasks"] = args["tasks_from"]
     flags = {k: flag(spec[k], where, f"include_role.{k}") for k in ("public", "allow_duplicates") if k in spec}

@@ -51,6 +51,13 @@ def test_later_extra_vars_win_and_templates_stay_strings(tmp_path):
     assert code == 0, out
 
 
+def test_several_key_value_words_in_one_extra_var_are_several_variables(tmp_path):
+    """As ansible-playbook's -e "a=1 b=two" (include_import's runme passes three file names so)."""
+    pb, inv, _ = write_play(tmp_path, [_assert(["a == 1", "b == 'two words'", "c == 'x.yml'"])])
+    code, out = invoke("play", str(pb), "-i", str(inv), "-e", "a=1 b='two words' c=x.yml")
+    assert code == 0, out
+
+
 # -- tags ------------------------------------------------------------------------------------------------
 def test_a_tag_no_task_has_is_warned_about_listing_the_playbook_tags_and_the_run_goes_on(tmp_path):
     """As ansible-playbook: the run goes on (only `always` tasks run), with a [WARNING] line naming the tags."""

@@ -88,6 +88,7 @@ RUN_ONCE = """\
   tasks:
     - import_role: {name: pub, allow_duplicates: "{{ False | bool }}"}
     - import_role: {name: pub, allow_duplicates: "{{ False | bool }}"}
+    - include_role: {name: pub, tasks_from: "{{ omit }}"}
 """
 
 
