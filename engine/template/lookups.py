@@ -263,12 +263,15 @@ class LookupCall:
     @cached_property
     def from_host(self) -> bool:
         """Whether a host's answer may have built the arguments. Without the task's variables (a macro imported
-        without context, called with arguments), whatever the render read so far may have: a host's answer then."""
+        without context), or from a name the templates set themselves (a macro's parameter, given by a template
+        that imports it), whatever the render read so far may have: a host's answer then."""
         view = self.view
-        if view is None:
+        if view is not None and reads_host_data(view, self.reads):
+            return True
+        if view is None or any(name not in view for name in self.reads):
             frame = current()
             return frame is not None and bool(frame.hosts)
-        return reads_host_data(view, self.reads)
+        return False
 
     def where(self) -> str:
         origin = self.origin

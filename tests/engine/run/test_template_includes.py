@@ -5,6 +5,7 @@ rendering the variables the included file does not read; compared with real ansi
 from __future__ import annotations
 
 import os
+from collections import ChainMap
 from pathlib import Path
 
 import jinja2
@@ -16,6 +17,7 @@ from engine.errors import TaskError
 from engine.template.environment import environment
 from engine.template.loader import include_loader
 from engine.template.taint import Taint, close_frame, note, open_frame
+from engine.template.templar import Templar
 from tests.engine.playbook.ansible_side import local_inventory, real_ansible_playbook
 
 FILES = {
@@ -74,9 +76,9 @@ def _render_as_host_named(loader, name: str = "", template=None) -> str:
         close_frame(frame)
 
 
-def test_a_lookup_in_a_macro_imported_without_context_takes_its_arguments_as_a_hosts(tmp_path):
-    """The macro sees no task variables, so what built its arguments is unknown: after a render read a host's
-    answer, its lookups are held to the rules for a host's paths."""
+def test_a_lookup_in_an_imported_macro_takes_its_arguments_as_a_hosts(tmp_path):
+    """What built an imported macro's arguments is not known where it runs: after a render read a host's answer,
+    its lookups are held to the rules for a host's paths (with the task's variables or without)."""
     (tmp_path / "templates").mkdir()
     (tmp_path / "templates" / "m.j2").write_text("{% macro f(p) %}{{ lookup('file', p) }}{% endmacro %}")
     loader = include_loader([str(tmp_path)])
@@ -84,6 +86,11 @@ def test_a_lookup_in_a_macro_imported_without_context_takes_its_arguments_as_a_h
     template = env.from_string("{% from 'm.j2' import f %}{{ f('/etc/hostname') }}")
     with pytest.raises(TaskError, match="comes from what a host returned"):
         _render_as_host_named(loader, template=template)
+    answers = {"where": "/etc/hostname"}  # a data layer: a host's answer
+    t = Templar(environment())
+    view = t.view(ChainMap(answers), data=(answers,))
+    with pytest.raises(TaskError, match="comes from what a host returned"):  # imported with the task's variables
+        t.render_text("{% from 'm.j2' import f with context %}{{ f(where) }}", view, None, loader)
 
 
 def test_a_host_named_file_stays_inside_the_playbooks_folders(tmp_path):
