@@ -16,8 +16,10 @@ engine's load-time check cannot know an alias). tests/library/test_file_against_
 the same trees.
 
 Only what can be the tool's is changed:
-- absent refuses `/`, top-level, system and home folders (and the folders holding the home), relative paths and
-  paths with `..` (dflash_host/host/paths.py), before anything is looked at; a non-empty folder only goes with
+- a relative path (and a hard link's relative src) is taken from the worker's working folder, as Ansible's
+  from its module's (over ssh the login home; locally the run's folder, Ansible's the playbook's), and checked as the absolute place it names;
+- absent refuses `/`, top-level, system and home folders (and the folders holding the home) and paths with
+  `..` (dflash_host/host/paths.py), before anything is looked at; a non-empty folder only goes with
   recurse: true (Ansible removes it whatever it holds, and refuses recurse beside absent); a symlink goes, never
   what it points at;
 - a path that exists keeps its mode and owner unless the task names one; the mode or owner of a system or home
@@ -25,7 +27,7 @@ Only what can be the tool's is changed:
   reaches included), nor is a file or folder replaced by a link (force) unless managed_path accepts it;
 - folders it creates get 0755 (less what the umask takes away), parents included; `mode`, `owner` and `group`
   set the last one only (Ansible gives them to every folder it creates);
-- relative paths (and a relative src of a hard link) are refused; recurse leaves a symlink's target alone (only
+- recurse leaves a symlink's target alone (only
   the link's own owner and group are set): Ansible with follow changes a target outside the folder too;
 - a symlink's own mode is not looked at (Linux has none): Ansible's check mode calls a mode on one a change.
 `attributes` (chattr's +i, -a, =A) are set with chattr where the host has it, as Ansible's. SELinux options and
@@ -40,7 +42,7 @@ import os
 
 from dflash_host.host import attributes
 from dflash_host.host.fileattrs import get_state, mode_arg, path_info, set_attributes, unknown_ids
-from dflash_host.host.paths import check_plain, managed_path
+from dflash_host.host.paths import managed_path, managed_task_path, task_path
 from dflash_host.module import Context, ModuleError, main
 
 ARGS = {
@@ -350,7 +352,7 @@ def ensure_hardlink(path: str, src: str | None, c: Call) -> dict:
     if src is not None:
         if not os.path.exists(os.path.expanduser(src)):  # Ansible's words and fields, before a relative src is refused
             raise ModuleError("src does not exist", dest=path, src=src)
-        src = check_plain(src, "src")
+        src = task_path(src, "src")
     diff = initial_diff(path, "hard", prev)
     changed = False
     if prev == "absent":
@@ -427,8 +429,8 @@ def _state_and_path(args: dict) -> tuple[str | None, str]:
     path = os.path.expandvars(args["path"])  # Ansible's path type expands $VARS too
     state = args["state"]
     if state == "absent":
-        return state, managed_path(path, "path")
-    path = check_plain(path, "path")
+        return state, managed_task_path(path, "path")
+    path = task_path(path, "path")
     src = args["src"]
     if state == "hard" and src and os.path.isdir(path):  # Ansible: a folder as path means the file src names in it
         path = os.path.join(path, os.path.basename(src))

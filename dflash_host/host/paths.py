@@ -56,6 +56,24 @@ def check_plain(path: str, field: str) -> str:
     return os.path.normpath(expanded)
 
 
+def task_path(path: str, field: str) -> str:
+    """A task's path as Ansible's modules read it: `~` expanded and a relative one taken from the module's
+    working folder (over ssh the login home; on a local host the folder the run started in), then checked as
+    `check_plain` checks an absolute one. Only for paths a task names; the tool's own settings
+    (dfp_root, venv_root...) stay refused when relative (check_plain), as a relative root means nothing."""
+    if isinstance(path, str) and path and "\0" not in path and "\n" not in path:
+        expanded = os.path.expanduser(path)
+        if not os.path.isabs(expanded):
+            path = os.path.join(os.getcwd(), expanded)
+    return check_plain(path, field)
+
+
+def managed_task_path(path: str, field: str) -> str:
+    """`managed_path` for a task's path, a relative one first resolved as `task_path` resolves it: the
+    absolute place is what must be plausibly the tool's own."""
+    return managed_path(task_path(path, field), field)
+
+
 def _why_never_owned(candidate: str) -> str | None:
     """Why `candidate` (normalised, absolute) can never be a thing of the tool's, or None."""
     if candidate in SYSTEM_DIRS or candidate in all_home_dirs():

@@ -140,14 +140,24 @@ def test_links(tmp_path):
     assert hard["state"] == "hard" and (tmp_path / "h").stat().st_ino == (tmp_path / "f").stat().st_ino
 
 
-def test_relative_paths_are_refused(tmp_path, monkeypatch):
+def test_relative_paths_are_taken_from_the_working_folder(tmp_path, monkeypatch):
+    """As Ansible's module: a relative path names a place under the process's working folder."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ModuleError, match="is a relative path"):
-        call({"path": "rel", "state": "directory"})
-    (tmp_path / "there").write_text("x")  # a relative src that exists is refused; a missing one is Ansible's error
-    with pytest.raises(ModuleError, match="is a relative path"):
-        call({"path": str(tmp_path / "h"), "state": "hard", "src": "there"})
-    assert list(tmp_path.iterdir()) == [tmp_path / "there"]
+    assert call({"path": "rel", "state": "directory"})["changed"] and (tmp_path / "rel").is_dir()
+    (tmp_path / "there").write_text("x")
+    call({"path": "h", "state": "hard", "src": "there"})
+    assert (tmp_path / "h").stat().st_ino == (tmp_path / "there").stat().st_ino
+    assert call({"path": "rel", "state": "absent"})["changed"] and not (tmp_path / "rel").exists()
+    with pytest.raises(ModuleError, match="contains '..'"):
+        call({"path": "../x", "state": "directory"})
+
+
+def test_a_relative_path_naming_a_home_or_system_folder_is_refused(tmp_path, monkeypatch):
+    """The resolved place is what managed_path judges: `tmp` from / is /tmp, never deleted."""
+    monkeypatch.chdir("/")
+    with pytest.raises(ModuleError, match="system or home folder"):
+        call({"path": "tmp", "state": "absent"})
+    assert os.path.isdir("/tmp")
 
 
 def test_a_folder_the_tool_cannot_own_is_not_replaced_by_a_link(tmp_path, monkeypatch):

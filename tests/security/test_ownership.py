@@ -3,8 +3,8 @@
 Every hostile case runs the real module (or the real role through the engine) on real files in a temp
 folder: a vllm_log pointed at somebody else's file, foreign files named like rotated logs, dfp_root set
 to an existing 0700 or 1777 folder, `file: state=absent` pointed at `/`, the home folder, a relative
-path or a path with `..`, and launch files or a unit that the tool did not write. The dangerous targets
-are look-alikes inside the temp folder (a fake $HOME, `x/../y`, a relative name in a temp cwd); `/` and
+path naming the home or a path with `..`, and launch files or a unit that the tool did not write. The dangerous targets
+are look-alikes inside the temp folder (a fake $HOME, `x/../y`, the home's relative name from a temp cwd); `/` and
 system folders are asked in check mode first, and for real only once the guard has refused them.
 """
 
@@ -237,7 +237,7 @@ def test_file_absent_refuses_look_alikes_of_dangerous_paths(tmp_path, monkeypatc
         (tmp_path / d / "precious").write_text(FOREIGN)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    path = {"dotdot": f"{tmp_path}/x/../y", "relative": "y", "home": "~"}[kind]
+    path = {"dotdot": f"{tmp_path}/x/../y", "relative": "home", "home": "~"}[kind]  # relative: the home, from cwd
     before = tree(tmp_path)
     res = run_file({"path": path, "state": "absent", "recurse": True})
     assert res["failed"] and "the tool only changes its own files" in res["msg"], res["msg"]
