@@ -430,8 +430,8 @@ def task_keywords(raw: dict, where: str) -> dict:
         if key in raw:
             out[key] = names(raw[key], where, key)
     for key in FLAG_KEYWORDS:
-        if key in raw:
-            out[key] = flag(raw[key], where, key)
+        if key in raw:  # a templated run_once renders when the task runs (engine/run/runner.py run_once_holds)
+            out[key] = raw[key] if key == "run_once" and is_template_text(raw[key]) else flag(raw[key], where, key)
     if "tags" in out:
         out["tags"] = set(out["tags"])
     if "loop_control" in raw:

@@ -49,7 +49,8 @@ class Task:
     # `environment` layers, outermost first (play, blocks, the task): mappings or templates giving one, merged per
     # host at run time (an inner layer's keys win), sent with the module call (engine/run/task_executor.py task_environment)
     environment: list = field(default_factory=list)
-    run_once: bool = False  # on the first running host of the batch; its result registered on every host
+    run_once: bool | str = False  # on the first running host of the batch; its result registered on every host
+    # (a str: a template, rendered with that host's variables when the task runs)
     # where the module runs (an inventory host or localhost; a template rendered with this host's variables):
     # the task is still this host's (its variables render it, its register lands here); set_fact and gathered
     # facts go to the delegate only with delegate_facts (engine/run/delegation.py)

@@ -388,7 +388,10 @@ def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
     spelled = raw
     raw = include_kv(short_names(action_form(raw, source), source), source)
     if isinstance(raw, dict) and "block" in raw:
-        if ctx.play is None:  # Ansible's parser error, in its words
+        if ctx.play is None:  # a plain block of handlers is Ansible's implicit one; more is its parser error
+            inner = raw["block"] if isinstance(raw["block"], list) else []
+            if set(raw) <= {"block", "name"} and not any(isinstance(e, dict) and "block" in e for e in inner):
+                return parse_tasks(inner, source, ctx)
             raise UserError(f"{source}: Using a block as a handler is not supported.")
         return [parse_block(raw, source, ctx)]
     if isinstance(raw, dict) and {"import_role", "include_role"} & set(raw):

@@ -98,6 +98,12 @@ class Console:
         """Ansible's width: the terminal's less one (at least 79; 79 when not a terminal)."""
         return banner(title, max(79, shutil.get_terminal_size((0, 20)).columns - 1) if self.tty else 79)
 
+    def debug(self, text: str) -> None:
+        """Ansible's ANSIBLE_DEBUG line (process id, time, text) for the few engine steps scripts grep for; only
+        where ANSIBLE_DEBUG is on."""
+        if os.environ.get("ANSIBLE_DEBUG", "").strip().lower() in ("1", "true", "yes", "on"):
+            self._write(f"{os.getpid():6d} {time.time():0.5f}: {text}")
+
     def warning(self, text: str) -> None:
         """Ansible's `[WARNING]: ...` line, on stderr."""
         self._write(self._color(f"[WARNING]: {printable(text, indent='')}", "warn"), self.err)

@@ -390,7 +390,7 @@ class Runner:
         if handler.module == "meta" and handler.args.get("action") == "flush_handlers":
             raise UserError(f"{handler.source}: flush_handlers cannot be used as a handler")  # Ansible's words
         if handler.brings is not None:
-            self._run_dynamic(active, play, handler.brings)
+            self._run_dynamic(active, play, handler.brings, handler=True)
             return
         shown = known.name_of(handler) or handler.name
         task = replace(handler, name=shown) if shown != handler.name else handler
@@ -523,7 +523,7 @@ class Runner:
         running = [s for s in states if s.running]
         return running[:1] if running and self.run_once_holds(running, play, marker) else running
 
-    def _run_dynamic(self, states: list[HostState], play: Play, include: Include) -> None:
+    def _run_dynamic(self, states: list[HostState], play: Play, include: Include, handler: bool = False) -> None:
         """An include read when reached (a templated name, a loop): the include task on each running host (per
         item), then each file it reached, read once for the hosts that reached it alike and run on them
         (engine/run/includes.py); a file that is not there fails those hosts, naming it."""
@@ -532,7 +532,7 @@ class Runner:
         running = self._include_hosts(states, play, include.marker)
         for s in running:
             self.executor.reaches.take(s.host.name)
-        ran = self._run_on(running, play, include.marker)
+        ran = self._run_on(running, play, include.marker, handler=handler)
         reached = {s.host.name: self.executor.reaches.take(s.host.name) for s in running}
         outcome = {r.host: [r] for r in ran}  # per host, the result that stands for each of its reaches
         if include.marker.loop is not None:  # Ansible counts a looped include once per item it reached

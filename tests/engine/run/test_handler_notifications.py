@@ -6,6 +6,7 @@ notification no handler answers."""
 from __future__ import annotations
 
 from engine.api import run_playbook
+from engine.errors import UserError
 from tests.engine.playbook.ansible_side import INVENTORY, ansible, ours, real_ansible_playbook, same_as_ansible, write
 
 
@@ -63,3 +64,47 @@ def test_a_notification_no_handler_answers(tmp_path, monkeypatch):
     assert words in theirs.stdout + theirs.stderr
     monkeypatch.setenv("ANSIBLE_ERROR_ON_MISSING_HANDLER", "false")
     assert run_playbook(str(book), inventory=INVENTORY).exit_code == 0
+
+
+def test_run_once_handlers_templated_run_once_and_an_include_that_does_not_parse(tmp_path):
+    """A run_once handler runs on the first host only; a templated run_once renders when the task runs."""
+    inventory = {"all": {"hosts": {h: INVENTORY["all"]["hosts"]["h"] for h in ("a", "b")}}}
+    book = write(tmp_path / "pb.yml", [{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "poke", "command": "true", "notify": ["once", "templated"]}],
+        "handlers": [debug("once", "once", run_once=True),
+                     debug("templated", "templated", run_once="{{ missing | default(False) }}")]}])
+    res = run_playbook(str(book), inventory=inventory)
+    assert [(r.task, r.host) for r in res.results if r.handler] == [("once", "a"), ("templated", "a"),
+                                                                     ("templated", "b")]
+
+
+def test_what_ansible_refuses_as_a_handler_in_its_words(tmp_path):
+    nested = [{"name": "b", "block": [debug("x", "x"), {"block": [debug("y", "y")]}]}]
+    write(tmp_path / "blocky.yml", nested)
+    cases = {
+        "role": ({"name": "h", "include_role": {"name": "r"}}, "Using 'include_role' as a handler is not supported."),
+        "block": ({"name": "h", **nested[0]}, "Using a block as a handler is not supported."),
+        "include": ({"name": "h", "include_tasks": "blocky.yml"}, "Using a block as a handler is not supported."),
+        "flush": ({"name": "h", "meta": "flush_handlers"}, "flush_handlers cannot be used as a handler"),
+    }
+    for name, (handler, words) in cases.items():
+        book = write(tmp_path / f"{name}.yml", [{"hosts": "all", "gather_facts": False, "handlers": [handler],
+                                                 "tasks": [{"name": "poke", "command": "true", "notify": "h"}]}])
+        try:
+            res = run_playbook(str(book), inventory=INVENTORY, raise_user_errors=True)
+        except UserError as exc:
+            error = str(exc)
+        else:
+            error = res.error or ""
+        assert words in error, (name, error)
+        theirs = real_ansible_playbook(book, write(tmp_path / "inv.yml", INVENTORY))
+        assert words in theirs.stdout + theirs.stderr, name
+
+
+def test_a_plain_block_of_handlers_is_handlers(tmp_path):
+    book = write(tmp_path / "pb.yml", [{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": "poke", "command": "true", "notify": "hb"}],
+        "handlers": [{"name": "ignored", "block": [debug("hb", "in block"), debug("other", "not notified")]}]}])
+    same_as_ansible(book)
