@@ -3,7 +3,8 @@
 A task's notification stays a name on its host until a flush (engine/run/runner.py `_flush_handlers`); there it
 becomes the handlers it names: the one handler of that name (`ROLE : NAME` too for a role's; where several share
 it, Ansible's blocks decide: the last block holding the name wins, inside it the first handler of the name; a
-role's handlers are one block, the play's another), and every handler listening to it (one per handler name).
+role's handlers are one block, the play's another), and every handler listening to it (one per handler name,
+the later block's first).
 A handler's own notification is resolved at once, so a handler listed after it runs in the same flush and one
 listed before it waits for the next flush, as in Ansible (a handler notifying itself or an earlier one never
 loops). A notification no handler answers is Ansible's error, or its warning with ANSIBLE_ERROR_ON_MISSING_HANDLER
