@@ -14,8 +14,9 @@ backup_file; with --diff the content's before/after (before_header, after_header
 dst_larger, src_larger for what is not shown) or, content already there, the file module's mode/owner diff.
 Beside them ours: msg, sha256 (of the content). tests/library/test_copy_against_ansible.py runs both.
 
-Where it differs on purpose: dest's missing folders are created (0755 less the umask, or directory_mode, each)
-where Ansible fails with "Destination directory ... does not exist"; `validate` without %s is refused before
+dest's missing folders are created (0755 less the umask, or directory_mode, each) only for a dest ending in `/`,
+as Ansible's; a missing folder otherwise fails with Ansible's "Destination directory ... does not exist".
+Where it differs on purpose: `validate` without %s is refused before
 anything is compared; remote_src validates the copy, where
 Ansible sets the task's mode and owner on src itself to validate it; mode preserve with content is refused
 (Ansible's takes its controller temp file's 0600); the result has no `src` for content (Ansible's names its
@@ -306,7 +307,7 @@ def _mode(args: dict, source: Source) -> int | str | None:
 
 
 def make_parents(folder: str, directory_mode: int | str | None) -> None:
-    """dest's missing folders, each 0755 less the umask or directory_mode (ours: Ansible fails)."""
+    """dest's missing folders (a dest ending in /), each 0755 less the umask or directory_mode."""
     missing = []
     at = folder
     while not os.path.lexists(at) and at != os.path.dirname(at):
@@ -333,6 +334,19 @@ def _where(args: dict, source: Source) -> str:
     return dest
 
 
+def missing_folder(args: dict, dest: str, ctx: Context) -> dict | None:
+    """Ansible's rule for a dest whose folder is missing: with a trailing `/` the folders are made (check mode
+    answers here that they would be), otherwise the task fails before anything is compared or written."""
+    folder = os.path.dirname(dest)
+    if os.path.lexists(dest) or os.path.isdir(folder):
+        return None
+    if not args["dest"].endswith("/"):
+        raise ModuleError(f"Destination directory {folder} does not exist")  # Ansible's words
+    if not ctx.check:
+        return None
+    return {"changed": True, "msg": f"dest directory {folder} would be created", "src": args["src"]}
+
+
 def run_file(args: dict, ctx: Context) -> dict:
     source = file_source(args)
     lookup_uid(args["owner"]), lookup_gid(args["group"])  # an owner the host lacks fails before anything is written
@@ -343,6 +357,9 @@ def run_file(args: dict, ctx: Context) -> dict:
         raise ModuleError(f"validate must contain %s: {validate}; write %s where the file to check goes")
     remote = bool(args["remote_src"]) and source.path is not None
     dest = shown = _where(args, source)
+    early = missing_folder(args, dest, ctx)
+    if early is not None:
+        return early
     if args["follow"] and os.path.islink(dest) and os.path.exists(dest):
         dest = os.path.realpath(dest)
     present = os.path.exists(dest) if (args["follow"] or remote) else os.path.lexists(dest)

@@ -115,6 +115,7 @@ def test_manifest_modes_accept_strings_and_ints():
 
 def test_cli_creates_the_file_then_reports_no_change(tmp_path):
     dest = tmp_path / "conf" / "app.env"
+    dest.parent.mkdir()
     args = {"dest": str(dest), "content": "A=1\n", "mode": "0640"}
     rc, first = cli(tmp_path, args)
     assert rc == 0 and first["changed"] is True and dest.read_text() == "A=1\n" and mode_of(dest) == 0o640
@@ -135,7 +136,7 @@ def test_check_mode_changes_nothing_and_says_what_would_change(tmp_path):
     mode_only = call({"dest": str(dest), "content": "old\n", "mode": "0600"}, check=True, diff=True)
     assert mode_only["changed"] is True and mode_only["diff"]["after"]["mode"] == "0600"
     assert snapshot(tmp_path) == before
-    absent = call({"dest": str(tmp_path / "new" / "g"), "content": "x"}, check=True)
+    absent = call({"dest": str(tmp_path / "g"), "content": "x"}, check=True)
     assert absent["changed"] is True and snapshot(tmp_path) == before
 
 
@@ -269,10 +270,17 @@ def umask() -> int:
     return current
 
 
-def test_missing_folders_are_made_with_directory_mode(tmp_path):
-    dest = tmp_path / "a" / "b" / "f"
-    call({"dest": str(dest), "content": "x", "directory_mode": "0700"})
-    assert mode_of(tmp_path / "a") == mode_of(tmp_path / "a" / "b") == 0o700 and dest.read_text() == "x"
+def test_missing_folders_are_made_with_directory_mode_for_a_dest_ending_in_a_slash(tmp_path):
+    (tmp_path / "f").write_text("x")
+    call({"dest": f"{tmp_path}/a/b/", "src": str(tmp_path / "f"), "remote_src": True, "directory_mode": "0700"})
+    assert mode_of(tmp_path / "a") == mode_of(tmp_path / "a" / "b") == 0o700
+    assert (tmp_path / "a" / "b" / "f").read_text() == "x"
+
+
+def test_a_missing_folder_fails_as_ansible_without_a_slash(tmp_path):
+    with pytest.raises(ModuleError, match="Destination directory .*/a/b does not exist"):
+        call({"dest": str(tmp_path / "a" / "b" / "f"), "content": "x"})
+    assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")

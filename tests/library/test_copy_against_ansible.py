@@ -80,6 +80,10 @@ CASES = [
     ("validate-fails", {"dest": "@old.txt", "content": NEW, "validate": "grep -q nothere %s"}, ""),
     ("checksum-differs", {"dest": "@new.txt", "content": NEW, "checksum": "0" * 40}, ""),
     ("remote-src-missing", {"dest": "@new.txt", "src": "@nope", "remote_src": True}, ""),
+    # a missing folder: made for a dest ending in /, else "Destination directory ... does not exist"
+    ("missing-folders", {"dest": "@no/such/f.txt", "content": "x"}, ""),
+    ("missing-folders-slash", {"dest": "@no/such/", "src": "@src.txt", "remote_src": True}, ""),
+    ("missing-folders-slash-check", {"dest": "@no/such/", "src": "@src.txt", "remote_src": True}, "check"),
 ]
 if ROOT_USER:  # changing an owner needs root
     CASES += [
@@ -91,8 +95,6 @@ if ROOT_USER:  # changing an owner needs root
 # was) or {path: mode as octal text, or None for absent}
 FAILED = "failed"
 DIFFERENCES = [
-    # dest's missing folders are made (Ansible: "Destination directory ... does not exist")
-    ("missing-folders", {"dest": "@no/such/f.txt", "content": "x"}, FAILED, {"no/such/f.txt": "0o644"}),
     # validate without %s is refused before anything is compared (Ansible: only when it would write)
     ("validate-without-placeholder", {"dest": "@same.txt", "content": NEW, "validate": "true"},
      {"same.txt": "0o600"}, FAILED),
@@ -104,7 +106,8 @@ DIFFERENCES = [
                                   "validate": "test -s %s"}, {"src.txt": "0o600", "new.txt": "0o600"},
      {"src.txt": "0o750", "new.txt": "0o600"}),
 ]
-WORDS_UP_TO = {"validate-fails": "failed to validate", "remote-src-missing": "not found"}
+WORDS_UP_TO = {"validate-fails": "failed to validate", "remote-src-missing": "not found",
+               "missing-folders": "Destination directory"}
 
 
 def _args(args: dict, folder) -> dict:
