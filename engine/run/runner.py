@@ -416,8 +416,13 @@ class Runner:
         running = [s for s in states if s.running]
         if not isinstance(task.run_once, str) or not running:
             return bool(task.run_once)
-        value = self.templar.render_value(task.run_once, self.variables.view(running[0], play, task))
-        return flag(value, f"{task.source} ('{task.name}')", "run_once")
+        where = f"{task.source} ('{task.name}')"
+        try:
+            value = self.templar.render_value(task.run_once, self.variables.view(running[0], play, task))
+        except Exception as exc:  # noqa: BLE001 - Ansible's error too: the run cannot choose its hosts
+            raise UserError(f"{where}: run_once {task.run_once!r} does not render on {running[0].host.name}: {exc}. "
+                            "Define what it reads (a | default(false) keeps it optional).") from None
+        return flag(value, where, "run_once")
 
     def _run_once(self, states: list[HostState], play: Play, task: Task, handler: bool = False) -> None:
         """`run_once`: the task on the first running host only (its variables render it, its `when` decides), and

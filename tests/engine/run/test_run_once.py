@@ -28,9 +28,11 @@ def test_run_once_runs_on_the_first_host_and_every_host_sees_its_result(tmp_path
         ("a", "n=1 a"), ("b", "n=1 a"), ("c", "n=1 a")]
 
 
-def test_run_once_must_be_a_plain_flag(tmp_path):
+def test_a_templated_run_once_renders_with_the_first_hosts_variables(tmp_path):
     path = tmp_path / "pb.yaml"
     path.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [
         {"name": "x", "debug": {"msg": "x"}, "run_once": "{{ maybe }}"}]}]))
     res = run_playbook(str(path), inventory=INV)
-    assert res.exit_code == 4 and "'run_once' is a template" in res.error, res.error
+    assert res.exit_code == 4 and "run_once '{{ maybe }}' does not render on a" in res.error, res.error
+    res = run_playbook(str(path), inventory=INV, extra_vars={"maybe": True})
+    assert res.exit_code == 0 and [t["host"] for t in res.tasks if t["task"] == "x"] == ["a"]
