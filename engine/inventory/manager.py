@@ -504,8 +504,9 @@ class Inventory:
     def add_to_group(self, host: str, group: str, parents: list[str], where: str) -> bool:
         """group_by: the host joins `group` (made under `parents` when new); True when anything changed."""
         with self._growing:
-            if host not in self.hosts:  # the implicit localhost stays in no group, as in Ansible
-                return False
+            if host not in self.hosts:  # the implicit localhost: in the group's hosts (a play on it finds it), as
+                # Ansible's group object holds it, yet in no host list, 'all' and its own groups unchanged
+                return self._join(host, group, parents, where) if self.is_implicit(host) else False
             changed = self._join(host, group, parents, where)
             self._rebuild(host)
             return changed
