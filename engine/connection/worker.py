@@ -5,7 +5,7 @@ bootstrap command, so nothing is ever interpolated into a shell), then JSON requ
 
   {"id", "op": "hello", "runtime": KEY}            -> python, platform, missing runtime packages
   {"id", "op": "runtime", "key": KEY, "zip": B64}  -> unpack dflash_host (and psutil/tenacity) into the user's cache
-  {"id", "op": "lock", "path", "wait_s", "record"} -> {"locked", "holder" | "stale"}: the host lock
+  {"id", "op": "lock", "path", "wait_s", "record"} -> {"locked", "holder" | "stale" | "nested_in"}: the host lock
   {"id", "op": "run", "module", "args", "check", "diff", "timeout_s", "source"}  (source: the first time only)
   {"id", "op": "put", "path", "data": B64, "append"} -> {"written": N} or {"error"}: a file's bytes, in chunks
   {"id", "op": "exit"}                             -> releases the host lock, then exits
@@ -353,6 +353,37 @@ def stop_task(mark, since):
                 pass
 
 
+def _parent_and_uid(pid):
+    """(parent PID, real uid) of a process from /proc, or (None, None) when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            uid = next(int(line.split()[1]) for line in fh if line.startswith(b"Uid:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None, None
+    return ppid, uid
+
+
+def started_by_holder(holder):
+    """Whether the worker holding the lock (its record's worker_pid) is an ancestor of this worker, every
+    process between them of this user: a run started by a task of the run that holds the lock (ansible-playbook
+    in a command task, on the same host as the same user). The holder's flock is held, so that PID is the live
+    holder, never a reused one. Such a run is let in: waiting would deadlock on its own parent."""
+    want = holder.get("worker_pid") if isinstance(holder, dict) else None
+    if not isinstance(want, int) or want <= 1:
+        return False
+    pid, uid = os.getpid(), os.getuid()
+    for _ in range(256):
+        ppid, owner = _parent_and_uid(pid)
+        if ppid is None or owner != uid or ppid <= 1:
+            return False
+        if ppid == want:
+            return _parent_and_uid(ppid)[1] == uid
+        pid = ppid
+    return False
+
+
 class HostLock:
     """flock on a file under the tool's root, held for the worker's whole life (one run per host at a time).
 
@@ -395,6 +426,9 @@ class HostLock:
                 if isinstance(holder, dict) and record.get("run_id") and holder.get("run_id") == record.get("run_id"):
                     os.close(fd)  # this run holds it already: another inventory name of the same machine
                     return {"locked": True, "shared_with": holder.get("worker_pid"), "path": path}
+                if started_by_holder(holder):
+                    os.close(fd)  # a run started by a task of the holder's run: it runs inside that run's hold
+                    return {"locked": True, "nested_in": holder.get("worker_pid"), "path": path}
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     return {"locked": False, "holder": holder}
