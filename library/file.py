@@ -27,8 +27,8 @@ Only what can be the tool's is changed:
   reaches included), nor is a file or folder replaced by a link (force) unless managed_path accepts it;
 - folders it creates get 0755 (less what the umask takes away), parents included; `mode`, `owner` and `group`
   set the last one only (Ansible gives them to every folder it creates);
-- recurse leaves a symlink's target alone (only
-  the link's own owner and group are set): Ansible with follow changes a target outside the folder too;
+- recurse with follow sets a symlink's target too (a linked folder's content included), as Ansible's, each
+  place judged by managed_path first; without follow only the link's own owner and group are set;
 - a symlink's own mode is not looked at (Linux has none): Ansible's check mode calls a mode on one a change.
 `attributes` (chattr's +i, -a, =A) are set with chattr where the host has it, as Ansible's. SELinux options and
 unsafe_writes are not arguments: a task using them is refused when the playbook
@@ -262,18 +262,35 @@ def ensure_directory(path: str, c: Call) -> dict:
     return {"path": path, "changed": changed, "diff": diff}
 
 
-def recursive_attributes(top: str, c: Call) -> bool:
-    """Mode, owner, group and times on everything under `top`; a symlink gets its own owner and group, its
-    target is left alone (Ansible with follow sets it, and recurses into a linked folder, outside `top` too)."""
+def recursive_attributes(top: str, c: Call, seen: set | None = None) -> bool:
+    """Mode, owner, group and times on everything under `top`; a symlink gets its own owner and group and, with
+    follow (Ansible's), its target gets them too, a linked folder's content included, wherever it lies: each
+    place is still judged by managed_path (guard) before its mode or owner changes. `seen`: the real folders
+    walked, so that a link back up ends the walk where Ansible's recursion would fail."""
+    seen = {os.path.realpath(top)} if seen is None else seen
     changed = False
     for base, folders, files in os.walk(top):
         for name in folders + files:
             path = os.path.join(base, name)
-            if os.path.islink(path):
-                changed = set_attributes(path, None, c.owner, c.group, c.check, None, guard) or changed
-            else:
+            if not os.path.islink(path):
                 changed = c.attributes(path, None) or changed
+                continue
+            changed = set_attributes(path, None, c.owner, c.group, c.check, None, guard) or changed
+            if c.follow:
+                changed = _follow_link(os.path.realpath(path), c, seen) or changed
     return changed
+
+
+def _follow_link(target: str, c: Call, seen: set) -> bool:
+    """recurse with follow: the attributes on a link's existing target (its real place), and into it when it is
+    a folder."""
+    if not os.path.exists(target):
+        return False
+    changed = False
+    if os.path.isdir(target) and target not in seen:
+        seen.add(target)
+        changed = recursive_attributes(target, c, seen)
+    return c.attributes(target, None) or changed
 
 
 def _replace(path: str, prev: str, make) -> None:

@@ -181,7 +181,7 @@ def test_a_links_target_that_is_a_system_folder_keeps_its_mode(tmp_path):
     assert mode_of(Path("/tmp")) == mode
 
 
-def test_recurse_sets_everything_inside_and_leaves_a_links_target_outside_alone(tmp_path):
+def test_recurse_without_follow_leaves_a_links_target_outside_alone(tmp_path):
     top = tmp_path / "top"
     (top / "sub").mkdir(parents=True)
     (top / "sub" / "f").write_text("x")
@@ -190,10 +190,42 @@ def test_recurse_sets_everything_inside_and_leaves_a_links_target_outside_alone(
     outside.write_text("y")
     os.chmod(outside, 0o644)
     (top / "out").symlink_to(outside)
-    res = call({"path": str(top), "state": "directory", "recurse": True, "mode": "u=rwX,g=rX,o="})
+    args = {"path": str(top), "state": "directory", "recurse": True, "mode": "u=rwX,g=rX,o=", "follow": False}
+    res = call(args)
     assert res["changed"] and mode_of(top) == mode_of(top / "sub") == 0o750 and mode_of(top / "sub" / "f") == 0o640
     assert mode_of(outside) == 0o644
-    assert call({"path": str(top), "state": "directory", "recurse": True, "mode": "u=rwX,g=rX,o="})["changed"] is False
+    assert call(args)["changed"] is False
+
+
+def test_recurse_with_follow_sets_a_links_target_and_a_linked_folders_content(tmp_path):
+    """As Ansible's (follow is its default): the targets outside top change too, a loop ends the walk."""
+    top, folder = tmp_path / "top", tmp_path / "linked"
+    top.mkdir()
+    folder.mkdir()
+    (folder / "foo").write_text("x")
+    (tmp_path / "file").write_text("y")
+    for path in (folder, folder / "foo", tmp_path / "file"):
+        os.chmod(path, 0o700)
+    (top / "to_file").symlink_to("../file")
+    (top / "to_dir").symlink_to("../linked")
+    (folder / "back").symlink_to("../top")
+    (top / "dangling").symlink_to("nowhere")
+    args = {"path": str(top), "state": "directory", "recurse": True, "mode": "a-x"}
+    assert call(args)["changed"]
+    assert mode_of(tmp_path / "file") == mode_of(folder) == mode_of(folder / "foo") == 0o600
+    assert call(args)["changed"] is False
+
+
+def test_recurse_with_follow_never_changes_a_home_folder(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(home, 0o755)
+    monkeypatch.setenv("HOME", str(home))
+    (tmp_path / "top").mkdir()
+    (tmp_path / "top" / "h").symlink_to(home)
+    with pytest.raises(ModuleError, match="system or home folder"):
+        call({"path": str(tmp_path / "top"), "state": "directory", "recurse": True, "mode": "0700"})
+    assert mode_of(home) == 0o755
 
 
 def test_diff_is_ansibles_and_only_with_diff(tmp_path):

@@ -136,11 +136,15 @@ DIFFERENCES = [
     # the mode goes to the last folder created (Ansible gives it to every folder it creates)
     ("directory-nested-with-mode", {"path": "@new/a", "state": "directory", "mode": "0700"},
      {"new": "0o700", "new/a": "0o700"}, {"new": "0o755", "new/a": "0o700"}),
-    # recurse leaves a symlink's target alone: Ansible (follow) changes one outside the folder too
-    ("recurse-link-out-of-the-folder", {"path": "@dir", "state": "directory", "recurse": True, "mode": "0700"},
-     {"dir/a": "0o700", "exec": "0o700"}, {"dir/a": "0o700", "exec": "0o755"}),
 ]
 DIFF_TREE = {**TREE, "dir/out": Link("../exec")}
+# recurse with follow (Ansible's default) sets a link's target outside the folder too; without follow not
+LINKED_CASES = [
+    ("recurse-link-out-of-the-folder", {"path": "@dir", "state": "directory", "recurse": True, "mode": "0700"}, ""),
+    ("recurse-link-out-no-follow", {"path": "@dir", "state": "directory", "recurse": True, "mode": "0700",
+                                    "follow": False}, ""),
+]
+CASES += LINKED_CASES
 
 
 def _args(args: dict, folder) -> dict:
@@ -154,7 +158,8 @@ def both(tmp_path_factory) -> dict:
     """{case id: (Ansible's result, ours, Ansible's folder, ours, the tree before)}."""
     work = tmp_path_factory.mktemp("file-vs-ansible")
     every = CASES + [(cid, args, "") for cid, args, _a, _o in DIFFERENCES]
-    trees = {cid: DIFF_TREE if cid in {d[0] for d in DIFFERENCES} else TREE for cid, _a, _f in every}
+    linked = {d[0] for d in DIFFERENCES} | {c[0] for c in LINKED_CASES}
+    trees = {cid: DIFF_TREE if cid in linked else TREE for cid, _a, _f in every}
     for side in ("ansible", "ourside"):  # names of one length: a link's size is its text's
         for cid, *_rest in every:
             build(work / side / cid / "t", trees[cid])
