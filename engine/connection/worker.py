@@ -365,21 +365,37 @@ def _parent_and_uid(pid):
     return ppid, uid
 
 
-def started_by_holder(holder):
-    """Whether the worker holding the lock (its record's worker_pid) is an ancestor of this worker, every
-    process between them of this user: a run started by a task of the run that holds the lock (ansible-playbook
-    in a command task, on the same host as the same user). The holder's flock is held, so that PID is the live
-    holder, never a reused one. Such a run is let in: waiting would deadlock on its own parent."""
-    want = holder.get("worker_pid") if isinstance(holder, dict) else None
-    if not isinstance(want, int) or want <= 1:
+def _has_open(pid, st):
+    """Whether process `pid` has the file `st` (an os.stat result) open, by /proc/<pid>/fd."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(folder)
+    except OSError:
         return False
+    for name in names:
+        try:
+            there = os.stat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    return False
+
+
+def started_by_holder(fd):
+    """Whether an ancestor of this worker, every process between them of this user, has the lock file open:
+    a worker of the run holding the lock (the holder itself, or one of its run sharing it) whose task started
+    this run (ansible-playbook in a command task, same host, same user). A worker keeps the file open only
+    while it holds or shares the lock, and takes the lock before any task runs, so no waiting worker is an
+    ancestor of a task. Such a run is let in: waiting would deadlock on its own parent."""
+    st = os.fstat(fd)
     pid, uid = os.getpid(), os.getuid()
     for _ in range(256):
         ppid, owner = _parent_and_uid(pid)
-        if ppid is None or owner != uid or ppid <= 1:
+        if ppid is None or owner != uid or ppid <= 1 or _parent_and_uid(ppid)[1] != uid:
             return False
-        if ppid == want:
-            return _parent_and_uid(ppid)[1] == uid
+        if _has_open(ppid, st):
+            return True
         pid = ppid
     return False
 
@@ -393,6 +409,7 @@ class HostLock:
 
     def __init__(self):
         self.fd = None
+        self.shared = None  # the file, open while this worker shares another worker's hold (started_by_holder)
 
     @staticmethod
     def _read(fd):
@@ -424,11 +441,12 @@ class HostLock:
             except BlockingIOError:
                 holder = self._read(fd)
                 if isinstance(holder, dict) and record.get("run_id") and holder.get("run_id") == record.get("run_id"):
-                    os.close(fd)  # this run holds it already: another inventory name of the same machine
+                    self.shared = fd  # this run holds it already: another inventory name of the same machine
                     return {"locked": True, "shared_with": holder.get("worker_pid"), "path": path}
-                if started_by_holder(holder):
-                    os.close(fd)  # a run started by a task of the holder's run: it runs inside that run's hold
-                    return {"locked": True, "nested_in": holder.get("worker_pid"), "path": path}
+                if started_by_holder(fd):
+                    self.shared = fd  # a run started by a task of the holder's run: it runs inside that run's hold
+                    return {"locked": True, "nested_in": holder.get("worker_pid") if isinstance(holder, dict) else None,
+                            "path": path}
                 if time.monotonic() >= deadline:
                     os.close(fd)
                     return {"locked": False, "holder": holder}
@@ -460,6 +478,9 @@ class HostLock:
             os.fchown(fd, int(uid), int(gid))
 
     def release(self):
+        if self.shared is not None:
+            os.close(self.shared)
+            self.shared = None
         if self.fd is not None:
             os.ftruncate(self.fd, 0)  # a clean end leaves no record; a dead run's record is what "stale" means
             os.close(self.fd)

@@ -22,11 +22,11 @@ def _play(path: Path, tasks: list) -> Path:
     return path
 
 
-def _inventory(tmp_path: Path) -> Path:
+def _inventory(tmp_path: Path, *names: str) -> Path:
     inv = tmp_path / "inv.yaml"
     host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
             "dfp_root": str(tmp_path / "root")}
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"here": host}}}))
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {name: host for name in names or ("here",)}}}))
     return inv
 
 
@@ -35,14 +35,17 @@ def _cli(playbook: Path, inv: Path, *extra: str) -> list[str]:
 
 
 def test_a_run_started_by_the_holders_task_is_let_in(tmp_path):
-    inv = _inventory(tmp_path)
-    inner = _play(tmp_path / "inner.yaml", [{"file": {"path": str(tmp_path / "made"), "state": "touch"}}])
+    """Two inventory names of this machine: one worker holds the lock, the other shares it; a run started by
+    a task of either is let in."""
+    inv = _inventory(tmp_path, "one", "two")
+    inner = _play(tmp_path / "inner.yaml", [{"file": {"path": str(tmp_path / "{{ inventory_hostname }}"),
+                                                      "state": "touch"}}])
     outer = _play(tmp_path / "outer.yaml", [{"command": {"argv": _cli(inner, inv, "--lock-wait", "20"),
                                                           "chdir": str(ROOT)}}])
     started = time.monotonic()
     done = subprocess.run(_cli(outer, inv, "--lock-wait", "5"), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert (tmp_path / "made").exists() and time.monotonic() - started < 20
+    assert (tmp_path / "one").exists() and (tmp_path / "two").exists() and time.monotonic() - started < 30
 
 
 def test_a_run_not_started_by_the_holder_still_waits(tmp_path):
