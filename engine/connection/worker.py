@@ -433,7 +433,9 @@ class HostLock:
             os.close(fd)
             raise
         deadline = time.monotonic() + max(0.0, float(wait_s))
-        told = False
+        # An empty record is a holder between its flock and its write (most often a worker of this very run, then
+        # found by run_id): neither said nor given up on until it has stayed empty a second.
+        quiet_until, told = time.monotonic() + 1.0, False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -447,10 +449,10 @@ class HostLock:
                     self.shared = fd  # a run started by a task of the holder's run: it runs inside that run's hold
                     return {"locked": True, "nested_in": holder.get("worker_pid") if isinstance(holder, dict) else None,
                             "path": path}
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline and (holder or time.monotonic() >= quiet_until):
                     os.close(fd)
                     return {"locked": False, "holder": holder}
-                if not told:
+                if not told and (holder or time.monotonic() >= quiet_until):
                     progress(f"waiting for the host lock held by {json.dumps(holder)}")
                     told = True
                 time.sleep(0.1)
@@ -731,6 +733,9 @@ def main():
     _thread.start_new_thread(worker.read, (0, buffered(sys.stdin.buffer), lines))
     _thread.start_new_thread(worker.beat, ())
     worker.serve(lines)
+    # The connection ended between requests (or after exit): a normal end, which leaves no lock record behind.
+    # Only gone() during a request ends the worker without this, and that record says a run died in a task.
+    worker.lock.release()
 
 
 main()

@@ -282,7 +282,7 @@ def recap_of(results: list[TaskResult], hosts: list[str]) -> dict[str, dict]:
     stats = {h: {s: 0 for s in STATUSES} for h in hosts}
     for r in results:
         counts = stats.get(r.host)
-        if counts is None or r.module == "meta":  # Ansible counts no meta task (noop, flush_handlers, end_*)
+        if counts is None or r.module == "meta" or r.notice:  # Ansible counts no meta task (noop, end_*, ...)
             continue
         if r.ignored:  # an ignored failure is also ok (and changed, when it changed), as Ansible counts it
             counts["ignored"] += 1

@@ -168,8 +168,8 @@ class HostStart:
             return False
         if reply.get("stale"):
             msg = f"took over the host lock {reply.get('path')} left by a run that died: {describe_holder(reply['stale'])}"
-            self.executor.record(state, TaskResult(state.host.name, "Host lock", None, "-", "ok", False, msg, duration,
-                                                   {"warnings": [msg]}))
+            self.executor.notice(TaskResult(state.host.name, "Host lock", None, "-", "ok", False, msg, duration,
+                                            {"warnings": [msg]}, notice=True))
         return True
 
     def _gather_facts(self, state: HostState, play: Play) -> None:

@@ -28,6 +28,7 @@ class TaskResult:
     rescued: bool = False  # failed inside a block whose rescue then ran
     delegated_to: str | None = None  # the host the module ran on, when the task was delegated (delegate_to)
     diff: bool | None = None  # the task's `diff` keyword (None: the command line's -D decides what is shown)
+    notice: bool = False  # the tool's own finding (a host lock taken over): a warning, in no recap column
 
     @property
     def accepted(self) -> bool:

@@ -103,6 +103,18 @@ class TaskExecutor:
         if self.console:
             self.console.host_result(res)
 
+    def notice(self, res: TaskResult) -> None:
+        """A finding of the tool's own about a host (a host lock taken over from a run that died): kept with the
+        results for the reports, shown only as its `[WARNING]:` lines and counted in no recap column, since
+        ansible-playbook runs no such task and a script that counts `ok:` lines must not see one."""
+        res.msg = self.variables.secrets.redact(res.msg)
+        res.result = self.variables.secrets.redact_obj(res.result)
+        with self._lock:
+            self.results.append(res)
+        if self.console:
+            for warning in res.result.get("warnings", []) or []:
+                self.console.warning(str(warning))
+
     def record_again(self, state: HostState, res: TaskResult) -> None:
         """A result recorded before that turned out otherwise (an include whose file is not there): counted and
         shown anew."""

@@ -14,6 +14,7 @@ from invoke import Exit
 
 from dfp_cli.commands import run_play
 from dfp_cli.options import PLAYBOOK_OPTIONS
+from tests.ansible_targets.harness import TARGET_TIMEOUT_S
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,6 +62,9 @@ def options_of(args: argparse.Namespace) -> dict:
                 start_at_task=args.start_at_task,
                 tags=",".join(args.tags) or None, skip_tags=",".join(args.skip_tags) or None)
     opts["flush_cache"] = args.flush_cache
+    # ansible-playbook has no host lock, so it never gives a host up because another run (another target's, a
+    # test's, on this machine as this user) holds it: the shim waits for such a run as long as a target may take.
+    opts["lock_wait"] = TARGET_TIMEOUT_S
     if args.force_handlers:
         if "force_handlers" not in opts:
             raise SystemExit("ERROR: --force-handlers: the engine has no such option yet")
