@@ -91,8 +91,10 @@ ARGS = {
             "help": "with remote_src: the file on the host to copy (without it, src: in a task is a file on the "
                     "control node, which the engine uploads)"},
     "remote_src": {"type": "bool", "default": False, "help": "src is a file already on the host"},
-    "local_follow": {"type": "bool", "default": True,
-                     "help": "src on the control node: follow its symlinks (false: a folder's symlinks are refused)"},
+    "local_follow": {"type": "bool", "default": None,
+                     "help": "src on the control node: follow its symlinks (false: a folder's symlinks are refused; "
+                             "not given: true); remote_src folder: true copies a link's target, false the link, not "
+                             "given keeps links (as Ansible's module)"},
     "decrypt": {"type": "bool", "default": True,
                 "help": "src on the control node: a vault-encrypted file is decrypted before it is sent"},
     "original_basename": {"type": "str", "default": None,

@@ -34,6 +34,11 @@ TREE = {
     "dir2/in.txt": (b"other\n", 0o600),
     "src.txt": (b"from the host\n", 0o750),
     "src-same.txt": (NEW.encode(), 0o644),
+    "links/": 0o755,
+    "links/f.txt": (b"f\n", 0o644),
+    "links/to-f": Link("f.txt"),
+    "links/to-dir": Link("../dir2"),
+    "links/dangling": Link("nowhere"),
 }
 
 # id, the arguments ("@NAME": the case's tree's NAME), flags (check, diff)
@@ -72,6 +77,13 @@ CASES = [
     ("remote-src-folder-content", {"dest": "@copy/", "src": "@dir/", "remote_src": True}, ""),
     ("remote-src-folder-into-one", {"dest": "@dir2", "src": "@dir/", "remote_src": True}, ""),
     ("remote-src-folder-check", {"dest": "@copy", "src": "@dir", "remote_src": True}, "check"),
+    # links in a folder from the host: kept when copied whole; merged per local_follow (not given, true, false)
+    ("remote-src-folder-links", {"dest": "@copy", "src": "@links", "remote_src": True}, ""),
+    ("remote-src-folder-links-merge", {"dest": "@dir", "src": "@links/", "remote_src": True}, ""),
+    ("remote-src-folder-links-merge-follow", {"dest": "@dir", "src": "@links/", "remote_src": True,
+                                              "local_follow": True}, ""),
+    ("remote-src-folder-links-merge-no-follow", {"dest": "@dir", "src": "@links/", "remote_src": True,
+                                                 "local_follow": False}, ""),
     # refused by both
     ("content-into-a-folder", {"dest": "@dir", "content": "x"}, ""),
     ("content-dest-ends-in-slash", {"dest": "@dir/", "content": "x"}, ""),
