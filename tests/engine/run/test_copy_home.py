@@ -24,7 +24,8 @@ def push_play(tmp_path: Path, folder: str) -> Path:
     (src / "sub").mkdir(parents=True)
     (src / "sub" / "b.txt").write_text("bee\n")
     (tmp_path / "a.txt").write_text("ay\n")
-    tasks = [{"name": "push a file", "copy": {"src": str(tmp_path / "a.txt"), "dest": f"~/{folder}/state/a.txt",
+    tasks = [{"name": "make its folder", "file": {"path": f"~/{folder}/state", "state": "directory"}},
+             {"name": "push a file", "copy": {"src": str(tmp_path / "a.txt"), "dest": f"~/{folder}/state/a.txt",
                                               "mode": "0600"}},
              {"name": "push a folder", "copy": {"src": f"{src}/", "dest": f"~/{folder}/tree/"}}]
     book = tmp_path / "pb.yaml"

@@ -42,7 +42,8 @@ def http_port():
 
 
 TASKS = [
-    {"name": "Write the app's env file", "copy": {"dest": "{{ base }}/conf/app.env", "content": APP_ENV, "mode": "0640"}},
+    # beside base, in a folder that exists: copy makes no missing folder (Ansible's), not even in check mode
+    {"name": "Write the app's env file", "copy": {"dest": "{{ app_env }}", "content": APP_ENV, "mode": "0640"}},
     {"name": "Push the scripts folder", "copy": {"src": "scripts/", "dest": "{{ base }}/scripts"}},  # its content
     {
         "name": "Set the log level line",
@@ -56,7 +57,7 @@ TASKS = [
         "changed_when": False,
         "failed_when": "env_text.rc not in [0, 1]",  # in check mode the file may not exist yet
     },
-    {"name": "Look at the env file", "stat": {"path": "{{ base }}/conf/app.env", "checksum_algorithm": "sha256"},
+    {"name": "Look at the env file", "stat": {"path": "{{ app_env }}", "checksum_algorithm": "sha256"},
      "register": "st"},
     {
         "name": "The env file holds what was written",
@@ -67,7 +68,7 @@ TASKS = [
     {"name": "Wait for the build marker", "wait_for": {"path": "{{ base }}/built", "timeout_s": 5}},
     {
         "name": "Wait for the port line",
-        "wait_for": {"path": "{{ base }}/conf/app.env", "search_regex": "^PORT=(\\d+)", "timeout_s": 5},
+        "wait_for": {"path": "{{ app_env }}", "search_regex": "^PORT=(\\d+)", "timeout_s": 5},
     },
     {"name": "Wait for the health server", "wait_for": {"port": "{{ http_port }}", "timeout_s": 5}},
     {
@@ -84,7 +85,7 @@ def write_play(tmp_path: Path, base: Path, http_port: int) -> Path:
     os.chmod(scripts / "run.sh", 0o755)
     (scripts / "lib" / "__init__.py").write_text("")
     (scripts / "__init__.py").write_text("")  # same content as another file: one shared upload
-    play = {"hosts": "all", "gather_facts": False, "vars": {"base": str(base), "http_port": http_port}, "tasks": TASKS}
+    play = {"hosts": "all", "gather_facts": False, "vars": {"base": str(base), "app_env": str(base.parent / "app.env"), "http_port": http_port}, "tasks": TASKS}
     path = tmp_path / "general.yaml"
     path.write_text(yaml.safe_dump([play], sort_keys=False))
     return path
@@ -110,7 +111,7 @@ def test_general_modules_are_idempotent_and_check_mode_changes_nothing(target, t
     first = run_playbook(pb, inv)
     assert first.exit_code == 0, [(t["task"], t["msg"]) for t in first.tasks if t["status"] == "failed"]
     assert first.recap[host]["changed"] == 4  # env file, scripts, the log line, the build
-    assert (base / "conf" / "app.env").read_text() == APP_ENV
+    assert (base.parent / "app.env").read_text() == APP_ENV
     assert (base / "conf" / "extra.env").read_text() == "LOG=info\n"
     assert os.access(base / "scripts" / "run.sh", os.X_OK) and (base / "scripts" / "lib" / "__init__.py").exists()
     assert not (base / "scripts" / ".dfp-staging").exists()
