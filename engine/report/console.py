@@ -259,6 +259,8 @@ def changed_diffs(result: dict) -> list[dict]:
     if isinstance(items, list):
         return [d for r in items if isinstance(r, dict) and r.get("changed") for d in changed_diffs(r)]
     diff = result.get("diff")
+    if isinstance(diff, list):  # copy's, as Ansible's action registers it
+        return [d for d in diff if isinstance(d, dict)] if result.get("changed") else []
     return [diff] if result.get("changed") and isinstance(diff, dict) else []
 
 

@@ -25,6 +25,7 @@ from engine.playbook.modulespec import is_user_module, linked_vars, module_args_
 from engine.playbook.user_modules import user_module_call
 from engine.run.actions.call import ActionCall
 from engine.run.actions.catalog import ACTIONS, LOCAL_ACTIONS, handles
+from engine.run.actions.files import copy_diff_as_list
 from engine.run.handlers import rendered_notify
 from engine.run.includes import Reaches
 from engine.run.loops import item_result_fields, item_variables, loop_items
@@ -414,6 +415,7 @@ class TaskExecutor:
         if isinstance(result.get("diff"), dict) and taint.secret:
             # content rendered from a secret: its old version on the host is no less secret than the new one
             result["diff"] = {"before": DIFF_HIDDEN, "after": DIFF_HIDDEN}
+        copy_diff_as_list(task.module, args, result)
         self._keep_facts(state, target, task, args, result)
         return result
 

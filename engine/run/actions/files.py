@@ -239,6 +239,22 @@ def _upload_one(call: ActionCall, src: Path, args: dict, dest_file: str) -> dict
         call.module("file", {"path": stage_root, "state": "absent", "recurse": True}, False)
 
 
+COPY_NAMES = frozenset({"copy", "ansible.builtin.copy", "ansible.legacy.copy"})
+
+
+def copy_diff_as_list(module: str, args: dict, result: dict) -> None:
+    """Ansible's copy action registers the content diff of a write as a list of one (its `diff` starts as a list
+    and gets the file's before/after appended); a file left as it was keeps the file module's dict (its
+    before/after are dicts); without --diff the list stays empty. remote_src answers as the host's module does."""
+    if module not in COPY_NAMES or args.get("remote_src") or result.get("failed"):
+        return
+    diff = result.get("diff")
+    if diff is None:
+        result["diff"] = []
+    elif isinstance(diff, dict) and not isinstance(diff.get("after"), dict) and not isinstance(diff.get("before"), dict):
+        result["diff"] = [diff]
+
+
 def _as_ansible_answers(result: dict, src: Path) -> dict:
     """What Ansible's copy action adds: the diff's after_header names the control-node file; an existing dest
     left alone (force: false) names the source."""
