@@ -17,6 +17,9 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,3 +169,13 @@ def registered_by_ansible(tool: Path, home: Path, work: Path, tasks: list[tuple[
          str(book)], capture_output=True, text=True, timeout=300, cwd=home, env=env(home))
     assert proc.returncode == 0 and out_file.exists(), f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(out_file.read_text())
+
+
+def registered_by_ours(book: Path, tasks: list[tuple[str, dict]]) -> dict:
+    """{case id: what ours registered}: the same (case id, task) pairs as registered_by_ansible's, one playbook
+    written to `book` and run by our engine on a local host (failures ignored, so every case registers)."""
+    play = [dict(task, name=cid, ignore_errors=True) for cid, task in tasks]
+    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": play}], sort_keys=False))
+    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
+    assert not run.error, run.error
+    return {r.task: r.result for r in run.results}

@@ -12,10 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
-from _ansible_side import registered_by_ansible
+from _ansible_side import registered_by_ansible, registered_by_ours
 
-from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
 
 DATA = b"hello from the server\n" * 50
@@ -87,12 +85,8 @@ def both(tmp_path_factory, server):
     (work / "home").mkdir()
     theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), work / "home", work,
                                    [(cid, _task(t, work / "ansible", server)) for cid, t in SEQUENCE])
-    book = work / "ours.yaml"
-    tasks = [dict(_task(t, work / "ours", server), name=cid, ignore_errors=True) for cid, t in SEQUENCE]
-    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    assert not run.error, run.error
-    return work, theirs, {r.task: r.result for r in run.results}
+    return work, theirs, registered_by_ours(work / "ours.yaml",
+                                            [(cid, _task(t, work / "ours", server)) for cid, t in SEQUENCE])
 
 
 def _scrub(value, work: Path, side: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _ansible_side import registered_by_ansible
+from _ansible_side import registered_by_ansible, registered_by_ours
 
 from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
@@ -107,12 +107,7 @@ def both(tmp_path_factory):
     (work / "home").mkdir()
     theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), work / "home", work,
                                    _tasks(work / "ansible", work / "files"))
-    book = work / "ours.yaml"
-    tasks = [dict(t, name=cid, ignore_errors=True) for cid, t in _tasks(work / "ours", work / "files")]
-    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    assert not run.error, run.error
-    return work, theirs, {r.task: r.result for r in run.results}
+    return work, theirs, registered_by_ours(work / "ours.yaml", _tasks(work / "ours", work / "files"))
 
 
 def _scrub(value, work: Path, side: str):

@@ -13,12 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "library"))
-from _ansible_side import registered_by_ansible  # noqa: E402
+from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
 
-from engine.api import run_playbook  # noqa: E402
 from engine.run.actions.files import INLINE_LIMIT  # noqa: E402
 from tests.helpers import required_ansible_tool  # noqa: E402
 
@@ -113,11 +111,7 @@ def both(tmp_path_factory) -> dict:
             _build(work / side / "t" / cid)
     home = work / "ansible"
     theirs = registered_by_ansible(tool, home, home, _tasks(home / "t"))
-    ours_book = work / "ourside" / "book.yaml"
-    tasks = [dict(task, name=cid, ignore_errors=True) for cid, task in _tasks(work / "ourside" / "t")]
-    ours_book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    run = run_playbook(str(ours_book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    ours = {r.task: r.result for r in run.results}
+    ours = registered_by_ours(work / "ourside" / "book.yaml", _tasks(work / "ourside" / "t"))
     return {cid: (theirs[cid], ours[cid], home / "t" / cid, work / "ourside" / "t" / cid) for cid, *_r in CASES}
 
 
