@@ -7,14 +7,12 @@ must be equal, but the ones that change between two runs (the time, the environm
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from _ansible_side import env, python_with_ansible
 
-from engine.api import run_playbook
+from tests.engine.playbook.ansible_side import each_tool_writes
 from tests.helpers import required_ansible_tool
 
 # Facts that differ between two gatherings a second apart, or between two processes (the environment).
@@ -45,25 +43,13 @@ def both(tmp_path_factory) -> tuple[dict, dict]:
     tool = required_ansible_tool("ansible-playbook")
     python = python_with_ansible(tool)
     work = tmp_path_factory.mktemp("facts-vs-ansible")
-    results = []
-    for side in ("ansible", "ours"):
-        out = work / side
-        out.mkdir()
-        book = work / f"{side}.yaml"
-        book.write_text(yaml.safe_dump(playbook(out), sort_keys=False))
-        inv = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": python}}}}
-        if side == "ansible":
-            home = work / "home"
-            home.mkdir()
-            (work / "inv.yaml").write_text(yaml.safe_dump(inv))
-            proc = subprocess.run([str(tool), "-i", str(work / "inv.yaml"), str(book)], capture_output=True, text=True,
-                                  timeout=300, cwd=home, env=env(home))
-            assert proc.returncode == 0, f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
-        else:
-            res = run_playbook(str(book), inventory=inv)
-            assert res.exit_code == 0, (res.error, [(t["task"], t["msg"]) for t in res.tasks if t["status"] == "failed"])
-        results.append({name: json.loads((out / f"{name}.json").read_text()) for name in ("facts", "vars", "setup")})
-    return results[0], results[1]
+    home = work / "home"
+    home.mkdir()
+    inv = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": python}}}}
+    folders = each_tool_writes(work, playbook, inv, env(home))
+    theirs, ours = ({name: json.loads((out / f"{name}.json").read_text()) for name in ("facts", "vars", "setup")}
+                    for out in folders)
+    return theirs, ours
 
 
 def comparable(facts: dict) -> dict:

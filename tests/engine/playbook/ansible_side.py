@@ -46,6 +46,26 @@ def real_ansible_playbook(playbook: Path, inventory: Path, env: dict | None = No
                           capture_output=True, text=True, timeout=timeout, cwd=playbook.parent, env={**base, **(env or {})})
 
 
+def each_tool_writes(work: Path, playbook, inventory: dict, env: dict | None = None) -> tuple[Path, Path]:
+    """(Ansible's folder, ours): `playbook(folder)` run by real ansible-playbook (`env` on top of its clean one) and
+    by ours on the same inventory, each writing into its own folder (work/ansible, work/ours), both asserted to
+    succeed; for tests that compare what the playbook wrote out."""
+    inv = write(work / "inv.yaml", inventory)
+    folders = []
+    for side in ("ansible", "ours"):
+        out = work / side
+        out.mkdir()
+        book = write(work / f"{side}.yaml", playbook(out))
+        if side == "ansible":
+            proc = real_ansible_playbook(book, inv, env)
+            assert proc.returncode == 0, f"ansible-playbook failed:\n{proc.stdout}\n{proc.stderr}"
+        else:
+            res = run_playbook(str(book), inventory=inventory)
+            assert res.exit_code == 0, (res.error, [(t["task"], t["msg"]) for t in res.tasks if t["status"] == "failed"])
+        folders.append(out)
+    return folders[0], folders[1]
+
+
 def ansible(playbook: Path) -> tuple[int, list[tuple[str, str]], dict, list[str]]:
     """(exit code, [(task, status)], recap, debug messages) of real ansible-playbook on the local host."""
     inventory = write(playbook.parent / "inventory.yml", INVENTORY)

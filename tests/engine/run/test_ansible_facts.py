@@ -6,15 +6,13 @@ What each host sees is written out as JSON by both tools and compared."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from engine.api import run_playbook
 from engine.run.results import fact_variables
+from tests.engine.playbook.ansible_side import each_tool_writes
 from tests.helpers import required_ansible_tool
 
 SEEN = ("{{ {'before': before, 'cached': ansible_facts.cached | default('none'), "
@@ -44,24 +42,9 @@ def both(tmp_path_factory) -> tuple[dict, dict]:
     python = tool.read_text(errors="replace").splitlines()[0][2:].strip() or sys.executable
     work = tmp_path_factory.mktemp("ansible-facts")
     local = {"ansible_connection": "local", "ansible_python_interpreter": python}
-    inv = work / "inv.yaml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {"h1": local, "h2": local}}}))
-    found = []
-    for side in ("ansible", "ours"):
-        out = work / side
-        out.mkdir()
-        book = work / f"{side}.yaml"
-        book.write_text(yaml.safe_dump(playbook(out), sort_keys=False))
-        if side == "ansible":
-            proc = subprocess.run([str(tool), "-i", str(inv), str(book)], capture_output=True, text=True, timeout=300,
-                                  cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": str(work),
-                                                 "ANSIBLE_LOCAL_TEMP": str(work / "tmp")})
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-        else:
-            res = run_playbook(str(book), inventory=str(inv))
-            assert res.exit_code == 0, res.error or res.tasks
-        found.append(json.loads((out / "seen.json").read_text()))
-    return found[0], found[1]
+    folders = each_tool_writes(work, playbook, {"all": {"hosts": {"h1": local, "h2": local}}})
+    theirs, ours = (json.loads((out / "seen.json").read_text()) for out in folders)
+    return theirs, ours
 
 
 def test_what_a_host_sees_of_facts_is_what_ansible_shows(both):

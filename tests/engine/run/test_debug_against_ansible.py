@@ -6,14 +6,11 @@ The same playbook for both tools registers each result and writes them out as JS
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from engine.api import run_playbook
-from tests.helpers import required_ansible_tool
+from tests.engine.playbook.ansible_side import each_tool_writes
 
 CASES = {
     "undefined": {"var": "nope"},
@@ -47,24 +44,10 @@ def kept(name: str, result: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> tuple[dict, dict]:
-    tool = required_ansible_tool("ansible-playbook")
     work = tmp_path_factory.mktemp("debug-vs-ansible")
-    found = []
-    for side in ("ansible", "ours"):
-        out = work / side
-        out.mkdir()
-        book = work / f"{side}.yaml"
-        book.write_text(yaml.safe_dump(playbook(out), sort_keys=False))
-        if side == "ansible":
-            proc = subprocess.run([str(tool), "-i", "localhost,", "-c", "local", str(book)], capture_output=True,
-                                  text=True, timeout=300, cwd=work, env={"PATH": "/usr/bin:/bin", "HOME": str(work),
-                                                                         "ANSIBLE_LOCAL_TEMP": str(work / "tmp")})
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-        else:
-            res = run_playbook(str(book), inventory={"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
-            assert res.exit_code == 0, res.error or res.tasks
-        found.append(json.loads((out / "debug.json").read_text()))
-    return found[0], found[1]
+    folders = each_tool_writes(work, playbook, {"all": {"hosts": {"localhost": {"ansible_connection": "local"}}}})
+    theirs, ours = (json.loads((out / "debug.json").read_text()) for out in folders)
+    return theirs, ours
 
 
 @pytest.mark.parametrize("name", list(CASES))
