@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from engine.api import run_playbook
+from engine.api import RunResult, run_playbook
 from tests.helpers import required_ansible_tool
 
 HOST = "h"
@@ -44,6 +44,16 @@ def real_ansible_playbook(playbook: Path, inventory: Path, env: dict | None = No
             "ANSIBLE_LOCAL_TEMP": str(playbook.parent / ".ansible-tmp")}
     return subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inventory), str(playbook)],
                           capture_output=True, text=True, timeout=timeout, cwd=playbook.parent, env={**base, **(env or {})})
+
+
+def both_succeed(theirs: Path, mine: Path, inventory: Path) -> tuple[subprocess.CompletedProcess, RunResult]:
+    """(ansible-playbook's process, our run): playbook `theirs` run by real ansible-playbook and `mine` by ours (the
+    same file or two alike), on one inventory file; both asserted to succeed."""
+    proc = real_ansible_playbook(theirs, inventory)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    res = run_playbook(str(mine), inventory=str(inventory))
+    assert res.exit_code == 0, res.error or [t for t in res.tasks if t.get("status") == "failed"]
+    return proc, res
 
 
 def each_tool_writes(work: Path, playbook, inventory: dict, env: dict | None = None) -> tuple[Path, Path]:

@@ -3,8 +3,7 @@ inside a `that: "{{ checks }}"` list); the playbook's own asserts say so, and re
 
 from __future__ import annotations
 
-from engine.api import run_playbook
-from tests.engine.playbook.ansible_side import local_inventory, real_ansible_playbook
+from tests.engine.playbook.ansible_side import both_succeed, local_inventory
 
 PLAYBOOK = """\
 - hosts: all
@@ -29,8 +28,4 @@ PLAYBOOK = """\
 def test_templated_conditions_register_their_deprecation_as_ansible_playbook(tmp_path):
     pb = tmp_path / "pb.yml"
     pb.write_text(PLAYBOOK)
-    inv = local_inventory(tmp_path)
-    proc = real_ansible_playbook(pb, inv)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    ours = run_playbook(pb, inv)
-    assert ours.exit_code == 0, ours.error or [t for t in ours.tasks if t.get("status") == "failed"]
+    both_succeed(pb, pb, local_inventory(tmp_path))

@@ -12,13 +12,12 @@ import jinja2
 import pytest
 import yaml
 
-from engine.api import run_playbook
 from engine.errors import TaskError
 from engine.template.environment import environment
 from engine.template.loader import include_loader
 from engine.template.taint import Taint, close_frame, note, open_frame
 from engine.template.templar import Templar
-from tests.engine.playbook.ansible_side import local_inventory, real_ansible_playbook
+from tests.engine.playbook.ansible_side import both_succeed, local_inventory
 
 FILES = {
     "templates/shared.j2": "shared {{ x }}\n",
@@ -58,10 +57,7 @@ def test_includes_and_imports_are_found_as_ansible_finds_them(tmp_path):
     for name, text in FILES.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    inventory = local_inventory(tmp_path)
-    proc = real_ansible_playbook(_book(tmp_path, "ansible"), inventory)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert run_playbook(str(_book(tmp_path, "ours")), inventory=str(inventory)).exit_code == 0
+    both_succeed(_book(tmp_path, "ansible"), _book(tmp_path, "ours"), local_inventory(tmp_path))
     assert _read(tmp_path / "ours") == _read(tmp_path / "ansible")
     assert _read(tmp_path / "ours")["role.txt"] == "role macro X\nshared Xnear Xin the role's own folder[role data X]"  # one newline gone
 

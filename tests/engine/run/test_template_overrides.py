@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.api import run_playbook
 from engine.template.overrides import OverrideError, split_overrides
-from tests.engine.playbook.ansible_side import local_inventory, real_ansible_playbook
+from tests.engine.playbook.ansible_side import both_succeed, local_inventory
 
 TEMPLATES = {
     "strings.j2": "#jinja2:variable_start_string:'<<' , variable_end_string:'>>'\na: << a >>\nb: {{ a }}\n",
@@ -34,10 +33,7 @@ def test_in_template_overrides_are_ansibles(tmp_path):
     (tmp_path / "templates").mkdir()
     for name, text in TEMPLATES.items():
         (tmp_path / "templates" / name).write_text(text)
-    inventory = local_inventory(tmp_path)
-    proc = real_ansible_playbook(_book(tmp_path, "ansible"), inventory)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert run_playbook(str(_book(tmp_path, "ours")), inventory=str(inventory)).exit_code == 0
+    both_succeed(_book(tmp_path, "ansible"), _book(tmp_path, "ours"), local_inventory(tmp_path))
     for name in TEMPLATES:
         assert (tmp_path / "ours" / f"{name}.out").read_text() == (tmp_path / "ansible" / f"{name}.out").read_text()
     assert (tmp_path / "ours" / "strings.j2.out").read_text() == "a: A\nb: {{ a }}\n"
