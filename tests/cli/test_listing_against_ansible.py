@@ -9,14 +9,13 @@ there, where Ansible's syntax check passes it)."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.cli.helpers import invoke
-from tests.helpers import required_ansible_tool
+from tests.engine.playbook.ansible_side import real_ansible_playbook
 
 PLAYBOOK = [
     {"name": "First play", "hosts": "all", "gather_facts": False, "tasks": [
@@ -34,11 +33,6 @@ INVENTORY = {"all": {"hosts": {"h1": {"ansible_connection": "local"}},
                                                     "h3": {"ansible_connection": "local"}}}}}}
 
 
-@pytest.fixture(scope="module")
-def ansible_playbook() -> Path:
-    return required_ansible_tool("ansible-playbook")
-
-
 @pytest.fixture()
 def files(tmp_path) -> tuple[Path, Path]:
     pb, inv = tmp_path / "pb.yaml", tmp_path / "inv.yaml"
@@ -47,10 +41,8 @@ def files(tmp_path) -> tuple[Path, Path]:
     return pb, inv
 
 
-def run_ansible(tool: Path, pb: Path, inv: Path, *flags: str) -> tuple[int, str]:
-    proc = subprocess.run([str(tool), "-i", str(inv), str(pb), *flags], capture_output=True, text=True, timeout=120,
-                          cwd=pb.parent, env={"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(pb.parent),
-                                              "ANSIBLE_LOCAL_TEMP": str(pb.parent / ".ansible-tmp")})
+def run_ansible(pb: Path, inv: Path, *flags: str) -> tuple[int, str]:
+    proc = real_ansible_playbook(pb, inv, timeout=120, args=flags)
     return proc.returncode, proc.stdout
 
 
@@ -77,25 +69,25 @@ def parsed(text: str) -> list[dict]:
     ["--list-hosts"], ["--list-tasks"], ["--list-tags"], ["--list-hosts", "--list-tasks", "--list-tags"],
     ["--list-tasks", "-t", "a"], ["--list-tasks", "--skip-tags", "b"], ["--list-hosts", "-l", "h2"],
 ])
-def test_listings_match_ansible_playbook(ansible_playbook, files, flags):
+def test_listings_match_ansible_playbook(files, flags):
     pb, inv = files
     ours_code, ours = invoke("play", str(pb), "-i", str(inv), *flags)
-    theirs_code, theirs = run_ansible(ansible_playbook, pb, inv, *flags)
+    theirs_code, theirs = run_ansible(pb, inv, *flags)
     assert ours_code == theirs_code == 0, (ours, theirs)
     assert parsed(ours) == parsed(theirs), f"ours:\n{ours}\nansible-playbook:\n{theirs}"
     assert len(parsed(ours)) == 2
 
 
-def test_syntax_check_passes_and_refuses_like_ansible_playbook(ansible_playbook, files, tmp_path):
+def test_syntax_check_passes_and_refuses_like_ansible_playbook(files, tmp_path):
     pb, inv = files
     ours_code, ours = invoke("play", str(pb), "-i", str(inv), "--syntax-check")
-    theirs_code, theirs = run_ansible(ansible_playbook, pb, inv, "--syntax-check")
+    theirs_code, theirs = run_ansible(pb, inv, "--syntax-check")
     assert ours_code == theirs_code == 0 and f"playbook: {pb}" in ours and "playbook: " in theirs, (ours, theirs)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False,
                                     "tasks": [{"name": "x", "no_such_module_here": {"a": 1}}]}]))
     ours_code, ours = invoke("play", str(bad), "-i", str(inv), "--syntax-check")
-    theirs_code, _ = run_ansible(ansible_playbook, bad, inv, "--syntax-check")
+    theirs_code, _ = run_ansible(bad, inv, "--syntax-check")
     assert ours_code == theirs_code == 4, ours
     assert "unknown module 'no_such_module_here'" in ours and "Traceback" not in ours
 

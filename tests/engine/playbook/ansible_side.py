@@ -37,12 +37,13 @@ def local_inventory(folder: Path, host: str = "h1") -> Path:
     return path
 
 
-def real_ansible_playbook(playbook: Path, inventory: Path, env: dict | None = None,
-                          timeout: float = 300) -> subprocess.CompletedProcess:
-    """Real ansible-playbook on `playbook`, in its folder, with a clean environment (HOME and the temp folder there)."""
+def real_ansible_playbook(playbook: Path, inventory: Path, env: dict | None = None, timeout: float = 300,
+                          args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Real ansible-playbook on `playbook` (command-line `args` after it), in its folder, with a clean environment
+    (HOME and the temp folder there)."""
     base = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(playbook.parent),
             "ANSIBLE_LOCAL_TEMP": str(playbook.parent / ".ansible-tmp")}
-    return subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inventory), str(playbook)],
+    return subprocess.run([str(required_ansible_tool("ansible-playbook")), "-i", str(inventory), str(playbook), *args],
                           capture_output=True, text=True, timeout=timeout, cwd=playbook.parent, env={**base, **(env or {})})
 
 

@@ -5,7 +5,6 @@ and ansible_run_tags / ansible_skip_tags."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import yaml
 from engine.api import EXIT_OK, inspect_playbook, run_playbook
 from tests.cli.helpers import invoke
 from tests.cli.test_listing_against_ansible import parsed
-from tests.helpers import required_ansible_tool
+from tests.engine.playbook.ansible_side import real_ansible_playbook
 
 
 def _task(name: str, tags=None, **module) -> dict:
@@ -52,10 +51,8 @@ CASES = [
 ]
 
 
-def run_ansible(tool: Path, pb: Path, inv: Path, *flags: str) -> tuple[int, str, str]:
-    proc = subprocess.run([str(tool), "-i", str(inv), str(pb), *flags], capture_output=True, text=True, timeout=120,
-                          cwd=pb.parent, env={"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(pb.parent),
-                                              "LC_ALL": "C.UTF-8", "ANSIBLE_LOCAL_TEMP": str(pb.parent / ".tmp")})
+def run_ansible(pb: Path, inv: Path, *flags: str) -> tuple[int, str, str]:
+    proc = real_ansible_playbook(pb, inv, {"LC_ALL": "C.UTF-8"}, timeout=120, args=flags)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -68,11 +65,6 @@ def our_flags(flags: list[str]) -> dict:
     return {"tags": split_tags(tags), "skip_tags": split_tags(skip)}
 
 
-@pytest.fixture(scope="module")
-def ansible_playbook() -> Path:
-    return required_ansible_tool("ansible-playbook")
-
-
 @pytest.fixture()
 def files(tmp_path) -> tuple[Path, Path]:
     pb, inv = tmp_path / "pb.yaml", tmp_path / "inv.yaml"
@@ -83,15 +75,15 @@ def files(tmp_path) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("flags", CASES, ids=lambda f: " ".join(f) or "none")
-def test_list_tasks_selects_as_ansible_playbook(ansible_playbook, files, flags):
+def test_list_tasks_selects_as_ansible_playbook(files, flags):
     pb, inv = files
-    code, theirs, _ = run_ansible(ansible_playbook, pb, inv, "--list-tasks", "--list-tags", *flags)
+    code, theirs, _ = run_ansible(pb, inv, "--list-tasks", "--list-tags", *flags)
     ours_code, ours = inspect_playbook(pb, inv, listings={"tasks", "tags"}, **our_flags(flags))
     assert ours_code == code == EXIT_OK, (ours, theirs)
     assert parsed(ours) == parsed(theirs), f"ours:\n{ours}\nansible-playbook:\n{theirs}"
 
 
-def test_play_tags_and_role_entry_tags_are_listed_as_ansible_playbook(ansible_playbook, tmp_path):
+def test_play_tags_and_role_entry_tags_are_listed_as_ansible_playbook(tmp_path):
     (tmp_path / "roles" / "a" / "tasks").mkdir(parents=True)
     (tmp_path / "roles" / "a" / "tasks" / "main.yml").write_text(yaml.safe_dump([_task("Role_task")]))
     pb, inv = tmp_path / "pb.yaml", tmp_path / "inv.yaml"
@@ -102,7 +94,7 @@ def test_play_tags_and_role_entry_tags_are_listed_as_ansible_playbook(ansible_pl
     ]))
     inv.write_text(yaml.safe_dump({"all": {"hosts": {"h1": {"ansible_connection": "local"}}}}))
     for flags in ([], ["--tags", "tag1"], ["--skip-tags", "tag1"], ["--tags", "p1"]):
-        code, theirs, _ = run_ansible(ansible_playbook, pb, inv, "--list-tasks", *flags)
+        code, theirs, _ = run_ansible(pb, inv, "--list-tasks", *flags)
         ours_code, ours = inspect_playbook(pb, inv, listings={"tasks"}, **our_flags(flags))
         mine, them = parsed(ours), parsed(theirs)
         for play in mine + them:  # a role's tasks also carry the role's name here (docs/ANSIBLE.md)
@@ -134,11 +126,11 @@ RUN_TAGS_PLAY = [{"hosts": "all", "gather_facts": False, "tasks": [
     (["--tags", "untagged,tag3"], ["tag3", "untagged"], []), (["--tags", "tagged", "--skip-tags", "tag1"],
                                                               ["tagged"], ["tag1"]),
 ])
-def test_ansible_run_tags_as_ansible_playbook(ansible_playbook, files, flags, run, skip):
+def test_ansible_run_tags_as_ansible_playbook(files, flags, run, skip):
     pb, inv = files
     pb.write_text(yaml.safe_dump(RUN_TAGS_PLAY))
     expect = ["-e", yaml.safe_dump({"expect_run": run, "expect_skip": skip}, default_flow_style=True).strip()]
-    code, out, err = run_ansible(ansible_playbook, pb, inv, *flags, *expect)
+    code, out, err = run_ansible(pb, inv, *flags, *expect)
     assert code == 0, out + err
     res = run_playbook(pb, inv, extra_vars={"expect_run": run, "expect_skip": skip}, **our_flags(flags))
     assert res.exit_code == 0, res.error or res.tasks
