@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ansible_side import registered_by_ansible  # noqa: E402
+from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
 
-from engine.api import run_playbook  # noqa: E402
 from tests.helpers import required_ansible_tool  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="useradd and groupadd need root")
@@ -77,12 +75,7 @@ def both(tmp_path_factory):
     try:
         theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), work / "home", work,
                                        [(cid, _named(t, "dfta")) for cid, t in SEQUENCE])
-        book = work / "ours.yaml"
-        tasks = [dict(_named(t, "dfto"), name=cid, ignore_errors=True) for cid, t in SEQUENCE]
-        book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-        run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-        assert not run.error, run.error
-        ours = {r.task: r.result for r in run.results}
+        ours = registered_by_ours(work / "ours.yaml", [(cid, _named(t, "dfto")) for cid, t in SEQUENCE])
     finally:
         for prefix in ("dfta", "dfto"):
             _cleanup(prefix)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ansible_side import registered_by_ansible  # noqa: E402
+from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
 
 from engine.api import run_playbook  # noqa: E402
 from tests.helpers import required_ansible_tool  # noqa: E402
@@ -116,12 +116,7 @@ def ensure_python3_apt() -> None:
 
 
 def ours_run(work: Path, tasks: list[tuple[str, dict]]) -> dict:
-    book = work / "ours.yaml"
-    play = [dict(t, name=cid, ignore_errors=True) for cid, t in tasks]
-    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": play}], sort_keys=False))
-    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    assert not run.error, run.error
-    return {r.task: r.result for r in run.results}
+    return registered_by_ours(work / "ours.yaml", tasks)
 
 
 def ansible_run(work: Path, tasks: list[tuple[str, dict]]) -> dict:

@@ -10,10 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
-import yaml
-from _ansible_side import registered_by_ansible
+from _ansible_side import registered_by_ansible, registered_by_ours
 
-from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
 
 # id, task ("@": the case's folder)
@@ -63,12 +61,7 @@ def both(tmp_path_factory):
             (work / side / cid).mkdir(parents=True)
     (work / "home").mkdir()
     theirs = registered_by_ansible(tool, work / "home", work, [(cid, _task(t, work / "ansible" / cid)) for cid, t in CASES])
-    book = work / "ours.yaml"
-    tasks = [dict(_task(t, work / "ours" / cid), name=cid, ignore_errors=True) for cid, t in CASES]
-    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    assert not run.error, run.error
-    ours = {r.task: r.result for r in run.results}
+    ours = registered_by_ours(work / "ours.yaml", [(cid, _task(t, work / "ours" / cid)) for cid, t in CASES])
     return work, theirs, ours
 
 

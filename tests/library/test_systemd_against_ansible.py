@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _ansible_side import registered_by_ansible
+from _ansible_side import registered_by_ansible, registered_by_ours
 
 from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
@@ -71,12 +71,7 @@ def both(tmp_path_factory):
     (work / "home").mkdir()
     theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), work / "home", work,
                                    _tasks(fake, states["ansible"]))
-    book = work / "ours.yaml"
-    tasks = [dict(t, name=cid, ignore_errors=True) for cid, t in _tasks(fake, states["ours"])]
-    book.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-    run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
-    assert not run.error, run.error
-    return states, theirs, {r.task: r.result for r in run.results}
+    return states, theirs, registered_by_ours(work / "ours.yaml", _tasks(fake, states["ours"]))
 
 
 @pytest.mark.parametrize("cid", [c[0] for c in SEQUENCE])
