@@ -179,3 +179,17 @@ def registered_by_ours(book: Path, tasks: list[tuple[str, dict]]) -> dict:
     run = run_playbook(str(book), inventory={"all": {"hosts": {"h": {"ansible_connection": "local"}}}})
     assert not run.error, run.error
     return {r.task: r.result for r in run.results}
+
+
+def placed(value, marks: dict[str, str]):
+    """`value` (a case's task, or a result) with each mark in its strings replaced, in the order given: the case
+    tables write a side's folder, names or server as marks, so that one table serves both tools."""
+    if isinstance(value, str):
+        for mark, text in marks.items():
+            value = value.replace(mark, text)
+        return value
+    if isinstance(value, list):
+        return [placed(v, marks) for v in value]
+    if isinstance(value, dict):
+        return {k: placed(v, marks) for k, v in value.items()}
+    return value

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
+from _ansible_side import placed, registered_by_ansible, registered_by_ours  # noqa: E402
 
 from tests.helpers import required_ansible_tool  # noqa: E402
 
@@ -50,13 +50,7 @@ SIDE_DEPENDENT = {"uid", "gid", "group"}  # ids the system picks for each side's
 
 
 def _named(value, prefix: str):
-    if isinstance(value, str):
-        return value.replace("P-", prefix + "-")
-    if isinstance(value, list):
-        return [_named(v, prefix) for v in value]
-    if isinstance(value, dict):
-        return {k: _named(v, prefix) for k, v in value.items()}
-    return value
+    return placed(value, {"P-": prefix + "-"})
 
 
 def _cleanup(prefix: str) -> None:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from _ansible_side import registered_by_ansible, registered_by_ours
+from _ansible_side import placed, registered_by_ansible, registered_by_ours
 
 from tests.helpers import required_ansible_tool
 
@@ -70,11 +70,7 @@ def server(tmp_path_factory):
 
 
 def _task(task, folder: Path, base: str):
-    if isinstance(task, str):
-        return task.replace("@", str(folder)).replace("U/", base + "/")
-    if isinstance(task, dict):
-        return {k: _task(v, folder, base) for k, v in task.items()}
-    return task
+    return placed(task, {"@": str(folder), "U/": base + "/"})
 
 
 @pytest.fixture(scope="module")

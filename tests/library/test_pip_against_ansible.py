@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _ansible_side import registered_by_ansible, registered_by_ours
+from _ansible_side import placed, registered_by_ansible, registered_by_ours
 
 from tests.helpers import isolate_pip, required_ansible_tool
 
@@ -56,18 +56,8 @@ def _wheel(folder: Path, version: str) -> None:
             zf.writestr(path, text)
 
 
-def _point(task, side: Path, wheels: Path):
-    if isinstance(task, str):
-        return task.replace("@", str(side)).replace(" F", f" {wheels}")
-    if isinstance(task, dict):
-        return {k: _point(v, side, wheels) for k, v in task.items()}
-    if isinstance(task, list):
-        return [_point(v, side, wheels) for v in task]
-    return task
-
-
 def _tasks(side: Path, wheels: Path) -> list[tuple[str, dict]]:
-    return [(cid, dict(_point(t, side, wheels), environment=ENV)) for cid, t in SEQUENCE]
+    return [(cid, dict(placed(t, {"@": str(side), " F": f" {wheels}"}), environment=ENV)) for cid, t in SEQUENCE]
 
 
 @pytest.fixture(scope="module")

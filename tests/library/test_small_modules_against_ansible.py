@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from _ansible_side import registered_by_ansible, registered_by_ours
+from _ansible_side import placed, registered_by_ansible, registered_by_ours
 
 from tests.helpers import required_ansible_tool
 
@@ -34,13 +34,7 @@ FIELDS = ("ping", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "ski
 
 
 def _task(task: dict, folder: Path) -> dict:
-    def point(v):
-        if isinstance(v, str):
-            return v.replace("@", str(folder))
-        if isinstance(v, dict):
-            return {k: point(x) for k, x in v.items()}
-        return v
-    return {k: point(v) for k, v in task.items()}
+    return placed(task, {"@": str(folder)})
 
 
 def _describe(result: dict, folder: Path) -> dict:

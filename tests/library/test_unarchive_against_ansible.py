@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _ansible_side import registered_by_ansible, registered_by_ours
+from _ansible_side import placed, registered_by_ansible, registered_by_ours
 
 from engine.api import run_playbook
 from tests.helpers import required_ansible_tool
@@ -78,22 +78,12 @@ def _archive(folder: Path) -> None:
             zf.writestr(info, data or b"")
 
 
-def _point(task, folder: Path, files: Path):
-    if isinstance(task, str):
-        return task.replace("@", str(folder)).replace("F/", f"{files}/")
-    if isinstance(task, dict):
-        return {k: _point(v, folder, files) for k, v in task.items()}
-    if isinstance(task, list):
-        return [_point(v, folder, files) for v in task]
-    return task
-
-
 def _tasks(side: Path, files: Path) -> list[tuple[str, dict]]:
     out = []
     for cid, task in SEQUENCE:
         if cid in BEFORE:
             out.append((f"edit-{cid}", {"copy": {"dest": str(side / BEFORE[cid]), "content": "edited\n"}}))
-        out.append((cid, _point(task, side, files)))
+        out.append((cid, placed(task, {"@": str(side), "F/": f"{files}/"})))
     return out
 
 
