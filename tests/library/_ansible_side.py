@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -193,3 +194,13 @@ def placed(value, marks: dict[str, str]):
     if isinstance(value, dict):
         return {k: placed(v, marks) for k, v in value.items()}
     return value
+
+
+def registered_by_both(work: Path, tasks: Callable[[Path], list[tuple[str, dict]]]) -> dict:
+    """{case id: (Ansible's result, ours, Ansible's case folder, ours)}: `tasks(folder)` gives the (case id, task)
+    pairs for one side's cases under `folder` (work/ansible/t for Ansible, work/ourside/t for ours), each side's
+    run by its tool."""
+    home, mine = work / "ansible", work / "ourside"
+    theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), home, home, tasks(home / "t"))
+    ours = registered_by_ours(mine / "book.yaml", tasks(mine / "t"))
+    return {cid: (theirs[cid], ours[cid], home / "t" / cid, mine / "t" / cid) for cid in theirs}

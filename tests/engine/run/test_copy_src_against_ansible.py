@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "library"))
-from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
+from _ansible_side import registered_by_both  # noqa: E402
 
 from engine.run.actions.files import INLINE_LIMIT  # noqa: E402
-from tests.helpers import required_ansible_tool  # noqa: E402
 
 SMALL = b"5feac65e line\nsecond\n"
 LARGE = b"x" * (INLINE_LIMIT + 10)
@@ -98,7 +97,6 @@ def _fields(result: dict, folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("copy-src")
-    tool = required_ansible_tool("ansible-playbook")
     for side in ("ansible", "ourside"):
         files = work / side / "files"
         files.mkdir(parents=True)
@@ -109,10 +107,7 @@ def both(tmp_path_factory) -> dict:
         _source_tree(files / "tree")
         for cid, *_rest in CASES:
             _build(work / side / "t" / cid)
-    home = work / "ansible"
-    theirs = registered_by_ansible(tool, home, home, _tasks(home / "t"))
-    ours = registered_by_ours(work / "ourside" / "book.yaml", _tasks(work / "ourside" / "t"))
-    return {cid: (theirs[cid], ours[cid], home / "t" / cid, work / "ourside" / "t" / cid) for cid, *_r in CASES}
+    return registered_by_both(work, _tasks)
 
 
 @pytest.mark.parametrize("cid", [c[0] for c in CASES])

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "library"))
-from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
-
-from tests.helpers import required_ansible_tool  # noqa: E402
+from _ansible_side import registered_by_both  # noqa: E402
 
 TEMPLATES = {
     "blocks.j2": "{% for i in [1, 2] %}\n    {% if i %}\nline {{ i }}\n    {% endif %}\n{% endfor %}\nend\n",
@@ -63,7 +61,6 @@ def _tree(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("template")
-    tool = required_ansible_tool("ansible-playbook")
     for side in ("ansible", "ourside"):
         (work / side / "templates").mkdir(parents=True)
         for name, text in TEMPLATES.items():
@@ -71,10 +68,7 @@ def both(tmp_path_factory) -> dict:
             os.chmod(work / side / "templates" / name, 0o640)
         for cid, *_rest in CASES:
             _build(work / side / "t" / cid)
-    home = work / "ansible"
-    theirs = registered_by_ansible(tool, home, home, _tasks(home / "t"))
-    ours = registered_by_ours(work / "ourside" / "book.yaml", _tasks(work / "ourside" / "t"))
-    return {cid: (theirs[cid], ours[cid], home / "t" / cid, work / "ourside" / "t" / cid) for cid, *_r in CASES}
+    return registered_by_both(work, _tasks)
 
 
 @pytest.mark.parametrize("cid", [c[0] for c in CASES])
