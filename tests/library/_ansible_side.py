@@ -204,3 +204,9 @@ def registered_by_both(work: Path, tasks: Callable[[Path], list[tuple[str, dict]
     theirs = registered_by_ansible(required_ansible_tool("ansible-playbook"), home, home, tasks(home / "t"))
     ours = registered_by_ours(mine / "book.yaml", tasks(mine / "t"))
     return {cid: (theirs[cid], ours[cid], home / "t" / cid, mine / "t" / cid) for cid in theirs}
+
+
+def same_flags(theirs: dict, ours: dict, *flags: str) -> None:
+    """Each flag (failed, changed, skipped) set in both results or in neither: the first thing a case compares."""
+    for flag in flags:
+        assert bool(ours.get(flag)) == bool(theirs.get(flag)), (flag, theirs, ours)

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
+from _ansible_side import registered_by_ansible, registered_by_ours, same_flags  # noqa: E402
 
 from engine.api import run_playbook  # noqa: E402
 from tests.helpers import required_ansible_tool  # noqa: E402
@@ -146,8 +146,7 @@ def both(tmp_path_factory):
 def test_apt_as_ansibles(both, cid):
     theirs, ours = both
     t, o = theirs[cid], ours[cid]
-    assert bool(o.get("failed")) == bool(t.get("failed")), (t, o)
-    assert bool(o.get("changed")) == bool(t.get("changed")), (t, o)
+    same_flags(t, o, "failed", "changed")
     if t.get("failed"):
         assert o["msg"] == t["msg"], (t["msg"], o["msg"])
         return

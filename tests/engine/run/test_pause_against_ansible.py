@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "library"))
-from _ansible_side import registered_by_ansible, registered_by_ours  # noqa: E402
+from _ansible_side import registered_by_ansible, registered_by_ours, same_flags  # noqa: E402
 
 from tests.helpers import required_ansible_tool  # noqa: E402
 
@@ -39,7 +39,7 @@ def both(tmp_path_factory):
 def test_pause_answers_as_ansibles(both, cid):
     theirs, ours, _took = both
     t, o = theirs[cid], ours[cid]
-    assert bool(o.get("failed")) == bool(t.get("failed")), (t, o)
+    same_flags(t, o, "failed")
     if t.get("failed"):
         assert o["msg"] == t["msg"]
         return
