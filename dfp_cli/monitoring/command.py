@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from dfp_cli.monitoring.dashboard import DASHBOARD_FILE, dashboard_json, sdk_missing
 from dfp_cli.monitoring.hosts import HostView, fleet_setting, view_of
 from dfp_cli.monitoring.rules import GPU_MEMORY_METRIC, rules_file
 from dfp_cli.monitoring.targets import RULES_FILE, scrape_config, target_files
@@ -43,19 +45,28 @@ def read_hosts(opts: dict) -> list[HostView]:
 def documents(views: list[HostView]) -> dict[str, Any]:
     """{path relative to the output folder: data} of every file the command writes."""
     window, hold = fleet_setting(views, "monitoring_window"), fleet_setting(views, "monitoring_for")
-    return {CONFIG_FILE: scrape_config(views), RULES_FILE: rules_file(views, window, hold), **target_files(views)}
+    board = {} if sdk_missing() else {DASHBOARD_FILE: dashboard_json(window)}
+    return {CONFIG_FILE: scrape_config(views), RULES_FILE: rules_file(views, window, hold), **target_files(views),
+            **board}
+
+
+def document_text(rel: str, data: Any) -> str:
+    """A .json document as JSON (Grafana imports it; JSON has no comments), any other as YAML under HEADER."""
+    if rel.endswith(".json"):
+        return json.dumps(data, indent=2) + "\n"
+    import yaml  # here: `invoke --list` stays fast
+    return HEADER + yaml.safe_dump(data, sort_keys=False, width=1 << 16, allow_unicode=True)
 
 
 def write_documents(out: str, docs: dict[str, Any]) -> list[str]:
-    """Each document as YAML (PyYAML, keys in the order built), written whole then renamed into place."""
-    import yaml  # here: `invoke --list` stays fast
+    """Each document (document_text, keys in the order built), written whole then renamed into place."""
     written = []
     for rel, data in docs.items():
         path = Path(out) / rel
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(HEADER + yaml.safe_dump(data, sort_keys=False, width=1 << 16, allow_unicode=True), encoding="utf-8")
+            tmp.write_text(document_text(rel, data), encoding="utf-8")
             os.replace(tmp, path)
         except OSError as exc:
             raise UserError(f"--out {out}: cannot write {path} ({exc.strerror}); give a folder you can write to") from None
@@ -74,7 +85,8 @@ def host_lines(views: list[HostView]) -> list[str]:
     if not any(v.gpu_exporter_port for v in views):
         lines.append(f"note: no host sets gpu_exporter_port: DflashGpuMemoryHeldWithoutServer reads {GPU_MEMORY_METRIC} "
                      "(NVIDIA dcgm-exporter), and the tool's textfile holds no GPU memory, so it sees no data yet")
-    return lines
+    missing = sdk_missing()
+    return lines + ([f"note: {missing}"] if missing else [])
 
 
 def monitoring(c: Any = None, **opts: Any) -> None:
@@ -83,7 +95,7 @@ def monitoring(c: Any = None, **opts: Any) -> None:
 
     try:
         if not opts.get("out"):
-            raise UserError("--out DIR is required: the folder prometheus.yml, rules/ and targets/ are written to")
+            raise UserError("--out DIR is required: the folder prometheus.yml, rules/, targets/ and grafana/ are written to")
         views = read_hosts(opts)
         written = write_documents(os.path.expanduser(opts["out"]), documents(views))
     except UserError as exc:
