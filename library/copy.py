@@ -16,7 +16,8 @@ Beside them ours: msg, sha256 (of the content). tests/library/test_copy_against_
 
 dest's missing folders are created (0755 less the umask, or directory_mode, each) only for a dest ending in `/`,
 as Ansible's; a missing folder otherwise fails with Ansible's "Destination directory ... does not exist".
-Where it differs on purpose: `validate` without %s is refused before
+Where it differs on purpose: in check mode that missing folder is a change, not a failure (on a fresh host the task
+that makes it is only reported, so a check run of a whole role would otherwise stop there); `validate` without %s is refused before
 anything is compared; remote_src validates the copy, where
 Ansible sets the task's mode and owner on src itself to validate it; mode preserve with content is refused
 (Ansible's takes its controller temp file's 0600); the result has no `src` for content (Ansible's names its
@@ -343,6 +344,9 @@ def missing_folder(args: dict, dest: str, ctx: Context) -> dict | None:
     if os.path.lexists(dest) or os.path.isdir(folder):
         return None
     if not args["dest"].endswith("/"):
+        if ctx.check:  # on a fresh host an earlier task (skipped in check mode) makes it: the write would happen
+            return {"changed": True, "src": args["src"],
+                    "msg": f"would write {dest}; its folder {folder} does not exist yet (an earlier task is to make it)"}
         raise ModuleError(f"Destination directory {folder} does not exist")  # Ansible's words
     if not ctx.check:
         return None

@@ -32,9 +32,10 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _vault_secrets_per_test():
     """Each test is one run, as a CLI process is: a value another test decrypted (a vault's "5") is not its secret."""
-    from engine.parsing import vault
+    from engine.parsing import vault, yamlfile
 
     vault.forget_revealed()
+    yamlfile.forget_loaded()
     yield
 
 

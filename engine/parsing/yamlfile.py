@@ -124,6 +124,12 @@ class LoadBudget:
 _cache: dict[tuple[str, float], tuple[Any, int, int]] = {}  # (path, mtime) -> (data, bytes, values)
 
 
+def forget_loaded() -> None:
+    """Drop the parsed files: with vault.forget_revealed, a process running unrelated runs in turn (the test suite)
+    reads each file again, as a new CLI process does, so its vault values are secrets again."""
+    _cache.clear()
+
+
 def load_yaml(path: str | Path, what: str = "file", budget: LoadBudget | None = None) -> Any:
     """Parse a YAML file; a syntax error or an unbounded file becomes a UserError naming the file. With a
     `budget` (a playbook's load), the file is charged to it each time it is loaded, also from the cache."""

@@ -116,11 +116,11 @@ class HostStart:
 
     def _say_notes(self, state: HostState) -> None:
         """What the connection had to say (a kept-connection daemon that did not answer and was bypassed), as
-        warnings of a "Connecting" result: shown by the console, kept in the reports."""
+        warnings of a "Connecting" notice: shown as warnings, kept in the reports, counted in no recap column."""
         notes = state.client.transport.notes if state.client is not None else []
         if notes:
-            self.executor.record(state, TaskResult(state.host.name, "Connecting", None, "-", "ok", False,
-                                                   " ".join(notes), 0.0, {"warnings": list(notes)}))
+            self.executor.notice(TaskResult(state.host.name, "Connecting", None, "-", "ok", False, " ".join(notes), 0.0,
+                                            {"warnings": list(notes)}, notice=True))
 
     def _play_become(self, state: HostState, play: Play) -> bool:
         """Who the play's lock and facts run as (its become keywords, else the host's ansible_become*)."""

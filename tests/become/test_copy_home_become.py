@@ -24,7 +24,7 @@ def test_copy_to_a_tilde_dest_with_become_lands_in_the_become_users_home(become_
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)
     (src / "sub" / "b.txt").write_text("bee\n")
-    tasks = [{"name": "push a file", "copy": {"src": str(tmp_path / "a.txt"), "dest": f"~/{folder}/state/a.txt",
+    tasks = [{"name": "push a file", "copy": {"src": str(tmp_path / "a.txt"), "dest": f"~/{folder}/state/",
                                               "mode": "0600"}},
              {"name": "push a folder", "copy": {"src": f"{src}/", "dest": f"~/{folder}/tree/"}}]
     book = playbook(tmp_path, [dict(t, become=True, become_user=TARGET_USER) for t in tasks])

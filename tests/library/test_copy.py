@@ -283,6 +283,13 @@ def test_a_missing_folder_fails_as_ansible_without_a_slash(tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+def test_check_mode_counts_a_missing_folder_as_a_change(tmp_path):
+    """On a fresh host the task that makes the folder only reports in check mode: the copy after it would write."""
+    res = call({"dest": str(tmp_path / "a" / "f"), "content": "x"}, check=True)
+    assert res["changed"] and "does not exist yet" in res["msg"], res
+    assert not (tmp_path / "a").exists()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
 def test_owner_and_group_are_set_and_then_unchanged(tmp_path):
     dest = tmp_path / "owned"

@@ -191,6 +191,7 @@ def test_first_found_also_looks_in_files_as_ansible_before_2_19_did(project):
 def test_a_template_task_and_a_variable_use_lookups_and_the_text_stays_data(project, tmp_path):
     (project / "templates" / "app.conf.j2").write_text("motd={{ lookup('file', 'curly.txt') }}\nenv={{ from_env }}\n")
     dest = project / "out" / "app.conf"
+    dest.parent.mkdir()
     res = run(project, [
         {"name": "conf", "template": {"src": "app.conf.j2", "dest": str(dest)}},
         {"name": "keep", "set_fact": {"kept": "{{ lookup('file', 'curly.txt') }}"}},
