@@ -39,7 +39,7 @@ class Delegation:
         if not (isinstance(rendered, str) and rendered.strip()):
             raise TaskError(f"{task.source} ('{task.name}'): delegate_to gave {rendered!r}, not a host name; fix the "
                             "template or the variable it reads")
-        check_delegate(task, rendered.strip(), taint, self.states)
+        check_delegate(task, rendered.strip(), taint)
         return rendered.strip()
 
     def target(self, state: HostState, play: Play, task: Task, view, connect: bool) -> HostState:

@@ -80,7 +80,7 @@ def reach_of(call: ActionCall) -> Reach:
 def check_name(call: ActionCall) -> None:
     """The trust rule: the control node reads no file chosen by another host's answer."""
     for key in NAME_ARGS:
-        hosts = foreign(call.taints.get(key), call.executor.variables.states)
+        hosts = foreign(call.taints.get(key))
         if hosts:
             raise TaskError(
                 f"{call.where()}: the {call.task.module} {key} {call.args.get(key)!r} is built from what "

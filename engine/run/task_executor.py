@@ -398,7 +398,7 @@ class TaskExecutor:
         action = handles(task.module, args)
         target = self._target(state, play, task, view, action)
         check_remote_user(task, target.host, view, self.templar)
-        check_task(task, target, taints, env_taint, self.variables.states)  # engine/run/trust.py: before anything runs
+        check_task(task, target, taints, env_taint)  # engine/run/trust.py: before anything runs
         taint = union([*taints.values(), env_taint])
         state.task_taint.add(taint)
         with target.client_lock, target.client.acting_as(identity) if target.client is not None else nullcontext():

@@ -53,15 +53,12 @@ def answer_taint(host: str, connection: str, module: str | None = None) -> Taint
     return Taint()
 
 
-def foreign(taint: Taint | None, states: Mapping[str, HostState]) -> list[str]:
-    """The hosts other than the control node whose answers the value read."""
-    if not taint or not taint.hosts:
-        return []
-    return sorted(h for h in taint.hosts if not (h in states and runs_here(states[h].host.connection)))
+def foreign(taint: Taint | None) -> list[str]:
+    """The hosts whose answers the value read (the control node's own carry none: `answer_taint`)."""
+    return sorted(taint.hosts) if taint else []
 
 
-def check_task(task: Task, target: HostState, arg_taints: Mapping[str, Taint], env_taint: Taint | None,
-               states: Mapping[str, HostState]) -> None:
+def check_task(task: Task, target: HostState, arg_taints: Mapping[str, Taint], env_taint: Taint | None) -> None:
     """Refuse the task before anything runs when a host's answer would choose its code on the control node."""
     for key in SHELL_CODE.get(task.module, ()):
         taint = arg_taints.get(key)
@@ -76,21 +73,21 @@ def check_task(task: Task, target: HostState, arg_taints: Mapping[str, Taint], e
     where = f"{task.source} ('{task.name}')"
     # a playbook's own module: what it does with an argument is unknown, so every one counts as code
     for key in arg_taints if is_user_module(task.module) else code_args(task.module):
-        hosts = foreign(arg_taints.get(key), states)
+        hosts = foreign(arg_taints.get(key))
         if hosts:
             raise TaskError(f"{where}: the {task.module} argument '{key}' is built from what {', '.join(hosts)} "
                             f"returned, and this task runs on the control node ({target.host.name}), where a host's "
                             f"answer never chooses the program, the file or the address; {FIX}.")
-    hosts = foreign(env_taint, states)
+    hosts = foreign(env_taint)
     if hosts:
         raise TaskError(f"{where}: the task's environment is built from what {', '.join(hosts)} returned, and this "
                         f"task runs on the control node ({target.host.name}), where a host's answer never sets the "
                         f"environment of a program (BASH_ENV, LD_PRELOAD, PATH); {FIX}.")
 
 
-def check_delegate(task: Task, name: str, taint: Taint, states: Mapping[str, HostState]) -> None:
+def check_delegate(task: Task, name: str, taint: Taint) -> None:
     """delegate_to names where the playbook's task runs: never a host's answer."""
-    hosts = foreign(taint, states)
+    hosts = foreign(taint)
     if hosts:
         raise TaskError(f"{task.source} ('{task.name}'): delegate_to gave '{name}', built from what "
                         f"{', '.join(hosts)} returned, and a host's answer never chooses where a task runs; {FIX}.")
