@@ -46,7 +46,8 @@ def documents(views: list[HostView]) -> dict[str, Any]:
     """{path relative to the output folder: data} of every file the command writes."""
     window, hold = fleet_setting(views, "monitoring_window"), fleet_setting(views, "monitoring_for")
     board = {} if sdk_missing() else {DASHBOARD_FILE: dashboard_json(window)}
-    return {CONFIG_FILE: scrape_config(views), RULES_FILE: rules_file(views, window, hold), **target_files(views),
+    every = fleet_setting(views, "monitoring_scrape_interval")
+    return {CONFIG_FILE: scrape_config(views, every), RULES_FILE: rules_file(views, window, hold), **target_files(views),
             **board}
 
 

@@ -22,7 +22,7 @@ from engine.errors import UserError
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 SNAPSHOT_RE = re.compile(r"/snapshots/([0-9a-f]{40})(?:/|$)")
 LOOPBACK = ("127.", "::1", "localhost")
-FLEET_WIDE = ("monitoring_window", "monitoring_for")  # one range and one `for` per rule file
+FLEET_WIDE = ("monitoring_window", "monitoring_for", "monitoring_scrape_interval")  # one of each per Prometheus
 
 
 @dataclass

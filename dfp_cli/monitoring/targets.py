@@ -36,13 +36,14 @@ def _job(name: str, target_file: str, metrics_path: str = "/metrics") -> dict:
     return {"job_name": name, "metrics_path": metrics_path, "file_sd_configs": [{"files": [target_file]}]}
 
 
-def scrape_config(views: list[HostView]) -> dict:
-    """prometheus.yml: the rule file and one job per kind of target (paths relative to the file itself)."""
+def scrape_config(views: list[HostView], every: str = SCRAPE_INTERVAL) -> dict:
+    """prometheus.yml: the rule file and one job per kind of target (paths relative to the file itself); `every`
+    (monitoring_scrape_interval) is how often it scrapes and evaluates the rules."""
     jobs = [_job("vllm", TARGET_FILES["vllm"]), _job("vllm-health", TARGET_FILES["vllm"], "/health"),
             _job("node", TARGET_FILES["node"])]
     if any(v.gpu_exporter_port for v in views):
         jobs.append(_job("gpu", TARGET_FILES["gpu"]))
-    return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+    return {"global": {"scrape_interval": every, "evaluation_interval": every},
             "rule_files": [RULES_FILE], "scrape_configs": jobs}
 
 

@@ -19,6 +19,7 @@ COMMIT_T, COMMIT_D = "a" * 40, "b" * 40
 SETTINGS = {"groups": ["gpu"], "local": False, "vllm_port": 8000, "served_model_name": "qwen", "target_revision": None,
             "drafter_revision": COMMIT_D, "min_acceptance_rate": 0.3, "min_mean_acceptance_length": None,
             "node_exporter_port": 9100, "gpu_exporter_port": 9400, "monitoring_window": "5m", "monitoring_for": "2m",
+            "monitoring_scrape_interval": "15s",
             "ttft_p99_max_s": 5.0, "tpot_p99_max_s": 0.25, "prompts_share_prefixes": True,
             "prefix_cache_min_query_tokens_per_s": 100, "gpu_free_threshold_mib": None}
 
