@@ -19,6 +19,7 @@ from dflash_host.host.tokens import read_secret
 from dflash_host.models.config import locate_model, looks_like_path, read_config_json
 from dflash_host.module import ModuleError
 from dflash_host.vllm.cluster import check_node_address, cluster_settings
+from dflash_host.vllm.runner import runner_env
 from dflash_host.vllm.values import MANAGED_FLAGS, check_env, check_extra_args, check_launch_values, check_line, line_problem
 
 SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "SECRET")
@@ -368,6 +369,8 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
 
     drafter = located(args, "drafter_model")
     env = _environment(args, fdef["env"], target_cfg is not None and (not drafter or drafter_cfg is not None))
+    runner = runner_env(drafter_cfg, os.path.join(os.path.expanduser(drafter or ""), "config.json"), env)
+    env.update(runner)  # a DFlash 2 drafter drafts as DFlash 1 on the V1 runner, silently (vllm.runner)
     check_node_address(cluster, env)
     check_assembled(argv, env)
     return {
@@ -383,6 +386,7 @@ def resolve(args: dict, is_multimodal: Any = None, table: dict | None = None) ->
         "speculative": spec_cfg,
         "language_model_only": bool(values.get("language_model_only", lmo)),
         "expected_architectures": _expected_architectures(args, target_cfg, drafter_cfg),
+        "runner_env": runner,
         "models": {"target": model_stat(model), "drafter": model_stat(drafter) if drafter else None},
     }
 

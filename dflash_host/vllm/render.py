@@ -202,6 +202,8 @@ def render_files(p: dict, launch: dict, spec: dict, want: dict, ctx: Context) ->
     }
     if launch.get("cluster"):
         result["cluster"] = launch["cluster"]
+    if spec.get("runner_env"):  # set by the launch for the drafter (vllm.runner): said, since vllm_env lacks it
+        result["runner_env"] = spec["runner_env"]
     if not result["changed"]:
         where = f"on port {spec['port']}" if spec["port"] is not None else "as a headless node"
         result["msg"] = f"launch for {spec['served_model_name']} {where} is as rendered ({launch['mode']} mode)"
