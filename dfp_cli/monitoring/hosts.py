@@ -8,6 +8,7 @@ path, a command or a template on the control node. The inventory's own word wins
 
 from __future__ import annotations
 
+import base64
 import importlib
 import json
 import re
@@ -79,11 +80,11 @@ class HostView:
 
 
 def parsed_json(result: Any) -> dict:
-    """A `cat` task's JSON output ({} when the file is missing or is not a JSON object)."""
-    if not isinstance(result, dict) or result.get("rc") != 0:
+    """A `slurp` task's file as a JSON object ({} when the file is missing or is not a JSON object)."""
+    if not isinstance(result, dict) or result.get("failed") or result.get("encoding") != "base64":
         return {}
     try:
-        data = json.loads(result.get("stdout") or "")
+        data = json.loads(base64.b64decode(str(result.get("content") or ""), validate=True))
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

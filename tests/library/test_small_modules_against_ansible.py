@@ -1,7 +1,7 @@
-"""ping, tempfile and raw against real ansible-playbook: the same tasks run by Ansible and by us on localhost
+"""ping, tempfile, raw and slurp against real ansible-playbook: the same tasks run by Ansible and by us on localhost
 (`ansible_connection: local`), in plain and check mode; compared: failed, changed, skipped, the fields Ansible
 returns (ping; tempfile's path, its kind, mode and place, its name's prefix and suffix; raw's rc, stdout, stderr,
-their lines), and raw's one-line form."""
+their lines; slurp's content, encoding and source, its failures' words), and raw's one-line form."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ CASES = [
     ("raw-executable", {"raw": "echo $0", "args": {"executable": "/bin/bash"}}),
     ("raw-fails", {"raw": "echo before; exit 3"}),
     ("raw-check", {"raw": "touch @/made", "check_mode": True}),
+    ("slurp", {"slurp": {"src": "@/data"}}),
+    ("slurp-path", {"slurp": {"path": "@/data"}, "check_mode": True}),
+    ("slurp-missing", {"slurp": {"src": "@/nope"}}),
+    ("slurp-folder", {"slurp": {"src": "@"}}),
 ]
-FIELDS = ("ping", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "skipped")
+FIELDS = ("ping", "content", "encoding", "source", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "skipped")
 
 
 def _task(task: dict, folder: Path) -> dict:
@@ -53,6 +57,7 @@ def both(tmp_path_factory):
     for side in ("ansible", "ours"):
         for cid, _t in CASES:
             (work / side / cid).mkdir(parents=True)
+            (work / side / cid / "data").write_bytes(b"two\nlines \x00\xff")
     (work / "home").mkdir()
     theirs = registered_by_ansible(tool, work / "home", work, [(cid, _task(t, work / "ansible" / cid)) for cid, t in CASES])
     ours = registered_by_ours(work / "ours.yaml", [(cid, _task(t, work / "ours" / cid)) for cid, t in CASES])
