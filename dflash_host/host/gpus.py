@@ -172,17 +172,18 @@ def smi(cmd: str | None, args: list[str], timeout: float = DEFAULT_TIMEOUT_S) ->
     return out
 
 
-def query_gpus(cmd: str | None) -> list[dict]:
-    """Every GPU the driver sees (see parse_gpu_csv); NoDriver when there is no usable driver."""
+def query_gpus(cmd: str | None, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:
+    """Every GPU the driver sees (see parse_gpu_csv); NoDriver when there is no usable driver. `timeout` bounds
+    each nvidia-smi call (the host agent, dflash_host.monitor, gives its period)."""
     cmd = cmd or COMMAND
     fields: tuple = GPU_FIELDS
     try:
-        out = smi(cmd, ["--query-gpu=" + ",".join(fields), CSV_FORMAT])
+        out = smi(cmd, ["--query-gpu=" + ",".join(fields), CSV_FORMAT], timeout)
     except NoDriver as exc:
         if "compute_cap" not in str(exc):  # "Field "compute_cap" is not a valid field to query."
             raise
         fields = tuple(f for f in GPU_FIELDS if f != "compute_cap")
-        out = smi(cmd, ["--query-gpu=" + ",".join(fields), CSV_FORMAT])
+        out = smi(cmd, ["--query-gpu=" + ",".join(fields), CSV_FORMAT], timeout)
     try:
         gpus = parse_gpu_csv(out, fields)
     except ValueError as exc:

@@ -9,7 +9,8 @@ only, and only from here (tests/library/test_imports.py); the parts are private 
   a cluster node         probe_node(args), verify_node(args, ctx), refuse_one_host(args): library/vllm_cluster
   a measurement server   start_measurement, stop_measurement, forget_measurement (args, ctx): library/vllm_variant
   read from outside      paths(pidfile) and the one readers of the files beside it: read_launch(path) (the
-                         launch record: the tool's, or None), read_env(paths)
+                         launch record: the tool's, or None), read_env(paths); launch_state(launch, paths):
+                         whether the server runs and was started from that launch (the host agent, dflash_host.monitor)
   its API and counters   base_url(host, port), request(url, ...); spec_decode_counters, delta, acceptance,
                          per_position_counts (vLLM's /metrics, for the speed measurements)
   what this vLLM offers  vllm_facts(venv_python, server_env): its version and features, asked of its files
@@ -41,7 +42,7 @@ from dflash_host.vllm.metrics import acceptance, delta, per_position_counts, spe
 from dflash_host.vllm.node import probe_node, refuse_one_host, verify_node
 from dflash_host.vllm.probe import base_url, request
 from dflash_host.vllm.process import stop_owner
-from dflash_host.vllm.records import paths, read_env, read_launch
+from dflash_host.vllm.records import launch_state, paths, read_env, read_launch
 from dflash_host.vllm.server import ensure_running, render, stop
 from dflash_host.vllm.status import status
 
@@ -53,7 +54,7 @@ __all__ = [
     # a measurement server
     "start_measurement", "stop_measurement", "forget_measurement",
     # the files beside a pidfile, read from outside
-    "paths", "read_launch", "read_env",
+    "paths", "read_launch", "read_env", "launch_state",
     # its HTTP API and vLLM's /metrics
     "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
     # what the serving environment's vLLM offers

@@ -66,7 +66,7 @@ FRONT = {
     "render", "ensure_running", "stop", "status", "stop_owner",
     "probe_node", "verify_node", "refuse_one_host",
     "start_measurement", "stop_measurement", "forget_measurement",
-    "paths", "read_launch", "read_env",
+    "paths", "read_launch", "read_env", "launch_state",
     "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
     "vllm_facts",
 }
