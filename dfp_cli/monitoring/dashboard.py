@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dfp_cli.monitoring.rules import LOSING_LOW, names
+from dfp_cli.monitoring.rules import (
+    AGENT_GPU_MEMORY,
+    AGENT_SERVER_RUNNING,
+    GPU_MEMORY_METRIC,
+    GPU_MEMORY_PER_HOST,
+    LOSING_LOW,
+    names,
+)
 
 DASHBOARD_FILE = "grafana/dflash.json"
 UID = "dflash-fleet"
@@ -49,11 +56,27 @@ def _series(title: str, unit: str, queries: list[tuple[str, str]], description: 
     return panel
 
 
-def _right_axis(panel: Any, ref: str, unit: str) -> Any:
-    """Query `ref` on its own right-hand axis (k beside a load, say)."""
+def _right_axis(panel: Any, refs: tuple[str, ...], unit: str) -> Any:
+    """Queries `refs` on their own right-hand axis (k beside a load, say)."""
     from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
-    return panel.override_by_query(ref, [DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
-                                         DynamicConfigValue(id_val="unit", value=unit)])
+    for ref in refs:
+        panel = panel.override_by_query(ref, [DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+                                              DynamicConfigValue(id_val="unit", value=unit)])
+    return panel
+
+
+def _gpu_memory() -> Any:
+    """Per GPU: memory in use (the host agent's nvidia-smi reading; DCGM's where scraped) and total, the leak alert's
+    threshold, and whether the tool's server runs (right axis): memory held with no server is what that alert says."""
+    return _right_axis(_series("GPU memory", "mbytes", [
+        (f"{AGENT_GPU_MEMORY}{{{HOST_SEL}}}", "GPU {{gpu}} used"),
+        (f"{GPU_MEMORY_METRIC}{{{HOST_SEL}}}", "GPU {{gpu}} used (DCGM)"),
+        (f"dflash_gpu_memory_total_mib{{{HOST_SEL}}}", "GPU {{gpu}} total"),
+        (f"dflash:gpu_free_max_mib{{{HOST_SEL}}}", "held above (gpu_free_threshold_mib)"),
+        (f"max by (host) ({AGENT_SERVER_RUNNING}{{{HOST_SEL}}})", "server of ours running")],
+        "GPU memory per GPU (MiB) against the threshold above which gpu-cleanup counts it held, and whether the "
+        "tool's vLLM server runs (1, right axis): memory held while it does not is DflashGpuMemoryHeldWithoutServer"),
+        ("E",), "none")
 
 
 def overview_queries(window: str) -> list[tuple[str, str]]:
@@ -66,6 +89,7 @@ def overview_queries(window: str) -> list[tuple[str, str]]:
         (n["length"], "mean acceptance length"),
         ('count by (host) (ALERTS{alertstate="firing"}) or on(host) (0 * max by (host) (up{job="vllm"}))',
          "alerts firing"),
+        (GPU_MEMORY_PER_HOST, "GPU MiB"),
     ]
 
 
@@ -75,7 +99,8 @@ def _fleet_table(window: str) -> Any:
     from grafana_foundation_sdk.models.dashboard import DataTransformerConfig
     queries = overview_queries(window)
     panel = table.Panel().title("Fleet").datasource(_ds()).show_header(True).height(8).span(16).description(
-        f"Per host: vLLM /metrics up, /health ready, served model, acceptance over {window}, alerts firing now")
+        f"Per host: vLLM /metrics up, /health ready, served model, acceptance over {window}, alerts firing now, "
+        "GPU memory in use (DCGM where scraped, else the host agent's nvidia-smi reading)")
     for i, (expr, _) in enumerate(queries):
         panel = panel.with_target(_query(expr, "", chr(ord("A") + i), table=True))
     renames = {f"Value #{chr(ord('A') + i)}": title for i, (_, title) in enumerate(queries)}
@@ -83,7 +108,7 @@ def _fleet_table(window: str) -> Any:
                                                            options={"byField": "host", "mode": "outer"})) \
         .with_transformation(DataTransformerConfig(id_val="organize", options={
             "excludeByName": {"Time": True, "Time 1": True, "Time 2": True, "Time 3": True, "Time 4": True,
-                              "Time 5": True}, "renameByName": renames}))
+                              "Time 5": True, "Time 6": True}, "renameByName": renames}))
 
 
 def _alerts_table() -> Any:
@@ -126,9 +151,14 @@ def host_panels(window: str) -> list[Any]:
         _right_axis(_series("k against the load", "none", [
             (f"sum by (host) (vllm:num_requests_running{{{HOST_SEL}}})", "running requests"),
             (f"{LOSING_LOW}{{{HOST_SEL}}}", "drafter not paying from (c={{concurrency}}, {{verdict}})"),
-            (f"max by (host) (dflash_num_speculative_tokens{{{HOST_SEL}}})", "k (last measurement)")],
+            (f"max by (host) (dflash_num_speculative_tokens{{{HOST_SEL}}})", "k (last measurement)"),
+            (f"max by (host) (dflash_running_num_speculative_tokens{{{HOST_SEL}}})", "k (running)"),
+            (f"max by (host, batch_size_min, batch_size_max) (dflash_running_schedule_num_speculative_tokens"
+             f"{{{HOST_SEL}}})", "k at batch {{batch_size_min}}-{{batch_size_max}} (running schedule)")],
             "Requests running now, the loads from which the host's own measurement found the drafter not paying, "
-            "and k (right axis) as the last speed measurement recorded it"), "C", "none"),
+            "and k (right axis): the running server's (the host agent's textfile: its launch, and tune's schedule "
+            "per batch size) and the one the last speed measurement recorded"), ("C", "D", "E"), "none"),
+        _gpu_memory(),
         _series("Measured speed-up", "none", [
             (f"dflash_speedup{{{HOST_SEL}}}", "c={{concurrency}}"),
             (f"dflash_speedup_low{{{HOST_SEL}}}", "c={{concurrency}} 95 % low"),

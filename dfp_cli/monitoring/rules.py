@@ -15,8 +15,13 @@ from dflash_host.vllm.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS
 from dfp_cli.monitoring.hosts import HostView
 from dfp_cli.monitoring.loads import LosingBand
 
-# dcgm-exporter's framebuffer memory in use (MiB) per GPU: the tool's textfile holds no GPU memory (see README)
+# dcgm-exporter's framebuffer memory in use (MiB) per GPU, where a host sets gpu_exporter_port; elsewhere the host
+# agent's textfile (dflash_host/monitor/textfile.py): its nvidia-smi reading and whether the tool's server runs
 GPU_MEMORY_METRIC = "DCGM_FI_DEV_FB_USED"
+AGENT_GPU_MEMORY = "dflash_gpu_memory_used_mib"
+AGENT_SERVER_RUNNING = "dflash_server_running"
+# MiB per host: DCGM's where it answers for the host, else the agent's (PromQL `or` keeps the left side per host)
+GPU_MEMORY_PER_HOST = f"(sum by (host) ({GPU_MEMORY_METRIC}) or sum by (host) ({AGENT_GPU_MEMORY}))"
 MEASURED_AT = "dflash_measurement_timestamp_seconds"  # the tool's textfile (dflash_host/speed/prom_textfile.py)
 LOSING_LOW, LOSING_HIGH = "dflash:drafter_losing_load_low", "dflash:drafter_losing_load_high"
 # the floors and ceilings per host: recorded name -> how a HostView gives it (None: not checked there)
@@ -132,8 +137,8 @@ def alert_rules(window: str, hold: str) -> list[dict]:
                f"{COMPARE} (the same prompts with and without the drafter); if the hits return without it, "
                f"{WITHOUT_DRAFTER}"),
         _alert("DflashGpuMemoryHeldWithoutServer",
-               f"sum by (host) ({GPU_MEMORY_METRIC}) > on(host) dflash:gpu_free_max_mib "
-               'unless on(host) up{job="vllm"} == 1', "critical",
+               f"{GPU_MEMORY_PER_HOST} > on(host) dflash:gpu_free_max_mib "
+               f'unless on(host) up{{job="vllm"}} == 1 unless on(host) {AGENT_SERVER_RUNNING} == 1', "critical",
                f"{HOST}: {{{{ $value | printf \"%.0f\" }}}} MiB of GPU memory held while no server of ours runs (an orphaned engine?)",
                f"invoke teardown --host {HOST} (stops the server's leftover processes and proves the GPU free), "
                f"then invoke provision --host {HOST}"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -25,8 +26,10 @@ SETTINGS = {"groups": ["gpu"], "local": False, "vllm_port": 8000, "served_model_
 
 
 def cat(data: dict | None) -> dict:
-    """What the playbook's `cat` task registers for a JSON file (rc 1: no such file)."""
-    return {"rc": 1, "stdout": ""} if data is None else {"rc": 0, "stdout": json.dumps(data)}
+    """What the playbook's `slurp` task registers for a JSON file (failed: no such file)."""
+    if data is None:
+        return {"failed": True, "msg": "file not found: /nowhere"}
+    return {"content": base64.b64encode(json.dumps(data).encode()).decode(), "encoding": "base64", "source": "/x"}
 
 
 def registered(address: str, record: dict | None, launch: dict | None = None, **settings) -> dict:

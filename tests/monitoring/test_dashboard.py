@@ -11,6 +11,7 @@ import re
 import pytest
 import yaml
 
+from dflash_host.monitor import textfile as host_textfile
 from dflash_host.speed import prom_textfile
 from dfp_cli.monitoring import rules as R
 from dfp_cli.monitoring.command import documents, host_lines, write_documents
@@ -27,6 +28,7 @@ VLLM = {  # ../shared/reference/observability.md: "What vLLM exposes"
 VLLM_HISTOGRAMS = {"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                    "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds"}
 PROMETHEUS = {"up", "ALERTS"}  # Prometheus' own: scrape health, and the alerts of the rule file
+DCGM = R.GPU_MEMORY_METRIC  # NVIDIA dcgm-exporter's framebuffer memory in use (the `gpu` job, where gpu_exporter_port is set)
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset",
             "inf", "nan"}
 
@@ -57,7 +59,7 @@ def known_metrics() -> set[str]:
     """vLLM's names (histograms with their series), Prometheus' own, our recorded names, the textfile's."""
     recorded = {r["record"] for g in R.rules_file(fleet(), WINDOW, "2m")["groups"] for r in g["rules"] if "record" in r}
     histograms = {h + suffix for h in VLLM_HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
-    return VLLM | histograms | PROMETHEUS | recorded | set(prom_textfile.HELP)
+    return VLLM | histograms | PROMETHEUS | recorded | set(prom_textfile.HELP) | set(host_textfile.HELP) | {DCGM}
 
 
 def test_the_written_json_is_the_sdks_builder_output_and_round_trips_through_its_model(tmp_path):
@@ -72,7 +74,7 @@ def test_the_written_json_is_the_sdks_builder_output_and_round_trips_through_its
     titles = [p["title"] for p in board["panels"]]
     assert titles == ["Fleet", "Fleet", "Alerts firing", "Host $host", "Throughput", "TTFT p50 / p99",
                       "TPOT p50 / p99", "Acceptance per position", "Acceptance", "k against the load",
-                      "Measured speed-up"]
+                      "GPU memory", "Measured speed-up"]
     assert len({p["id"] for p in board["panels"]}) == len(board["panels"])
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["datasource"]["query"] == "prometheus"  # imports as is: no __inputs to answer
@@ -88,6 +90,8 @@ def test_the_panels_read_the_recorded_series_the_alerts_compare():
         assert R.names(WINDOW)[key] in exprs
     for name in ("dflash:min_acceptance_rate", "dflash:min_mean_acceptance_length", "dflash:ttft_p99_max_seconds",
                  "dflash:tpot_p99_max_seconds", R.LOSING_LOW, "dflash_num_speculative_tokens", "dflash_speedup",
+                 "dflash_running_num_speculative_tokens", "dflash_running_schedule_num_speculative_tokens",
+                 R.AGENT_GPU_MEMORY, R.AGENT_SERVER_RUNNING, R.GPU_MEMORY_PER_HOST,
                  "dflash_speedup_low", "dflash_speedup_high", 'ALERTS{alertstate="firing"}'):
         assert name in exprs, name
 

@@ -92,6 +92,21 @@ CASES = {  # alert: (input series, [(labels of each firing alert, its value)]); 
 }
 
 
+NODE = {"job": "node", "instance": "n"}
+AGENT = R.AGENT_GPU_MEMORY
+MORE_CASES = [  # the leak alert again, on the host agent's series (dflash_host/monitor) where no DCGM answers
+    ("DflashGpuMemoryHeldWithoutServer", (  # good: its server runs (still loading: vLLM not answering yet);
+        # quiet: DCGM answers for it (300 MiB) and wins over the agent's reading
+        [series(AGENT, "bad", gauge(20000), gpu="0", **NODE), series(AGENT, "bad", gauge(20000), gpu="1", **NODE),
+         series(R.AGENT_SERVER_RUNNING, "bad", gauge(0), **NODE), series("up", "bad", gauge(0), **VLLM),
+         series(AGENT, "good", gauge(40000), gpu="0", **NODE), series(R.AGENT_SERVER_RUNNING, "good", gauge(1), **NODE),
+         series("up", "good", gauge(0), **VLLM),
+         series(AGENT, "quiet", gauge(40000), gpu="0", **NODE), series(R.GPU_MEMORY_METRIC, "quiet", gauge(300), gpu="0"),
+         series(R.AGENT_SERVER_RUNNING, "quiet", gauge(0), **NODE), series("up", "quiet", gauge(0), **VLLM)],
+        [({"host": "bad"}, 40000)])),
+]
+
+
 def rendered(template: str, labels: dict, value: float) -> str:
     """The annotation as Prometheus renders it, for the template forms the rules use."""
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
@@ -137,7 +152,7 @@ def test_every_alert_fires_for_its_fault_and_stays_silent_elsewhere(tmp_path):
         assert rule["annotations"]["runbook"].startswith("invoke "), rule
         assert rule["for"] == HOLD
     tests = {"rule_files": [str(rules_path)], "evaluation_interval": "1m",
-             "tests": [alert_test(alerts[name], case) for name, case in CASES.items()]}
+             "tests": [alert_test(alerts[name], case) for name, case in [*CASES.items(), *MORE_CASES]]}
     test_file = tmp_path / "dflash.rules.test.yml"
     test_file.write_text(yaml.safe_dump(tests, sort_keys=False), encoding="utf-8")
     tested = promtool("test", "rules", str(test_file))
