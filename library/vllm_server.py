@@ -4,7 +4,7 @@
 file holding the secrets, a systemd unit where systemd runs) beside the pidfile; it is `changed`
 only when that launch differs. `started` makes sure a server runs with exactly that launch: a
 running one with the same fingerprint (argv + environment + model files) is checked (health,
-served name, a smoke completion, acceptance) and left alone; otherwise the old one is stopped (whole
+served name, a smoke completion, acceptance, the prefix cache) and left alone; otherwise the old one is stopped (whole
 process tree), the log rotated, a new one started in its own session (or through systemd) and
 watched until ready, failing within about a second when the process dies or logs a fatal line,
 quoting the first exception. `restarted` always restarts (or, with only_if_stale, only when the
@@ -129,6 +129,10 @@ ARGS = {
                        "help": "smoke completions sent after readiness (so that drafts happen)"},
     "smoke_max_tokens": {"type": "int", "default": 32, "var": "smoke_max_tokens",
                          "help": "tokens per smoke completion"},
+    "smoke_burst": {"type": "raw", "default": "auto", "var": "smoke_burst",
+                    "help": "concurrent smoke completions sent once after a start, all of which must complete with "
+                    "the server alive (CUDA-graph crashes under concurrency); auto: max_num_seqs (64 where unset; "
+                    "cpu flavor: at most 4); 0: none"},
     "min_acceptance_rate": {"type": "float", "default": None, "var": "min_acceptance_rate",
                             "help": "accepted / drafted tokens below which acceptance_gate warns or fails"},
     "acceptance_gate": {"type": "str", "default": "warn", "choices": ["warn", "fail"], "var": "acceptance_gate",

@@ -76,6 +76,23 @@ def spec_decode_counters(text: str) -> dict | None:
     return totals
 
 
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+
+
+def prefix_cache_counters(text: str) -> dict | None:
+    """{"queries", "hits"}: prompt tokens looked up in vLLM's prefix cache and found there, summed over their
+    label sets; None when the server exports neither."""
+    out = {"queries": 0.0, "hits": 0.0}
+    found = False
+    for name, _labels, value in parse_samples(text):
+        key = {PREFIX_QUERIES: "queries", PREFIX_HITS: "hits"}.get(name)
+        if key is not None and not math.isnan(value):
+            out[key] += value
+            found = True
+    return out if found else None
+
+
 def delta(after: dict | None, before: dict | None) -> dict | None:
     """Counters accumulated between two readings (a server restart resets them: then use `after`)."""
     if after is None:

@@ -4,7 +4,8 @@ A new server is ready once its log shows the expected `Resolved architecture:` l
 200 and /v1/models lists the served name (wait_until_ready); then smoke completions are sent so that
 drafts happen, and the acceptance they produced is read from /metrics (smoke_and_acceptance). A server
 already running with the wanted launch is verified the same way without a restart (verify_running).
-All of it runs under a Watch (dflash_host.vllm.process), so a server that dies meanwhile fails the
+Then two checks for what vLLM does not report (vllm.smoke_checks): the prefix cache (both) and, on a new
+server, a burst at its max concurrency. All of it runs under a Watch (dflash_host.vllm.process), so a server that dies meanwhile fails the
 proof, quoting its log, and is never reported serving. A headless node of a multi-node vLLM has no HTTP
 API: it is ready once it lives and its log shows vLLM's headless launch line (wait_until_launched,
 verify_headless); its workers and their link to the head are library/vllm_cluster's to verify.
@@ -22,6 +23,7 @@ from dflash_host.vllm.metrics import acceptance, delta, gate, spec_decode_counte
 from dflash_host.vllm.probe import base_url, completion_tokens, request, served_models
 from dflash_host.vllm.process import POLL_S, Follower, NotYet, RunningServer, ServerFailed, Watch
 from dflash_host.vllm.records import read_env
+from dflash_host.vllm.smoke_checks import check_burst, check_prefix_cache
 
 if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context
@@ -149,6 +151,7 @@ def smoke_and_acceptance(
     if launch.get("speculative"):
         verdict, sentence = gate(figures, launch["acceptance"]["min_rate"], launch["acceptance"]["gate"])
         out["acceptance_verdict"], out["acceptance_msg"] = verdict, sentence
+    out.update(check_prefix_cache(launch, api_key, ctx))  # after the acceptance read: its requests are not counted
     return out
 
 
@@ -166,6 +169,7 @@ def wait_until_ready(launch: dict, watch: Watch, api_key: str | None, ctx: Conte
     watch.step(f"/v1/models to list {launch['served_model_name']}", models_probe(url, api_key, launch))
     watch.server.ready()
     figures = smoke_and_acceptance(launch, api_key, watch, ctx)
+    figures.update(check_burst(launch, api_key, watch, ctx))  # a new server only: never a load on a running one
     watch.check()
     figures.update(ready_at=ready_at, ready_wall=ready_wall)
     return figures

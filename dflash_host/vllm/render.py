@@ -23,6 +23,7 @@ from dflash_host.vllm.cluster import refuse_node, wants_cluster
 from dflash_host.vllm.launch import located, masked_env
 from dflash_host.vllm.log import check_log
 from dflash_host.vllm.records import dump, is_tool_file, read_launch, remove_tool_file, render_env_file
+from dflash_host.vllm.smoke_checks import burst_size
 from dflash_host.vllm.systemd_unit import render_unit
 
 if TYPE_CHECKING:  # annotations only
@@ -140,7 +141,8 @@ def launch_record(args: dict, spec: dict, p: dict, mode: str, root: str | None) 
         "models": spec["models"],
         "readiness_timeout_s": args["readiness_timeout_s"],
         "stop_grace_s": args["stop_grace_s"],
-        "smoke": {"prompt": args["smoke_prompt"], "requests": args["smoke_requests"], "max_tokens": args["smoke_max_tokens"]},
+        "smoke": {"prompt": args["smoke_prompt"], "requests": args["smoke_requests"], "max_tokens": args["smoke_max_tokens"],
+                  "burst": burst_size(args.get("smoke_burst"), spec["values"].get("max_num_seqs"), spec["flavor"])},
         "acceptance": {"min_rate": args.get("min_acceptance_rate"), "gate": args["acceptance_gate"]},
         "service_name": args["service_name"],
         "unit_path": unit_path,

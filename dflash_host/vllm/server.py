@@ -88,6 +88,15 @@ def _apply_gate(out: dict, ctx: Context) -> None:
         )
     if verdict == "warn":
         ctx.warn(out["acceptance_msg"])
+    prefix = out.get("prefix_cache_verdict")  # vllm.smoke_checks: a miss fails only under acceptance_gate: fail
+    if prefix == "fail":
+        raise ModuleError(
+            f"prefix cache gate failed: {out['prefix_cache_msg']} (acceptance_gate: fail; the server keeps running)",
+            prefix_cache_failed=True,
+            **{k: v for k, v in out.items() if k != "msg"},
+        )
+    if prefix == "warn":
+        ctx.warn(out["prefix_cache_msg"])
 
 
 def _summary(out: dict, launch: dict) -> str:
@@ -100,6 +109,10 @@ def _summary(out: dict, launch: dict) -> str:
     acc = f", acceptance {rate:.1%}, mean acceptance length {mal:.2f}" if rate is not None else ""
     if acc and (launch.get("acceptance") or {}).get("min_rate") is None:
         acc += " (not judged: no min_acceptance_rate here)"
+    if out.get("prefix_cache_hit_rate") is not None:
+        acc += f", prefix cache hit {out['prefix_cache_hit_rate']:.0%} on a repeated prompt"
+    if out.get("burst_requests"):
+        acc += f", a burst of {out['burst_requests']} concurrent requests served"
     return f"PID {out.get('pid')}, smoke {out.get('smoke_tokens')} tokens{acc}"
 
 

@@ -20,6 +20,12 @@ FAKE_VLLM_MODE (environment) picks the behaviour:
                     dies before answering (the connection drops), leaving its EngineCore child behind
   hang              prints the start-up lines and never listens
   fatal_alive       logs a CUDA out-of-memory traceback and stays alive without listening
+  no_prefix_hits_with_drafter  healthy, but with a drafter its prefix cache never hits (vLLM issues 54360, 51250,
+                    57032); without one it hits like any server
+  crash_on_burst    healthy one request at a time; two completions at once kill the engine with a CUDA-graph
+                    traceback (vLLM 42728, 55279), answer HTTP 500 and the process exits
+Every mode exports the prefix-cache counters: prompt words looked up, and hit in whole 16-word blocks shared
+with an earlier prompt (vllm:prefix_cache_queries_total / _hits_total).
 FAKE_VLLM_KEEP_CORE=1: crash_start exits without stopping its EngineCore child (an orphan that lingers,
 as a vLLM worker can when its parent dies hard). The request crashes always leave it behind.
 FAKE_VLLM_ACCEPT (0..1, default 0) is the fraction of draft tokens accepted.
@@ -136,6 +142,12 @@ REQUEST_TRACEBACK = [
     '  File "/venv/lib/python3.11/site-packages/vllm/v1/attention/backends/cpu_attn.py", line 253, in build',
     "    scheduler_metadata = ops.cpu_attn_get_scheduler_metadata(",
     "RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0",
+]
+BURST_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/vllm/v1/worker/gpu_model_runner.py", line 3105, in execute_model',
+    "    self.cudagraph_dispatcher.replay(batch_descriptor)",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
 ]
 METRICS_TRACEBACK = [
     "EngineCore encountered a fatal error.",
@@ -320,6 +332,18 @@ class State:
         self.metrics_reads = 0
         self.created = time.time()
         self.name = args.served_model_name or args.model
+        self.prompts: list = []
+        self.queries = self.hits = self.inflight = 0
+
+    def lookup(self, prompt: str, hits_allowed: bool) -> None:
+        """The prefix cache: whole 16-word blocks this prompt shares with an earlier one are hits."""
+        words = str(prompt).split()
+        with self.lock:
+            shared = max((next((i for i, (a, b) in enumerate(zip(words, old)) if a != b), min(len(words), len(old)))
+                          for old in self.prompts), default=0)
+            self.queries += len(words)
+            self.hits += (shared // 16) * 16 if hits_allowed else 0
+            self.prompts.append(words)
 
     def metrics(self) -> str:
         labels = f'engine="0",model_name="{self.name}"'
@@ -327,6 +351,12 @@ class State:
             "# HELP vllm:num_requests_running Number of requests in model execution batches.",
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{{{labels}}} 0.0",
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{{{labels}}} {float(self.queries)}",
+            f"vllm:prefix_cache_queries_created{{{labels}}} {self.created}",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{{{labels}}} {float(self.hits)}",
+            f"vllm:prefix_cache_hits_created{{{labels}}} {self.created}",
         ]
         if self.k:
             for name, value in (
@@ -428,6 +458,9 @@ def make_handler(state: State, mode: str, api_key: str | None):
                 self.send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}})
                 return
             state.requests += 1
+            state.lookup(body.get("prompt") or "", not (mode == "no_prefix_hits_with_drafter" and state_k(state)))
+            if mode == "crash_on_burst" and self.burst_crash():
+                return
             if mode == "crash_first_request":
                 for line in REQUEST_TRACEBACK:
                     log("Worker", "ERROR", "multiproc_executor.py:1063", line)
@@ -470,6 +503,22 @@ def make_handler(state: State, mode: str, api_key: str | None):
                     "usage": {"prompt_tokens": 4, "completion_tokens": n, "total_tokens": 4 + n},
                 },
             )
+
+        def burst_crash(self) -> bool:
+            """crash_on_burst: a completion overlapping another kills the engine (True: answered, dying)."""
+            with state.lock:
+                state.inflight += 1
+                together = state.inflight > 1
+            if not together:
+                time.sleep(0.3)  # long enough for the burst's other requests to arrive meanwhile
+                with state.lock:
+                    state.inflight -= 1
+                return False
+            for line in BURST_TRACEBACK:
+                log("EngineCore", "ERROR", "core.py:1061", line)
+            self.send(500, {"error": {"message": "EngineCore encountered an issue.", "type": "InternalServerError", "code": 500}})
+            threading.Timer(0.2, lambda: os._exit(1)).start()
+            return True
 
     return Handler
 

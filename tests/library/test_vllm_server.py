@@ -446,3 +446,53 @@ def test_module_runs_by_hand(fake, tmp_path):
     out = subprocess.run([sys.executable, "-m", "library.vllm_server", str(args)], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout)["changed"]
+
+
+# --------------------------------------------------------------------------- the prefix cache and the burst (vllm.smoke_checks)
+
+
+def test_a_start_checks_the_prefix_cache_and_a_burst_at_max_concurrency_then_a_verify_only_the_cache(fake):
+    res = fake.up(max_num_seqs=3)
+    assert not res["failed"], res["msg"]
+    assert res["prefix_cache_verdict"] == "ok" and res["prefix_cache_hits"] > 0, res
+    assert res["prefix_cache_hit_rate"] > 0.9 and "prefix cache hit" in res["msg"]
+    assert res["burst_requests"] == 3 and res["burst_tokens"] == 3 * 8, res  # max_num_seqs 3 (under the cpu cap 4)
+    assert "a burst of 3 concurrent requests served" in res["msg"]
+    again = fake.call("started")
+    assert not again["changed"] and again["prefix_cache_verdict"] == "ok" and "burst_requests" not in again
+
+
+@pytest.mark.parametrize("gate, failed", [("warn", False), ("fail", True)])
+def test_no_prefix_cache_hits_with_the_drafter_warns_or_fails_with_the_advice(fake, gate, failed):
+    fake.mode = "no_prefix_hits_with_drafter"
+    res = fake.up(acceptance_gate=gate)
+    assert res["failed"] is failed, res["msg"]
+    assert res["prefix_cache_verdict"] == gate and res["prefix_cache_hits"] == 0 and res["prefix_cache_queries"] > 100
+    said = res["msg"] if failed else " ".join(res["warnings"])
+    assert "hit the prefix cache for 0 tokens, with the drafter on" in said, said
+    assert "54360, 51250, 57032" in said and "invoke serving-bench --host H --compare-baseline" in said
+    if failed:
+        assert res["prefix_cache_failed"] and "prefix cache gate failed" in res["msg"]
+
+
+def test_the_same_server_without_the_drafter_hits_the_prefix_cache(fake):
+    fake.mode = "no_prefix_hits_with_drafter"
+    res = fake.up(drafter_model=None, acceptance_gate="fail")
+    assert not res["failed"] and res["prefix_cache_verdict"] == "ok" and res["prefix_cache_hits"] > 0, res["msg"]
+
+
+def test_a_crash_under_the_burst_fails_naming_what_it_saw_and_what_to_do(fake):
+    fake.mode = "crash_on_burst"
+    res = fake.up()  # cpu flavor, max_num_seqs unset: a burst of 4
+    assert res["failed"], res["msg"]
+    assert "concurrent smoke completions failed" in res["msg"] and "HTTP 500" in res["msg"], res["msg"]
+    assert "CUDA error: an illegal memory access was encountered" in res["msg"]  # the log's root cause
+    assert "enforce_eager: true" in res["msg"] and "42728, 55279; z-lab/dflash 146" in res["msg"]
+    assert not fake.pidfile.exists()
+
+
+def test_smoke_burst_zero_sends_none_and_a_bad_value_is_refused(fake):
+    res = fake.up(smoke_burst=0)
+    assert not res["failed"] and "burst_requests" not in res, res["msg"]
+    bad = fake.call("rendered", smoke_burst="many")
+    assert bad["failed"] and "smoke_burst is 'many'" in bad["msg"] and "0 for no burst" in bad["msg"]
