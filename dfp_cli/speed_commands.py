@@ -118,6 +118,7 @@ def bench_figures(registered: dict) -> dict:
     speedup = figures.get("speedup") or (speedup_by_level(runs, base_runs, comparison) if base_runs else {})
     return {"runs": runs, "baseline_runs": base_runs, "speedup": speedup,
             "comparison": comparison, "interleaved": figures.get("interleaved"),
+            "prefix_cache": figures.get("prefix_cache") or {},
             "load_generator": figures.get("load_generator"), "workload": figures.get("workload")}
 
 
@@ -226,6 +227,8 @@ def bench_table(host: str, figures: dict) -> str:
                      f"{figure_text(run.get('acceptance_rate'), '{:.1%}'):>10}  {figure_text(run.get('mean_acceptance_length'), '{:.2f}'):>16}")
     for c, verdict in sorted((figures.get("comparison") or {}).items(), key=lambda kv: int(kv[0])):
         lines.append(f"  concurrency {c}: {verdict.get('says')}")
+    for _c, seen in sorted((figures.get("prefix_cache") or {}).items(), key=lambda kv: int(kv[0])):
+        lines.append(f"  prefix cache: {seen.get('says')}")  # dflash_host/speed/prefix_cache.py
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ A measurement: no server is started, stopped or reconfigured here (changed is al
 nothing). For each concurrency level C: a warm-up (discarded; it also sizes the repetitions), then `repetitions`
 repetitions of at least `min_seconds` (or `requests` requests), each with at most C requests in flight. With a
 baseline server the two take turns (A B A B ...), so drift of the machine hits both. /metrics is read around each
-repetition; the spec-decode `_total` counters' deltas give the acceptance. A level's row holds the medians over
+repetition; the spec-decode `_total` counters' deltas give the acceptance, the prefix-cache ones the hit rate
+of each row (`prefix_cache_hit_rate`; speed_record compares it with the baseline's: dflash_host/speed/prefix_cache.py). A level's row holds the medians over
 its repetitions and each repetition's tokens/s; `comparison` gives, per level, the speed-up with its 95 %
 interval and the verdict (pays, slower, inconclusive: dflash_host/speed/stats.py).
 
@@ -28,9 +29,11 @@ from dflash_host.host.files import read_bytes
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.speed.bench_result import aggregate_row, summary
 from dflash_host.speed.generator import LoadGenerator
+from dflash_host.speed.prefix_cache import prefix_delta, prefix_figures
 from dflash_host.speed.speedup import compare_levels
 from dflash_host.speed.workload import WorkloadError, builtin_requests, cycle, describe_builtin, describe_file, parse_prompts
 from dflash_host.vllm import base_url, delta, paths, read_env, read_launch, request, spec_decode_counters
+from dflash_host.vllm.metrics import prefix_cache_counters
 
 ARGS = {
     "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile: its launch record gives the address, served model, tokenizer and API key"},
@@ -157,11 +160,12 @@ def check_serving(server: dict, args: dict) -> int | None:
 
 
 def read_counters(url: str) -> tuple:
-    """(answered, spec-decode counters or None) from /metrics."""
+    """(answered, (spec-decode counters or None, prefix-cache counters or None)) from /metrics."""
     res = request(url + "/metrics", timeout=10)
     if res.status != 200:
-        return False, None
-    return True, spec_decode_counters(res.body.decode("utf-8", "replace"))
+        return False, (None, None)
+    text = res.body.decode("utf-8", "replace")
+    return True, (spec_decode_counters(text), prefix_cache_counters(text))
 
 
 def settled_counters(url: str) -> tuple:
@@ -281,7 +285,8 @@ def _some(wheres: list) -> str:
 
 
 def measure_once(gen: LoadGenerator, level: dict, ctx: Context) -> tuple:
-    """/metrics before, one repetition's load, /metrics after: (load, counters delta or None)."""
+    """/metrics before, one repetition's load, /metrics after: (load, spec-decode delta or None, prefix-cache
+    delta or None)."""
     ok_before, before = settled_counters(level["url"])
     load = gen.run(level)
     ok_after, after = settled_counters(level["url"])
@@ -289,7 +294,9 @@ def measure_once(gen: LoadGenerator, level: dict, ctx: Context) -> tuple:
         ctx.warn(f"/metrics of {level['url']} did not answer around concurrency {level['concurrency']}: its acceptance is unknown")
     if load["failed"]:
         ctx.warn(f"{load['failed']} of {load['requests']} requests failed at concurrency {level['concurrency']} ({level['url']})")
-    return load, (delta(after, before) if ok_before and ok_after else None)
+    if not (ok_before and ok_after):
+        return load, None, None
+    return load, delta(after[0], before[0]), prefix_delta(after[1], before[1])
 
 
 def sized_requests(warm: list, args: dict, base: int) -> int:
@@ -313,15 +320,15 @@ def measure_level(targets: list, c: int, args: dict, workload: dict, ctx: Contex
 
     warm = [measure_once(t["gen"], at(t, base, 0), ctx)[0] for t in targets] if args["warmup"] else []
     count = sized_requests(warm, args, base)
-    loads: dict = {t["name"]: ([], []) for t in targets}
+    loads: dict = {t["name"]: ([], [], []) for t in targets}
     for r in range(args["repetitions"]):
         for t in targets:
             ctx.say(f"serving_bench: concurrency {c}, {t['name']} the drafter, repetition {r + 1} of "
                     f"{args['repetitions']}, {count} requests ({t['gen'].label})")
-            load, counters = measure_once(t["gen"], at(t, count, base + r * count), ctx)
-            loads[t["name"]][0].append(load)
-            loads[t["name"]][1].append(counters)
-    return {t["name"]: aggregate_row(c, *loads[t["name"]], t["gen"].label) for t in targets}
+            for kept, value in zip(loads[t["name"]], measure_once(t["gen"], at(t, count, base + r * count), ctx)):
+                kept.append(value)  # the load, the spec-decode delta, the prefix-cache delta
+    return {t["name"]: dict(aggregate_row(c, *loads[t["name"]][:2], t["gen"].label), **prefix_figures(loads[t["name"]][2]))
+            for t in targets}
 
 
 def headless_node(args: dict) -> dict | None:

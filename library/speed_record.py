@@ -17,6 +17,7 @@ import time
 
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
+from dflash_host.speed.prefix_cache import compare_prefix
 from dflash_host.speed.speedup import by_concurrency, choose_k, compare_levels, gate, schedule
 from dflash_host.speed.state import cached_gate, figures, read_state, state_file_for, utc, write_state, write_textfile
 from dflash_host.vllm import paths, read_launch
@@ -86,6 +87,10 @@ def _record(args: dict, ctx: Context, extra: dict | None = None) -> dict:
     figs = figures(args["runs"], args["baseline_runs"], k, args["load_generator"], args["concurrency"], args["source"],
                    comparison=comparison)
     figs["comparison"] = comparison
+    figs["prefix_cache"] = compare_prefix(args["runs"], args["baseline_runs"])  # the drafter losing the cache
+    for verdict in figs["prefix_cache"].values():
+        if verdict["verdict"] == "lost":
+            ctx.warn(verdict["says"])
     figs["workload"] = args["workload"]
     figs["interleaved"] = args["interleaved"]
     if args["choice"]:

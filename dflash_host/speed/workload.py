@@ -5,8 +5,11 @@ on random tokens says little about the operator's server. Three workloads, each 
 - file: `speed_prompts`, JSONL on the control node (pushed to the host), one request a line:
   {"prompt": "..."} (a completion, sent as written) or {"messages": [{"role": "user", "content": "..."}, ...]}
   (a chat: the target's chat template applies), optionally "max_tokens". Named by its sha256.
-- builtin: chat, code, math and summarisation requests this module writes itself (no copied dataset), the same
-  every time (BUILTIN_VERSION names the set), each a one-turn chat.
+- builtin: chat, code, math, summarisation and support requests this module writes itself (no copied dataset), the
+  same every time (BUILTIN_VERSION names the set), each a one-turn chat. The support requests all start with the
+  same product notes (SUPPORT_NOTES, as a shared system prompt or few-shot block would in real traffic), so the
+  prefix cache has something to hit: serving-bench compares its hit rate with and without the drafter. The notes
+  lead the user turn, not a system message, because vllm bench serve's custom dataset carries one turn only.
 - random: token ids (only when asked: speed_workload random).
 Parsing refuses, naming the file and line, whatever a server would reject or misread. Standard library only.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-BUILTIN_VERSION = "builtin-v1"
+BUILTIN_VERSION = "builtin-v2"
 MAX_FILE_BYTES = 64 * 2**20
 MAX_REQUESTS = 100_000
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -154,11 +157,27 @@ def _summary(i: int) -> str:
     return " ".join(sentences) + f" Summarise this note {length[(i // len(_TOPICS)) % len(length)]}.{pick}"
 
 
-KINDS = {"chat": _chat, "code": _code, "math": _math, "summary": _summary}
+SUPPORT_NOTES = (
+    "Support notes. The Harbor 3 router has four LAN ports and two radios. A ten-second reset with a pin restores "
+    "the password printed under it. Updates run at night, lights blinking blue. Red light: no connection to the "
+    "provider; amber: no address given. Guest networks expire after a day. Warranty: two years. Answer from "
+    "these notes only."
+)
+_SUPPORT = ["The light on my router is red, what do I do?", "How long does the warranty last?",
+            "Can I give my visitors their own network?", "My router blinks blue at night, is it broken?",
+            "I forgot the admin password.", "How many cables can I plug in?", "What does an amber light mean?",
+            "Can I block games on my son's tablet?", "Does the router do 6 GHz?"]
+
+
+def _support(i: int) -> str:
+    return f"{SUPPORT_NOTES}\n\nCustomer: {_SUPPORT[i % len(_SUPPORT)]}{_ASKS[(i // len(_SUPPORT)) % len(_ASKS)]}"
+
+
+KINDS = {"chat": _chat, "code": _code, "math": _math, "summary": _summary, "support": _support}
 
 
 def builtin_requests(count: int = 256) -> list[dict]:
-    """`count` one-turn chat requests, the kinds taking turns (chat, code, math, summary), the same every time."""
+    """`count` one-turn chat requests, the kinds taking turns (chat, code, math, summary, support), the same every time."""
     names = list(KINDS)
     return [{"messages": [{"role": "user", "content": KINDS[names[i % len(names)]](i // len(names))}],
              "kind": names[i % len(names)]} for i in range(count)]

@@ -5,7 +5,9 @@ completion streams `max_tokens` tokens in steps of k+1 (the drafter always agree
 does), one SSE chunk per step with empty text (like a special token), then a usage chunk and [DONE];
 every step counts a draft of k tokens in the spec-decode `_total` counters (with `_created` twins,
 which must never be summed). The API key is checked like vLLM's (only /v1 paths). What each request
-carried is kept in `bodies`.
+carried is kept in `bodies`. The prefix-cache counters count each prompt's words (token ids, or the chat's
+contents) as looked up, and as hits the whole 16-word blocks it shares with an earlier prompt; prefix_hits=False
+stages a cache that never hits (a drafter on a hybrid target: vLLM issues 54360, 51250, 57032).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class StandIn:
     def __init__(self, model="tiny", k=3, agree=True, api_key=None, max_model_len=512, mode="normal",
-                 tokenize=False) -> None:
+                 tokenize=False, prefix_hits=True) -> None:
         self.model, self.k, self.agree, self.api_key = model, k, agree, api_key
         self.tokenize = tokenize  # True: /tokenize counts words (a chat's: each message's, +2 per message), as vLLM answers
         self.max_model_len, self.mode = max_model_len, mode
@@ -26,6 +28,7 @@ class StandIn:
         self.drafts = self.draft_tokens = self.accepted = 0
         self.per_pos = [0] * k
         self.bodies: list = []
+        self.prefix_hits, self.prompts, self.queries, self.hits = prefix_hits, [], 0, 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -52,7 +55,22 @@ class StandIn:
         for i, v in enumerate(self.per_pos):
             lines += [f'{p}num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {float(v)}',
                       f'{p}num_accepted_tokens_per_pos_created{{{lab},position="{i}"}} 1.7e9']
+        lines += [f"vllm:prefix_cache_queries_total{{{lab}}} {float(self.queries)}",
+                  f"vllm:prefix_cache_hits_total{{{lab}}} {float(self.hits)}",
+                  f"vllm:prefix_cache_queries_created{{{lab}}} 1.7e9"]
         return "\n".join(lines) + "\n"
+
+    def lookup(self, body: dict) -> None:
+        """The prefix cache's counters for one request (see the module's docstring)."""
+        prompt = body.get("prompt")
+        words = list(prompt) if isinstance(prompt, list) else (str(prompt).split() if prompt is not None else
+                                                               " ".join(m["content"] for m in body["messages"]).split())
+        with self.lock:
+            shared = max((next((i for i, (a, b) in enumerate(zip(words, old)) if a != b), min(len(words), len(old)))
+                          for old in self.prompts), default=0)
+            self.queries += len(words)
+            self.hits += (shared // 16) * 16 if self.prefix_hits else 0
+            self.prompts.append(words)
 
     def step(self) -> int:
         """One target step: a draft of k tokens, all or none accepted; the tokens it produced."""
@@ -115,6 +133,7 @@ class StandIn:
                 if body.get("model") != standin.model:
                     self.send(404, b'{"error": "The model does not exist."}')
                     return
+                standin.lookup(body)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()

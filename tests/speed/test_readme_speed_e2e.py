@@ -85,7 +85,7 @@ def test_compare_baseline_as_printed_fits_uses_vllm_bench_serve_and_agrees_with_
     assert "max_model_len" not in out  # the built-in workload fits with the default 256 tokens
     heading = next(line for line in out.splitlines() if line.startswith("local ("))
     assert heading.startswith("local (vllm bench serve (vLLM "), heading  # not the built-in client's fallback
-    assert "the built-in mixed workload builtin-v1" in heading
+    assert "the built-in mixed workload builtin-v2" in heading
     page = Path(default_html_dir()) / "local.html"
     assert f"HTML: {page}" in out and page.stat().st_mtime >= started - 1
     assert list(work.iterdir()) == []  # nothing written into the working folder (was ./dflash-speed/)

@@ -38,7 +38,7 @@ def test_a_bad_prompts_file_is_refused_naming_the_file_and_line(raw, why):
 def test_the_builtin_workload_is_deterministic_and_mixed():
     one, two = builtin_requests(256), builtin_requests(256)
     assert one == two and len(one) == 256 and json.dumps(one) == json.dumps(two)
-    assert {r["kind"] for r in one} == {"chat", "code", "math", "summary"}
+    assert {r["kind"] for r in one} == {"chat", "code", "math", "summary", "support"}
     assert len({r["messages"][0]["content"] for r in one}) > 200  # a few hundred different prompts
     info = describe_builtin(one)
     assert info["version"] == BUILTIN_VERSION and info["sha256"] == describe_builtin(two)["sha256"]
