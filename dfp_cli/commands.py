@@ -173,14 +173,19 @@ def _host_status_code(data: dict) -> int:
 def print_report(kind: str, opts: dict) -> None:
     from dfp_cli.summaries import render_summary
 
+    fleet = kind == "status" and bool(opts["group"] or opts["limit"])  # one line per host (dfp_cli/monitoring/fleet)
     try:
         use_vault_password_file(opts["vault_password_file"])
         extra_vars = parse_extra_vars(opts["extra_vars"])
         from engine.api import run_playbook
 
-        result = run_playbook(kind, inventories_of(opts["inventory"], DEFAULT_INVENTORY), extra_vars=extra_vars,
+        inventories = inventories_of(opts["inventory"], DEFAULT_INVENTORY)
+        result = run_playbook("monitoring" if fleet else kind, inventories, extra_vars=extra_vars,
                               limit=limit_of(opts["host"], opts["group"], opts["limit"]), quiet=True,
                               host_defaults=host_defaults_of(opts))
+        if fleet and not result.error:
+            print_fleet(result, opts, inventories, extra_vars)
+            return
     except UserError as exc:
         raise fail_user(exc) from None
     if result.error:
@@ -192,6 +197,18 @@ def print_report(kind: str, opts: dict) -> None:
         for h, data in out.items():
             print(render_summary(kind, h, data))
     code = status_exit_code(out) if kind == "status" else result.exit_code
+    if code:
+        raise Exit(code=code)
+
+
+def print_fleet(result, opts: dict, inventories: list, extra_vars: dict) -> None:
+    """`invoke status --group G` / -l: one line per host (or --json: a list), exit code as for status."""
+    from dfp_cli.monitoring.fleet import fleet_rows, line_of, prometheus_url_of
+
+    out = _reports("status", result)
+    rows = fleet_rows(result, out, opts["group"], prometheus_url_of(inventories, sorted(out), extra_vars))
+    print(json.dumps(rows, indent=2, sort_keys=True, default=str) if opts["json"] else "\n".join(map(line_of, rows)))
+    code = status_exit_code(out)
     if code:
         raise Exit(code=code)
 
