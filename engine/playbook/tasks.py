@@ -6,6 +6,7 @@ here with the file and the task, before any host is touched."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from engine.playbook.roles import (
     tasks_from,
 )
 from engine.playbook.user_modules import add_library, check_user_module
+from engine.report.origin import Locator, origin_lines
 from engine.template.environment import environment
 from engine.template.templar import Templar
 
@@ -401,7 +403,9 @@ def _parse_entry(raw: Any, source: str, ctx: ParseContext) -> list:
             raise UserError(f"{source}: Using '{action}' as a handler is not supported.")
         return spelled_include(import_role(raw, source, ctx), spelled)
     if isinstance(raw, dict) and ({"import_tasks", "include_tasks"} & set(raw)):
-        return spelled_include(import_tasks(raw, source, ctx), spelled)
+        action = next((str(k) for k in spelled if str(k).split(".")[-1] in ("import_tasks", "include_tasks")), None) \
+            if isinstance(spelled, dict) else None
+        return spelled_include(import_tasks(raw, source, ctx, action), spelled)
     task = parse_task(raw, source, ctx.role, ctx.role_dir)
     task.action = spelled_module(spelled, task.module)
     return [task]
@@ -483,7 +487,7 @@ def _looped(raw: dict) -> bool:
     return any(k in raw for k in LOOP_KEYWORDS)
 
 
-def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
+def import_tasks(raw: dict, source: str, ctx: ParseContext, spelled: str | None = None) -> list:
     """`- import_tasks: FILE` (or include_tasks) with optional vars/when/tags/become: the file's tasks here, each
     with those keywords, as Ansible's static import does. The file is found as Ansible finds it (inside a role its
     tasks/ first: task_file_candidates). include_tasks keeps its keywords for itself (its tasks get its vars, and
@@ -497,10 +501,11 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     own_keys = INCLUDE_ONLY_KEYS if include else IMPORT_ONLY_KEYS
     bad = sorted(map(str, set(raw) - IMPORT_KEYS - own_keys - handler_keys - {key}))
     dynamic = include and (_looped(raw) or is_template_text(file))
-    if bad or not isinstance(file, str) or not file.strip():
-        why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "") \
-            if bad else "the file must be a name"
+    if bad:
+        why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "")
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
+    if not isinstance(file, str) or not file.strip():
+        raise UserError(_no_file(raw, source, spelled or key))
     if not include and is_template_text(file):  # a static import's name renders now, as Ansible's
         file = load_time_name(file, ctx, variables_of(raw.get("vars"), source), f"{source} ({key})", key)
     if ctx.play is None and apply:
@@ -512,8 +517,8 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
     import_vars = variables_of(raw.get("vars"), where)
     if include and ctx.play is not None:  # (in handlers read as an import: they reach its tasks that way)
         apply = {**_beside(raw), **apply}
-    if dynamic or (include and ctx.play is not None and "when" in raw and not _task_file_exists(file, ctx)):
-        return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]  # missing behind a when
+    if dynamic:
+        return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]
     if include and ctx.play is None:  # a handler's include is read when notified in Ansible: a file that does
         try:                           # not exist fails the handler then, not the playbook now
             path = _task_file(file, source, ctx)
@@ -525,6 +530,12 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext) -> list:
                 tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
             except UserError:  # Ansible's parser error ends the run once the handler is notified: read it then
                 return _when_notified(raw, key, file, source, ctx)
+    elif include:  # a file missing here or in an import inside it fails the hosts that reach it, as Ansible's
+        try:           # dynamic include does (read again then); any other load error stops the run now
+            path = _task_file(file, source, ctx)
+            tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
+        except IncludeNotFound:
+            return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]
     else:
         path = _task_file(file, source, ctx)
         tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
@@ -564,8 +575,14 @@ def _when_notified(raw: dict, key: str, file: str, source: str, ctx: ParseContex
     return [replace(brought.marker, brings=brought, listen=heard)]  # a copy: no marker holds itself
 
 
-def _task_file_exists(file: str, ctx: ParseContext) -> bool:
-    return any(c.is_file() for c in task_file_candidates(file, ctx))
+def _no_file(raw: dict, source: str, action: str) -> str:
+    """Ansible's parser error for an include or import naming no file, with its `Origin:` block (the task's line
+    and the two before it) under it, as ansible-core 2.19 prints it."""
+    where = Locator().find(source, raw.get("name") or action, action.split(".")[-1])
+    origin = "\n".join(["", *origin_lines(os.path.abspath(where[0]), where[1], where[2])]) if where else ""
+    key = action.split(".")[-1]
+    return (f"No file specified for {action} ({source}); write `- {key}: FILE.yaml` with optional vars, when, tags "
+            f"and become{origin}")
 
 
 def read_task_file(path: Path, ctx: ParseContext, apply: dict, where: str) -> list:
@@ -711,7 +728,9 @@ def _task_file(file: str, source: str, ctx: ParseContext) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
-    raise IncludeNotFound(f"{source}: task file '{file}' not found; looked in {', '.join(dict.fromkeys(map(str, candidates)))}")
+    looked = ", ".join(dict.fromkeys(map(str, candidates)))
+    raise IncludeNotFound(f"{source}: Could not find or access the task file '{file}' on the control node; create it "
+                          f"or correct the name.\nCould not find or access it at any of: {looked}")
 
 
 def task_file_candidates(file: str, ctx: ParseContext) -> list[Path]:

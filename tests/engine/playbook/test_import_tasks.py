@@ -52,7 +52,7 @@ def test_a_role_imports_a_file_from_its_own_folder(tmp_path):
 @pytest.mark.parametrize("entry, needle", [
     ({"import_tasks": "loop.yaml"}, "imports itself"),
     ({"include_tasks": "say.yaml", "apply": {"tags": ["x"]}}, "unknown keyword(s) apply"),
-    ({"import_tasks": "missing.yaml"}, "not found"),
+    ({"import_tasks": "missing.yaml"}, "Could not find or access the task file 'missing.yaml'"),
 ])
 def test_bad_imports_are_refused_at_load_naming_the_file(tmp_path, entry, needle):
     write(tmp_path / "loop.yaml", [{"import_tasks": "loop.yaml"}])

@@ -6,13 +6,20 @@ match (the playbooks' asserts say what each construct gives)."""
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from engine.api import run_playbook
 from tests.engine.run.includes_side import HOSTS, TARGETS, copy_target, inventory, same_as_ansible
+from tests.helpers import required_ansible_tool
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _hello_files(folder):
@@ -171,10 +178,54 @@ def test_a_missing_file_fails_the_hosts_that_reached_it_and_a_bad_one_stops_the_
     same_as_ansible(folder, "pb.yml", HOSTS)
     res = run_playbook(str(folder / "pb.yml"), inventory=inventory())
     (failure,) = [r for r in res.results if r.status == "failed"]
-    assert failure.host == "testhost2" and "testhost2.yml" in failure.msg and "not found" in failure.msg, failure.msg
+    assert failure.host == "testhost2" and "testhost2.yml" in failure.msg and "Could not find or access" in failure.msg, failure.msg
     _write(folder, {"testhost2.yml": [{"debug": {"msg": "x"}, "bogus_keyword": 1}]})
     shutil.rmtree(tmp_path / "bad-ansible")
     shutil.rmtree(tmp_path / "bad-ours")
     same_as_ansible(folder, "pb.yml", HOSTS)
     res = run_playbook(str(folder / "pb.yml"), inventory=inventory())
     assert res.exit_code == 4 and "testhost2.yml" in res.error and "bogus_keyword" in res.error, res.error
+
+
+def _each_tool_prints(folder, playbook: str) -> dict[str, tuple[int, str]]:
+    """{tool: (exit code, stdout and stderr)} of `ansible-playbook PLAYBOOK` as runme.sh runs it (no -i: only the
+    implicit localhost), real ansible-playbook and ours (the targets' shim, the same `run_play` as `invoke play`),
+    each on its own copy of `folder`."""
+    out = {}
+    for tool in ("ansible", "ours"):
+        copy = folder.parent / f"{folder.name}-{tool}"
+        shutil.copytree(folder, copy)
+        command = [str(required_ansible_tool("ansible-playbook"))] if tool == "ansible" else [
+            sys.executable, "-m", "tests.ansible_targets.ours_playbook"]
+        env = {"PATH": "/usr/bin:/bin", "ANSIBLE_NOCOLOR": "1", "HOME": str(copy), "ANSIBLE_INVENTORY": "/dev/null",
+               "ANSIBLE_LOCAL_TEMP": str(copy / ".ansible-tmp"), "PYTHONPATH": str(REPO)}
+        proc = subprocess.run([*command, playbook], capture_output=True, text=True, timeout=300, cwd=copy, env=env)
+        out[tool] = (proc.returncode, proc.stdout + proc.stderr)
+    return out
+
+
+def _lines_with(text: str, pattern: str) -> int:
+    return sum(bool(re.search(pattern, line)) for line in text.splitlines())
+
+
+def test_a_file_missing_inside_a_plain_include_fails_the_host_when_reached(tmp_path):
+    """runme.sh's test_nested_non_existent_tasks.yml (ansible#69882): a role imports a file whose plain include_tasks
+    reads a file importing one that is not there. As Ansible's: the include_role is ok, the include fails the host
+    when reached (exit 2, not a load error), and 'Could not find or access' is on three lines, as runme.sh counts."""
+    by_tool = _each_tool_prints(copy_target(tmp_path), "test_nested_non_existent_tasks.yml")
+    for tool, (code, out) in by_tool.items():
+        assert code == 2, f"{tool}:\n{out}"
+        assert re.search(r"^localhost\s+: ok=1\s+changed=0\s+unreachable=0\s+failed=1 ", out, re.M), f"{tool}:\n{out}"
+        assert _lines_with(out, "Could not find or access") == 3, f"{tool}:\n{out}"
+
+
+def test_an_include_naming_no_file_is_a_parser_error_with_its_origin(tmp_path):
+    """runme.sh's test_null_include_filename.yml (ansible#83874): a file brought by an include holds an
+    include_tasks without a file. Both tools stop (exit 4, no recap) with 'No file specified for
+    ansible.builtin.include_tasks' and the Origin block quoting the task's line, each once, as runme.sh counts."""
+    by_tool = _each_tool_prints(copy_target(tmp_path), "test_null_include_filename.yml")
+    for tool, (code, out) in by_tool.items():
+        assert code == 4 and "PLAY RECAP" not in out, f"{tool}:\n{out}"
+        for pattern in ("No file specified for ansible.builtin.include_tasks", r"/null_filename/tasks.yml:4:3\b",
+                        r"^4 - name: invalid include_task definition$", r"^    \^ column 3$"):
+            assert _lines_with(out, pattern) == 1, f"{tool}: {pattern!r}\n{out}"
