@@ -161,3 +161,24 @@ def test_the_module_through_the_engine_writes_once_then_changes_nothing(gpu, tmp
     assert got["dflash_running_num_speculative_tokens"] == 5 and got["dflash_server_running"] == 1
     again = play(HOST_METRICS, inv, tmp_path)
     assert again.exit_code == 0 and again.recap["local"]["changed"] == 0, again.tasks
+
+
+def test_serving_bench_refreshes_the_agents_textfile(gpu, tmp_path, inventory_file):
+    """The serving-bench playbook (built-in load generator against the stand-in vLLM) ends with host_metrics."""
+    from tests.fakes.served import PLAYBOOKS, SERVICE, msgs, paths_of, server_vars
+    from tests.fakes.vllm_processes import kill_leftovers
+
+    hv = server_vars(tmp_path, nvidia_smi=gpu.nvidia_smi)
+    inv = inventory_file(local=True, host_vars={"local": hv})
+    try:
+        assert play(SERVICE, inv, tmp_path).exit_code == 0
+        bench = play("serving-bench", inv, tmp_path, extra_vars={
+            "speed_load_generator": "builtin", "speed_workload": "random", "speed_concurrency": [1],
+            "speed_requests": 2, "speed_max_tokens": 8})
+        assert bench.exit_code == 0, msgs(bench)
+        got = samples(Path(hv["dfp_root"]) / "metrics")
+        assert got["dflash_server_running"] == 1 and got["dflash_running_num_speculative_tokens"] == 3, got
+        assert got[f"dflash_gpu_memory_used_mib{{{GPU}}}"] == 0
+    finally:
+        play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
+        kill_leftovers([paths_of(hv)["logs"]])
