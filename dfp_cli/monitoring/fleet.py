@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -38,14 +37,14 @@ def shown_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def _read_bounded(resp: Any, deadline: float) -> bytes:
+def _read_bounded(resp: Any, deadline: float, deadline_s: float) -> bytes:
     """The body, in chunks, until ALERTS_MAX_BYTES or the deadline (a server that trickles is cut off)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no whole answer within {ALERTS_DEADLINE_S:g} s")
-        chunk = resp.read(65536)
+            raise TimeoutError(f"no whole answer within {deadline_s:g} s")
+        chunk = resp.read1(65536)  # one receive at a time: a trickle cannot hold it past the deadline
         if not chunk:
             return b"".join(chunks)
         size += len(chunk)
@@ -54,18 +53,22 @@ def _read_bounded(resp: Any, deadline: float) -> bytes:
         chunks.append(chunk)
 
 
-def firing_by_host(url: str) -> tuple[dict[str, list[str]] | None, str | None]:
+def firing_by_host(url: str, deadline_s: float = ALERTS_DEADLINE_S) -> tuple[dict[str, list[str]] | None, str | None]:
     """({host: alert names firing}, None) from Prometheus at `url`, or (None, why it could not say)."""
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        return None, f"prometheus_url {shown_url(url)!r} is not an http(s) URL"
-    deadline = time.monotonic() + ALERTS_DEADLINE_S
+        return None, f"prometheus_url {shown_url(url)!r} is not an http(s) URL (e.g. http://prometheus:9090)"
+    deadline = time.monotonic() + deadline_s
     try:
-        with urllib.request.urlopen(url.rstrip("/") + ALERTS_PATH, timeout=ALERTS_DEADLINE_S) as resp:  # noqa: S310
-            data = json.loads(_read_bounded(resp, deadline))
-    except (OSError, ValueError, urllib.error.URLError) as exc:
-        return None, f"Prometheus at {shown_url(url)} did not answer ({getattr(exc, 'reason', exc)})"
+        with urllib.request.urlopen(url.rstrip("/") + ALERTS_PATH, timeout=deadline_s) as resp:  # noqa: S310
+            body = _read_bounded(resp, deadline, deadline_s)
+    except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors; a timeout is one too
+        return None, f"Prometheus at {shown_url(url)} did not answer ({getattr(exc, 'reason', None) or exc})"
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
     alerts = (data.get("data") or {}).get("alerts") if isinstance(data, dict) else None
-    if data.get("status") != "success" or not isinstance(alerts, list):
+    if not isinstance(data, dict) or data.get("status") != "success" or not isinstance(alerts, list):
         return None, f"Prometheus at {shown_url(url)} answered {ALERTS_PATH} without a list of alerts"
     out: dict[str, list[str]] = {}
     for alert in alerts:
