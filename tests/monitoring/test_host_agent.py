@@ -182,3 +182,39 @@ def test_serving_bench_refreshes_the_agents_textfile(gpu, tmp_path, inventory_fi
     finally:
         play(PLAYBOOKS / "teardown.yaml", inv, tmp_path)
         kill_leftovers([paths_of(hv)["logs"]])
+
+
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+
+
+@pytest.mark.skipif(not os.access(NODE_EXPORTER, os.X_OK) and not os.environ.get("CI"),
+                    reason="no prometheus-node-exporter here (Debian's package; .ci/run installs it)")
+def test_node_exporters_textfile_collector_reads_the_agents_file(gpu, tmp_path):
+    """Debian's node_exporter (textfile collector only) exports the agent's series as written, without a parse error."""
+    import urllib.request
+
+    from tests.fakes.vllm_processes import free_port
+
+    root, folder = tmp_path / "root", tmp_path / "textfile"
+    serve(gpu, root, k=3, schedule=SCHEDULE)
+    assert agent(root, folder, gpu.nvidia_smi).returncode == 0
+    port = free_port()
+    exporter = subprocess.Popen([NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+                                 f"--collector.textfile.directory={folder}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        text, deadline = "", time.monotonic() + 20
+        while "dflash_server_running" not in text:
+            assert exporter.poll() is None and time.monotonic() < deadline, "node_exporter did not serve the textfile"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:  # noqa: S310
+                    text = resp.read().decode()
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        exporter.terminate()
+        exporter.wait(timeout=10)
+    lines = set(text.splitlines())
+    assert "node_textfile_scrape_error 0" in lines
+    assert f"dflash_gpu_memory_used_mib{{{GPU}}} 3584" in lines and "dflash_server_running 1" in lines
+    assert 'dflash_running_schedule_num_speculative_tokens{batch_size_max="64",batch_size_min="9"} 1' in lines
