@@ -46,18 +46,31 @@ def places(args: argparse.Namespace) -> tuple:
     return pidfile, managed_path(os.path.expanduser(args.textfile_dir), "--textfile-dir")
 
 
-def once(pidfile: str, folder: str, smi: str | None, timeout_s: float, touch: bool) -> tuple:
-    return textfile.write(folder, readings.read(pidfile, smi, timeout_s), touch=touch)
+def once(pidfile: str, folder: str, smi: str | None, timeout_s: float, touch: bool) -> list:
+    """Read and write once; return what could not be read (nvidia-smi's failure, the server's), to be said."""
+    reading = readings.read(pidfile, smi, timeout_s)
+    textfile.write(folder, reading, touch=touch)
+    return [why for why in (reading["gpu_error"], reading["server_error"]) if why]
+
+
+def say(lines: list) -> None:
+    for line in lines:
+        print(f"dflash_host.monitor: {line}", file=sys.stderr, flush=True)
 
 
 def loop(pidfile: str, folder: str, smi: str | None, every: float) -> None:
-    """A reading each `every` seconds until Stopped; a failed write is said and tried again next period."""
+    """A reading each `every` seconds until Stopped; a failed write is said and tried again next period. What
+    could not be read is said when it changes (not every period: a host without a driver stays quiet)."""
+    said: list = []
     while True:
         began = time.monotonic()
         try:
-            once(pidfile, folder, smi, min(every, DEFAULT_TIMEOUT_S), touch=True)
+            now = once(pidfile, folder, smi, min(every, DEFAULT_TIMEOUT_S), touch=True)
         except ModuleError as exc:
-            print(f"dflash_host.monitor: {exc.msg}", file=sys.stderr, flush=True)
+            now = [exc.msg]
+        if now != said:
+            say(now)
+            said = now
         time.sleep(max(0.0, every - (time.monotonic() - began)))
 
 
@@ -72,7 +85,7 @@ def main(argv: list) -> int:
     try:
         pidfile, folder = places(args)
         if args.every is None:
-            once(pidfile, folder, args.nvidia_smi, DEFAULT_TIMEOUT_S, touch=False)
+            say(once(pidfile, folder, args.nvidia_smi, DEFAULT_TIMEOUT_S, touch=False))
         else:
             loop(pidfile, folder, args.nvidia_smi, args.every)
     except ModuleError as exc:

@@ -94,6 +94,7 @@ def test_without_a_driver_it_says_so_and_still_exports_the_server(gpu, tmp_path)
     done = agent(tmp_path / "never-provisioned", folder, gpu.nvidia_smi)
     assert done.returncode == 0, done.stderr
     assert samples(folder) == {"dflash_gpu_driver_up": 0, "dflash_server_running": 0}
+    assert "couldn't communicate with the NVIDIA driver" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_file_that_is_not_the_tools_is_refused_untouched(gpu, tmp_path):
@@ -133,7 +134,9 @@ def test_the_loop_cuts_a_hung_nvidia_smi_at_its_period_and_stops_on_sigterm(tmp_
             assert time.monotonic() < deadline, "the loop wrote only once"
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0, proc.stderr.read() if proc.stderr else ""
+        assert proc.wait(timeout=10) == 0
+        said = proc.stderr.read() if proc.stderr else ""
+        assert said.count("did not answer within 1 s") == 1, said  # said once, not every period
     finally:
         if proc.poll() is None:
             proc.kill()
