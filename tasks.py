@@ -32,7 +32,8 @@ ns = Collection(
     invoke_task(cmd.play, PLAYBOOK_OPTIONS, "play", "Run any playbook (a path, or a name in playbooks/).",
                 positional=("playbook",)),
     invoke_task(cmd.report_command("status"), REPORT_OPTIONS, "status",
-                "Is the server running and healthy, what it serves, its acceptance rate and GPU memory."),
+                "Is the server running and healthy, what it serves, its acceptance rate and GPU memory; with --group "
+                "or -l one line per host (k, verdict per load, alerts firing from prometheus_url)."),
     invoke_task(cmd.report_command("facts"), REPORT_OPTIONS, "facts",
                 "Gather and print facts (OS, python, CPUs, memory, disk, systemd, GPUs)."),
     invoke_task(speed.serving_bench, speed.SERVING_BENCH_OPTIONS, "serving-bench",
