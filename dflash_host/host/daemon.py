@@ -6,7 +6,8 @@ time, command line, boot id), so a PID reused by anything else is never signalle
 a stale pidfile only means "not running". Beside it `<root>/run/NAME.daemon.json` records what was asked
 (argv, environment, checksum): a different request restarts the program. The program runs in a session of its
 own (setsid), its output appended to `<root>/logs/NAME.log`; a start waits, up to a deadline, until it is alive
-(and where a port is given, until that port accepts a connection); a stop is SIGTERM, then SIGKILL after the
+(and where a port is given, until it listens on that port, which accepts a connection: another program
+holding the port does not count); a stop is SIGTERM, then SIGKILL after the
 grace period (processes.stop_processes).
 """
 
@@ -99,6 +100,19 @@ def spawn(p: dict, argv: list, environment: dict) -> subprocess.Popen:
     return proc
 
 
+def listens(pid: int, port: int) -> bool:
+    """Whether the process or one of its children listens on `port` (not another program that holds it)."""
+    try:
+        top = psutil.Process(pid)
+        for proc in [top] + top.children(recursive=True):
+            conns = getattr(proc, "net_connections", None) or proc.connections  # psutil < 6 has only connections()
+            if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr[1] == port for c in conns(kind="inet")):
+                return True
+    except psutil.Error:
+        pass
+    return False
+
+
 def port_answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -108,15 +122,15 @@ def port_answers(host: str, port: int) -> bool:
 
 
 def wait_up(proc: subprocess.Popen, p: dict, port: int | None, host: str, deadline_s: float) -> float:
-    """Seconds until the program is alive and (with a port) accepting connections; a ModuleError quoting the
-    log when it exits or the deadline passes first."""
+    """Seconds until the program is alive and (with a port) listening there and accepting connections; a
+    ModuleError quoting the log when it exits or the deadline passes first."""
     t0, program = time.monotonic(), os.path.basename(p["pidfile"])[:-len(".pid")]
     while True:
         code = proc.poll()
         if code is not None:
             raise ModuleError(f"{program} exited with status {code} while starting; its log {p['log']} says: "
                               f"{log_tail(p['log'])}")
-        if port is None or port_answers(host, port):
+        if port is None or (listens(proc.pid, port) and port_answers(host, port)):
             return round(time.monotonic() - t0, 3)
         if time.monotonic() - t0 > deadline_s:
             raise ModuleError(f"{program} did not answer on {host}:{port} within {deadline_s:g} s (it was "

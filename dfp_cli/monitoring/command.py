@@ -9,6 +9,7 @@ from typing import Any
 
 from dfp_cli.monitoring.dashboard import DASHBOARD_FILE, dashboard_json, sdk_missing
 from dfp_cli.monitoring.hosts import HostView, fleet_setting, view_of
+from dfp_cli.monitoring.install import install, wanted
 from dfp_cli.monitoring.rules import GPU_MEMORY_METRIC, rules_file
 from dfp_cli.monitoring.targets import RULES_FILE, scrape_config, target_files
 from engine.errors import UserError
@@ -98,6 +99,7 @@ def monitoring(c: Any = None, **opts: Any) -> None:
         if not opts.get("out"):
             raise UserError("--out DIR is required: the folder prometheus.yml, rules/, targets/ and grafana/ are written to")
         views = read_hosts(opts)
+        install_too = wanted(views)
         written = write_documents(os.path.expanduser(opts["out"]), documents(views))
     except UserError as exc:
         raise fail_user(exc) from None
@@ -105,3 +107,8 @@ def monitoring(c: Any = None, **opts: Any) -> None:
         print(line)
     print("wrote: " + ", ".join(written))
     print(f"check: promtool check config {Path(opts['out']) / CONFIG_FILE}")
+    if install_too:
+        try:
+            install(opts, views, os.path.expanduser(opts["out"]))
+        except UserError as exc:
+            raise fail_user(exc) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -115,5 +116,14 @@ def test_a_program_that_exits_or_never_answers_fails_quoting_its_log(tmp_path):
         run_module(daemon, {"name": "mute", "argv": ["sleep", "60"], "port": free_port(), "root": root,
                             "start_timeout_s": 1.0})
     assert not (tmp_path / "root" / "run" / "mute.pid").exists()
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:  # another program answers on the port: not proof that ours started
+        with pytest.raises(ModuleError, match=r"sleeper did not answer on 127.0.0.1:\d+ within 1 s"):
+            run_module(daemon, {"name": "sleeper", "argv": ["sleep", "60"], "port": held.getsockname()[1], "root": root,
+                                "start_timeout_s": 1.0})
+    finally:
+        held.close()
     with pytest.raises(ModuleError, match="is not a plain name"):
         run_module(daemon, {"name": "../x", "argv": ["true"], "root": root})
