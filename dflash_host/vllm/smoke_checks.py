@@ -105,7 +105,7 @@ def check_prefix_cache(launch: dict, api_key: str | None, ctx: Context) -> dict:
     if res.status != 200:  # a failing server is the smoke's and the watch's to report
         return {"prefix_cache_verdict": "off", "prefix_cache_msg": f"the prefix probe failed ({res.describe()})"}
     verdict, figures, sentence = prefix_verdict(before, read_prefix(url), bool(launch.get("speculative")),
-                                                launch["acceptance"]["gate"])
+                                                (launch.get("acceptance") or {}).get("gate", "warn"))
     return dict(figures, prefix_cache_verdict=verdict, prefix_cache_msg=sentence)
 
 
