@@ -165,6 +165,7 @@ def host_page(host: str, bench: dict | None = None, tune: dict | None = None) ->
         body.append(f"<p>workload: {escape(workload_words(bench.get('workload')))}"
                     f"{'; with and without the drafter in turns (A B A B)' if bench.get('interleaved') else ''}</p>")
         body.append(_verdicts(bench.get("comparison") or {}))
+        body.append(_prefix_cache(bench.get("prefix_cache") or {}))
         body.append(_runs_table(bench.get("runs") or [], baseline, bench.get("comparison")))
         for run in bench.get("runs") or []:
             body.append(_acceptance_chart(f"concurrency {run.get('concurrency')}", [run]))
@@ -180,6 +181,13 @@ def workload_words(workload: dict | None) -> str:
     if w.get("name") == "builtin":
         return f"the built-in mixed workload {w.get('version')} ({w.get('requests')} requests)"
     return "random tokens" if w else "not recorded"
+
+
+def _prefix_cache(compared: dict) -> str:
+    """The prefix-cache hit rate with and without the drafter per level, in words (dflash_host/speed/prefix_cache.py)."""
+    levels = sorted(compared.items(), key=lambda kv: int(kv[0]))
+    return "".join(f'<p class="{"bad" if v.get("verdict") == "lost" else ""}">prefix cache: {escape(str(v.get("says", "")))}</p>'
+                   for _c, v in levels)
 
 
 def _verdicts(comparison: dict) -> str:

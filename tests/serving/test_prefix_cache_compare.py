@@ -16,6 +16,7 @@ from dflash_host.module import Context, execute
 from dflash_host.speed.prefix_cache import compare_prefix, judge, prefix_delta, prefix_figures
 from dflash_host.speed.workload import SUPPORT_NOTES, builtin_requests
 from dfp_cli import speed_commands as SC
+from dfp_cli.speed_html import host_page
 from library import serving_bench, speed_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +60,8 @@ def test_the_drafter_losing_the_prefix_cache_is_said_with_what_to_do(tmp_path):
     assert "with the drafter and" in warning and "54360, 51250, 57032" in warning and "drafter_model: null" in warning
     table = SC.bench_table("h1", SC.bench_figures({"speed_record": out}))
     assert "  prefix cache: at concurrency 2 the prefix cache hit 0.0% of prompt tokens with the drafter" in table
+    page = host_page("h1", bench=SC.bench_figures({"speed_record": out}))
+    assert '<p class="bad">prefix cache: at concurrency 2 the prefix cache hit 0.0%' in page
 
 
 def test_a_drafter_that_keeps_the_prefix_cache_is_no_warning(tmp_path):
