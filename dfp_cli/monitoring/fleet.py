@@ -94,19 +94,35 @@ def _speed_part(registered: dict, report: dict) -> dict:
     """Acceptance (the server's own, else the last measurement's) and the last measurement's verdict per load."""
     record = parsed_json(registered.get("monitoring_record"))
     last = record.get("last") if record.get("tool") == TOOL_TAG and isinstance(record.get("last"), dict) else {}
-    live = report.get("acceptance_rate")
-    measured = last.get("acceptance_rate") if last else None
+    live = _number(report.get("acceptance_rate"))
+    measured = _number(last.get("acceptance_rate")) if last else None
     return {"acceptance_rate": live if live is not None else measured,
             "acceptance_from": "server" if live is not None else ("last measurement" if measured is not None else None),
             "verdicts": {str(c): v for c, v in sorted(verdicts_of(last).items())} if last else {},
             "measured_at_utc": last.get("measured_at_utc") if last else None}
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bands(value: Any) -> list | None:
+    """A schedule as [[first, last, k], ...] of whole numbers, or None: a host's answer is checked, never trusted."""
+    if not isinstance(value, list) or not value:
+        return None
+    ok = all(isinstance(b, list) and len(b) == 3 and all(_whole(x) is not None for x in b) for b in value)
+    return value if ok else None
+
+
 def row_of(host: str, registered: dict | None, report: dict, group: str | None) -> dict:
     """One host's line as data (what --json prints)."""
     row: dict = {"host": host, "state": _state(report), "ready": None, "served_model": None, "target_commit": None,
                  "drafter_commit": None, "acceptance_rate": None, "acceptance_from": None, "verdicts": {},
-                 "measured_at_utc": None, "k": None, "schedule": None, "gpu_used_mib": report.get("gpu_used_mib"),
+                 "measured_at_utc": None, "k": None, "schedule": None, "gpu_used_mib": _whole(report.get("gpu_used_mib")),
                  "alerts": None, "alerts_note": None, "role": report.get("role"), "rank": report.get("rank"),
                  "nnodes": report.get("nnodes"), "local_workers": report.get("local_workers"), "msg": report.get("msg")}
     if registered is None or row["state"] in ("unreachable", "failed"):
@@ -116,8 +132,9 @@ def row_of(host: str, registered: dict | None, report: dict, group: str | None) 
     k, schedule = launch_k(launch) if launch else (view.k, None)
     row.update(ready=report.get("health") == "ok" if row["state"] == "running" else None,
                served_model=report.get("served_model") or view.served_model, target_commit=view.target_commit,
-               drafter_commit=view.drafter_commit, k=k if k is not None else view.k,
-               schedule=schedule or (report.get("speed") or {}).get("schedule"), **_speed_part(registered, report))
+               drafter_commit=view.drafter_commit, k=_whole(k) if _whole(k) is not None else view.k,
+               schedule=_bands(schedule) or _bands((report.get("speed") or {}).get("schedule")),
+               **_speed_part(registered, report))
     return row
 
 

@@ -79,3 +79,21 @@ def test_not_http_and_a_password_in_the_url():
     assert firing_by_host("file:///etc/passwd") == (
         None, "prometheus_url 'file:///etc/passwd' is not an http(s) URL (e.g. http://prometheus:9090)")
     assert shown_url("http://me:s3cret@prom.example:9090/x?token=1") == "http://prom.example:9090/x"
+
+
+def test_a_hosts_answer_of_the_wrong_shape_prints_as_unknown_never_a_traceback():
+    """What a host returns is data: strings where numbers belong, a schedule of the wrong shape."""
+    from dfp_cli.monitoring.fleet import add_alerts, line_of, row_of
+    from tests.monitoring.helpers import launch, record, registered
+
+    bad_launch = {**launch(), "speculative": {"num_speculative_tokens": "3; rm -rf /",
+                                              "num_speculative_tokens_per_batch_size": [[1, 8], "x"]}}
+    reg = registered("10.0.0.1", {**record({1: "pays"}), "last": {"acceptance_rate": "high", "comparison": {}}},
+                     bad_launch)
+    report = {"running": True, "provisioned": True, "health": "ok", "acceptance_rate": "0.9", "gpu_used_mib": "lots",
+              "speed": {"schedule": "every"}}
+    row = row_of("h1", reg, report, "gpu")
+    add_alerts([row], None)
+    assert (row["k"], row["schedule"], row["acceptance_rate"], row["gpu_used_mib"]) == (None, None, None, None)
+    assert line_of(row) == ("h1: RUNNING  ready  serves qwen (target aaaaaaaaaaaa, drafter bbbbbbbbbbbb)  acceptance n/a"
+                            "  loads: not measured  k=?  GPU n/a  alerts: no prometheus_url set in the inventory")
