@@ -25,13 +25,20 @@ def gpu_part(nvidia_smi: str | None, timeout_s: float) -> dict:
     return {"gpus": gpus, "driver_up": True, "gpu_error": None}
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def launch_k(launch: dict) -> tuple:
     """(k, schedule) of a launch: its speculative config's num_speculative_tokens (0 without a drafter) and
-    num_speculative_tokens_per_batch_size ([[first, last, k], ...], or None)."""
+    num_speculative_tokens_per_batch_size ([[first, last, k], ...], or None). A value of another shape (a record
+    edited by hand) reads as None: it is left out of the textfile, never a crash of the agent."""
     spec = launch.get("speculative")
     if not isinstance(spec, dict):
         return 0, None
-    return spec.get("num_speculative_tokens"), spec.get("num_speculative_tokens_per_batch_size")
+    k, bands = spec.get("num_speculative_tokens"), spec.get("num_speculative_tokens_per_batch_size")
+    ok = isinstance(bands, list) and all(isinstance(b, list) and len(b) == 3 and all(map(_whole, b)) for b in bands)
+    return (k if _whole(k) else None), (bands if ok and bands else None)
 
 
 def server_part(pidfile: str) -> dict:

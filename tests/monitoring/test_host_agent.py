@@ -6,6 +6,7 @@ that is not the tool's is refused; through the engine a second run changes nothi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -86,6 +87,19 @@ def test_a_relaunch_not_yet_started_exports_no_running_k(gpu, tmp_path):
     assert agent(root, folder, gpu.nvidia_smi).returncode == 0
     got = samples(folder)
     assert got["dflash_server_running"] == 1 and "dflash_running_num_speculative_tokens" not in got
+
+
+def test_a_launch_record_edited_by_hand_leaves_k_out_not_the_agent(gpu, tmp_path):
+    root, folder = tmp_path / "root", tmp_path / "textfile"
+    serve(gpu, root, k=3, schedule=SCHEDULE)
+    launch = paths(str(root / "run" / "vllm.pid"))["launch"]
+    record = json.loads(Path(launch).read_text())
+    record["speculative"].update(num_speculative_tokens="3", num_speculative_tokens_per_batch_size=[[1, 8, 3], [9, "all", 1]])
+    Path(launch).write_bytes(dump(record))
+    done = agent(root, folder, gpu.nvidia_smi)
+    assert done.returncode == 0, done.stderr
+    got = samples(folder)
+    assert got["dflash_server_running"] == 1 and not [s for s in got if s.startswith("dflash_running_")], got
 
 
 def test_without_a_driver_it_says_so_and_still_exports_the_server(gpu, tmp_path):
