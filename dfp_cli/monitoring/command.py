@@ -10,7 +10,7 @@ from typing import Any
 from dfp_cli.monitoring.dashboard import DASHBOARD_FILE, dashboard_json, sdk_missing
 from dfp_cli.monitoring.hosts import HostView, fleet_setting, view_of
 from dfp_cli.monitoring.install import install, wanted
-from dfp_cli.monitoring.rules import GPU_MEMORY_METRIC, rules_file
+from dfp_cli.monitoring.rules import AGENT_GPU_MEMORY, GPU_MEMORY_METRIC, rules_file
 from dfp_cli.monitoring.targets import RULES_FILE, scrape_config, target_files
 from engine.errors import UserError
 
@@ -85,8 +85,9 @@ def host_lines(views: list[HostView]) -> list[str]:
                      f"k={v.k}, measured {v.measured_at_utc or 'never'}; drafter not paying at: {bands}")
         lines += [f"  {v.name}: {note}" for note in v.notes]
     if not any(v.gpu_exporter_port for v in views):
-        lines.append(f"note: no host sets gpu_exporter_port: DflashGpuMemoryHeldWithoutServer reads {GPU_MEMORY_METRIC} "
-                     "(NVIDIA dcgm-exporter), and the tool's textfile holds no GPU memory, so it sees no data yet")
+        lines.append(f"note: no host sets gpu_exporter_port: DflashGpuMemoryHeldWithoutServer reads the host agent's "
+                     f"{AGENT_GPU_MEMORY} instead of {GPU_MEMORY_METRIC} (python3 -m dflash_host.monitor on each host; "
+                     "docs/MONITORING.md)")
     missing = sdk_missing()
     return lines + ([f"note: {missing}"] if missing else [])
 
