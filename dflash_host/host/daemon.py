@@ -6,7 +6,7 @@ time, command line, boot id), so a PID reused by anything else is never signalle
 a stale pidfile only means "not running". Beside it `<root>/run/NAME.daemon.json` records what was asked
 (argv, environment, checksum): a different request restarts the program. The program runs in a session of its
 own (setsid), its output appended to `<root>/logs/NAME.log`; a start waits, up to a deadline, until it is alive
-(and where a port is given, until it listens on that port, which accepts a connection: another program
+(for a second; where a port is given, until it listens on that port, which accepts a connection: another program
 holding the port does not count); a stop is SIGTERM, then SIGKILL after the
 grace period (processes.stop_processes).
 """
@@ -30,6 +30,7 @@ from dflash_host.module import Context, ModuleError
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 POLL_S = 0.1
 LOG_TAIL_BYTES = 2000
+SETTLE_S = 1.0  # a program without a port counts as started once it has stayed alive this long
 
 
 def places(root: str, name: str) -> dict:
@@ -130,7 +131,9 @@ def wait_up(proc: subprocess.Popen, p: dict, port: int | None, host: str, deadli
         if code is not None:
             raise ModuleError(f"{program} exited with status {code} while starting; its log {p['log']} says: "
                               f"{log_tail(p['log'])}")
-        if port is None or (listens(proc.pid, port) and port_answers(host, port)):
+        if port is None and time.monotonic() - t0 >= SETTLE_S:  # no port: alive a while (not an import error)
+            return round(time.monotonic() - t0, 3)
+        if port is not None and listens(proc.pid, port) and port_answers(host, port):
             return round(time.monotonic() - t0, 3)
         if time.monotonic() - t0 > deadline_s:
             raise ModuleError(f"{program} did not answer on {host}:{port} within {deadline_s:g} s (it was "

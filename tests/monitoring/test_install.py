@@ -1,6 +1,7 @@
 """`invoke monitoring --out DIR -e monitoring_install=true` through the engine on a local host (no systemd here:
 the role's daemon path): Debian's node_exporter and Prometheus really run and answer on unused ports, node_exporter
-serves the tool's textfile (a speed record written by the speed_record module), Prometheus scrapes it and loads the
+serves the tool's textfile (a speed record written by the speed_record module) and the monitor agent's (kept running
+from its own runtime copy, GPU memory from the stand-in nvidia-smi), Prometheus scrapes them and loads the
 written rules; a second run changes nothing; a changed rule file reloads the same Prometheus; monitoring_state
 absent stops both (only what the test started: their pidfiles)."""
 
@@ -53,7 +54,7 @@ def recap_changed(said: str) -> int:
 
 
 @pytest.fixture
-def fleet(tmp_path, inventory_file):
+def fleet(tmp_path, inventory_file, gpu):
     """A local host with a speed record, unused ports, its own dfp_root; the daemons stopped after."""
     root = tmp_path / "host"
     root.mkdir()
@@ -62,7 +63,7 @@ def fleet(tmp_path, inventory_file):
     ports = {"node_exporter_port": free_port(['127.0.0.1']), "prometheus_port": free_port(['127.0.0.1'])}
     host_vars = {"dfp_root": str(root), "vllm_port": free_port(['127.0.0.1']), "served_model_name": "tiny-target",
                  "node_exporter_listen_host": "127.0.0.1", "prometheus_listen_host": "127.0.0.1",
-                 "monitoring_scrape_interval": "1s", **ports}
+                 "monitoring_scrape_interval": "1s", "nvidia_smi": gpu.nvidia_smi, **ports}
     inv = inventory_file(local=True, groups={"gpu": ["local"]}, host_vars={"local": host_vars})
     yield inv, root, ports
     gone = play("monitoring-install", inv, extra_vars={"monitoring_state": "absent", "monitoring_watched": ["local"],
@@ -85,14 +86,18 @@ def test_install_runs_both_then_changes_nothing_then_reloads_on_new_rules(tmp_pa
     assert get(f"{prom}/-/ready")[0] == 200
     status, metrics = get(f"{node}/metrics")
     assert status == 200 and 'dflash_speedup{concurrency="16"' in metrics, metrics[-2000:]
+    eventually("node_exporter serves the monitor agent's textfile (GPU memory from the stand-in nvidia-smi)",
+               lambda: "dflash_gpu_memory_used_mib{" in get(f"{node}/metrics")[1])
+    assert (root / "monitor" / json.loads((root / "run" / "dflash-monitor.daemon.json").read_text())["environment"]
+            ["PYTHONPATH"].rpartition("/")[2] / "dflash_host" / "monitor" / "__main__.py").is_file()
     query = f"{prom}/api/v1/query?query=dflash_speedup"
     eventually("Prometheus scrapes the textfile through node_exporter",
                lambda: '"job":"node"' in get(query)[1] and '"host":"local"' in get(query)[1])
-    pids = pid_of(root, "prometheus"), pid_of(root, "node-exporter")
+    pids = pid_of(root, "prometheus"), pid_of(root, "node-exporter"), pid_of(root, "dflash-monitor")
 
     monitoring(None, **opts)
     assert recap_changed(capsys.readouterr().out) == 0
-    assert (pid_of(root, "prometheus"), pid_of(root, "node-exporter")) == pids
+    assert (pid_of(root, "prometheus"), pid_of(root, "node-exporter"), pid_of(root, "dflash-monitor")) == pids
 
     inv.write_text(inv.read_text().replace("served_model_name: tiny-target",
                                            "served_model_name: tiny-target\n      min_acceptance_rate: 0.45"))
@@ -112,7 +117,8 @@ def test_absent_stops_both_and_a_second_absent_is_ok(tmp_path, fleet):
     assert play("monitoring-install", inv, extra_vars=extra).exit_code == 0
     assert get(f"http://127.0.0.1:{ports['node_exporter_port']}/metrics")[0] == 200
     first = play("monitoring-install", inv, extra_vars={**extra, "monitoring_state": "absent"})
-    assert first.exit_code == 0 and first.total("changed") == 2, first.recap
+    assert first.exit_code == 0 and first.total("changed") == 3, first.recap  # node_exporter, agent, Prometheus
+    assert not list((root / "run").glob("*.pid"))
     assert get(f"http://127.0.0.1:{ports['node_exporter_port']}/metrics")[0] == 0
     assert get(f"http://127.0.0.1:{ports['prometheus_port']}/-/ready")[0] == 0
     again = play("monitoring-install", inv, extra_vars={**extra, "monitoring_state": "absent"})
