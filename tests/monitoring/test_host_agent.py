@@ -235,3 +235,53 @@ def test_node_exporters_textfile_collector_reads_the_agents_file(gpu, tmp_path):
     assert "node_textfile_scrape_error 0" in lines
     assert f"dflash_gpu_memory_used_mib{{{GPU}}} 3584" in lines and "dflash_server_running 1" in lines
     assert 'dflash_running_schedule_num_speculative_tokens{batch_size_max="64",batch_size_min="9"} 1' in lines
+
+
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(os.access(p, os.X_OK) for p in (PROMETHEUS, NODE_EXPORTER)) and not os.environ.get("CI"),
+                    reason="no prometheus / prometheus-node-exporter here (Debian's packages; .ci/run installs them)")
+def test_prometheus_fires_the_leak_alert_from_the_agents_file(gpu, tmp_path):
+    """End to end on real processes: the server's top process dies and its workers keep 3584 MiB; the agent writes
+    that; node_exporter serves it; Prometheus, configured by `invoke monitoring`'s own files for a host without a GPU
+    exporter, fires DflashGpuMemoryHeldWithoutServer for it."""
+    import urllib.request
+
+    from dfp_cli.monitoring.command import CONFIG_FILE, documents, write_documents
+    from dfp_cli.monitoring.hosts import view_of
+    from tests.fakes.vllm_processes import free_port
+    from tests.monitoring.helpers import launch, record, registered
+
+    root, folder, prom = tmp_path / "root", tmp_path / "textfile", tmp_path / "prom"
+    tree = serve(gpu, root, k=3)
+    tree.procs["top"].kill()
+    tree.popen.wait(timeout=10)
+    assert agent(root, folder, gpu.nvidia_smi).returncode == 0
+    node_port, prom_port = free_port(), free_port()
+    view = view_of("leaky", registered("127.0.0.1", record({1: "pays"}), launch(), vllm_port=free_port(),
+                                       node_exporter_port=node_port, gpu_exporter_port=None, monitoring_window="30s",
+                                       monitoring_for="1s", monitoring_scrape_interval="1s"), "gpu")
+    write_documents(str(prom), documents([view]))
+    started = [subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+               for argv in ([NODE_EXPORTER, "--collector.disable-defaults", "--collector.textfile",
+                             f"--collector.textfile.directory={folder}", f"--web.listen-address=127.0.0.1:{node_port}"],
+                            [PROMETHEUS, f"--config.file={prom / CONFIG_FILE}", f"--storage.tsdb.path={prom / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"])]
+    try:
+        firing, deadline = [], time.monotonic() + 90
+        while not firing:
+            assert all(p.poll() is None for p in started) and time.monotonic() < deadline, "no leak alert within 90 s"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{prom_port}/api/v1/alerts", timeout=2) as resp:  # noqa: S310
+                    firing = [a for a in json.load(resp)["data"]["alerts"]
+                              if a["state"] == "firing" and a["labels"]["alertname"] == "DflashGpuMemoryHeldWithoutServer"]
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert firing[0]["labels"]["host"] == "leaky" and float(firing[0]["value"]) == 3584, firing
+    finally:
+        for p in started:
+            p.terminate()
+            p.wait(timeout=20)
