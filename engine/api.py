@@ -17,6 +17,7 @@ from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, mo
 from engine.playbook.plays import load_playbook, resolve_play_keywords
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
 from engine.report.junit import junit_case, junit_suite_element, xml_text
+from engine.report.origin import error_origin
 from engine.run import fact_store
 from engine.run.preflight import check_tags
 from engine.run.results import TaskResult
@@ -142,7 +143,7 @@ def run_playbook(
     except UserError as exc:
         if raise_user_errors:
             raise
-        return RunResult(EXIT_BAD_INPUT, error=str(exc), elapsed_s=time.monotonic() - started)
+        return RunResult(EXIT_BAD_INPUT, error=str(exc) + error_origin(exc), elapsed_s=time.monotonic() - started)
     hosts += [h for h in runner.inventory.added if h not in hosts]  # add_host's hosts, from the play that added them
     recap = recap_of(results, hosts)
     elapsed = time.monotonic() - started

@@ -6,7 +6,6 @@ here with the file and the task, before any host is touched."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,6 @@ from engine.playbook.roles import (
     tasks_from,
 )
 from engine.playbook.user_modules import add_library, check_user_module
-from engine.report.origin import Locator, origin_lines
 from engine.template.environment import environment
 from engine.template.templar import Templar
 
@@ -505,7 +503,7 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext, spelled: str | None 
         why = f"unknown keyword(s) {', '.join(bad)}" + (" (a loop needs include_tasks)" if not include else "")
         raise UserError(f"{source}: {key}: {why}; write `- {key}: FILE.yaml` with optional vars, when, tags and become")
     if not isinstance(file, str) or not file.strip():
-        raise UserError(_no_file(raw, source, spelled or key))
+        raise _no_file(raw, source, spelled or key)
     if not include and is_template_text(file):  # a static import's name renders now, as Ansible's
         file = load_time_name(file, ctx, variables_of(raw.get("vars"), source), f"{source} ({key})", key)
     if ctx.play is None and apply:
@@ -575,14 +573,20 @@ def _when_notified(raw: dict, key: str, file: str, source: str, ctx: ParseContex
     return [replace(brought.marker, brings=brought, listen=heard)]  # a copy: no marker holds itself
 
 
-def _no_file(raw: dict, source: str, action: str) -> str:
-    """Ansible's parser error for an include or import naming no file, with its `Origin:` block (the task's line
-    and the two before it) under it, as ansible-core 2.19 prints it."""
-    where = Locator().find(source, raw.get("name") or action, action.split(".")[-1])
-    origin = "\n".join(["", *origin_lines(os.path.abspath(where[0]), where[1], where[2])]) if where else ""
+class TaskParserError(UserError):
+    """A load error about one task, which it names (`task_at`: its source, name and module) so that the run's
+    error quotes the task's lines under it (engine/report/origin.py error_origin), as ansible-core 2.19 does."""
+
+    def __init__(self, msg: str, task_at: tuple[str, str, str]) -> None:
+        super().__init__(msg)
+        self.task_at = task_at
+
+
+def _no_file(raw: dict, source: str, action: str) -> TaskParserError:
+    """Ansible's parser error for an include or import naming no file."""
     key = action.split(".")[-1]
-    return (f"No file specified for {action} ({source}); write `- {key}: FILE.yaml` with optional vars, when, tags "
-            f"and become{origin}")
+    return TaskParserError(f"No file specified for {action} ({source}); write `- {key}: FILE.yaml` with optional "
+                           "vars, when, tags and become", (source, raw.get("name") or action, key))
 
 
 def read_task_file(path: Path, ctx: ParseContext, apply: dict, where: str) -> list:

@@ -5,11 +5,14 @@ again here (YAML nodes only, nothing constructed) and the task found by its name
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from pathlib import Path
 
 import yaml
+
+from engine.template.secrets import MASK, is_secret_name
 
 _CACHE: dict[str, list[tuple[int, int, int, str | None, set[str]]]] = {}
 _LOCK = threading.Lock()
@@ -92,3 +95,20 @@ def origin_lines(path: str, line: int, col: int) -> list[str]:
     out.append(f"{' ' * width} {' ' * (col - 1)}^ column {col}")
     out.append("")
     return out
+
+
+_QUOTED_SETTING = re.compile(r"^(\s*\d+\s+(?:-\s+)?)([\w.-]+)(\s*:\s*)(\S.*)$")  # "3   password: x"
+
+
+def error_origin(exc: BaseException) -> str:
+    """The Origin block, a newline first, under a load error that names its task (`task_at`: source, name,
+    module; engine/playbook/tasks.py TaskParserError), else nothing. Nothing of the run is known yet to mask
+    with, so a quoted `KEY: VALUE` line whose key names a secret shows its value masked."""
+    at = getattr(exc, "task_at", None)
+    where = Locator().find(*at) if at else None
+    if where is None:
+        return ""
+    lines = origin_lines(os.path.abspath(where[0]), where[1], where[2])
+    masked = [m.group(1) + m.group(2) + m.group(3) + MASK if (m := _QUOTED_SETTING.match(line))
+              and is_secret_name(m.group(2)) else line for line in lines]
+    return "\n".join(["", *masked])

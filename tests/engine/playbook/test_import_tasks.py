@@ -96,3 +96,15 @@ def test_a_tasks_from_that_is_not_a_file_of_the_role_is_refused_at_load(tmp_path
         {"import_role": {"name": "r", "tasks_from": tasks_from}}]}])
     res = run_playbook(str(book), inventory=INV)
     assert res.exit_code != 0 and why in res.error, res.error
+
+
+def test_an_include_naming_no_file_quotes_its_lines_with_secret_values_masked(tmp_path):
+    """Ansible's 'No file specified' parser error with its Origin block (the task's line and the two before it);
+    nothing of the run is known yet to mask with, so a quoted line setting a secret-named key shows it masked."""
+    (tmp_path / "steps.yaml").write_text("- set_fact:\n    db_password: hunter2xyz\n- name: no file here\n  include_tasks:\n")
+    book = write(tmp_path / "pb.yaml", [{"hosts": "all", "gather_facts": False, "tasks": [{"import_tasks": "steps.yaml"}]}])
+    res = run_playbook(str(book), inventory=INV)
+    assert res.exit_code == 4 and res.error.startswith("No file specified for include_tasks"), res.error
+    assert f"Origin: {tmp_path / 'steps.yaml'}:3:3\n" in res.error, res.error
+    assert "\n2     db_password: ********\n3 - name: no file here\n" in res.error, res.error
+    assert "hunter2xyz" not in res.error
