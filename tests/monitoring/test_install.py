@@ -3,7 +3,7 @@ the role's daemon path): Debian's node_exporter and Prometheus really run and an
 serves the tool's textfile (a speed record written by the speed_record module) and the monitor agent's (kept running
 from its own runtime copy, GPU memory from the stand-in nvidia-smi), Prometheus scrapes them and loads the
 written rules; a second run changes nothing; a changed rule file reloads the same Prometheus; monitoring_state
-absent stops both (only what the test started: their pidfiles)."""
+absent stops all three (only what the test started: their pidfiles)."""
 
 from __future__ import annotations
 
@@ -109,15 +109,17 @@ def test_install_runs_both_then_changes_nothing_then_reloads_on_new_rules(tmp_pa
 
 
 @needs_packages
-def test_absent_stops_both_and_a_second_absent_is_ok(tmp_path, fleet):
+def test_absent_stops_all_three_and_a_second_absent_is_ok(tmp_path, fleet, capsys):
+    """The undo docs/MONITORING.md gives: the same command with -e monitoring_state=absent."""
     inv, root, ports = fleet
     extra = {"monitoring_watched": ["local"], "monitoring_config_src": str(tmp_path / "prom")}
     (tmp_path / "prom").mkdir()
     (tmp_path / "prom" / "prometheus.yml").write_text("global: {scrape_interval: 1s}\n")
     assert play("monitoring-install", inv, extra_vars=extra).exit_code == 0
     assert get(f"http://127.0.0.1:{ports['node_exporter_port']}/metrics")[0] == 200
-    first = play("monitoring-install", inv, extra_vars={**extra, "monitoring_state": "absent"})
-    assert first.exit_code == 0 and first.total("changed") == 3, first.recap  # node_exporter, agent, Prometheus
+    monitoring(None, **{**OPTS, "inventory": [str(inv)], "out": str(tmp_path / "prom"),
+                        "extra_vars": ["monitoring_install=true", "monitoring_state=absent"]})
+    assert recap_changed(capsys.readouterr().out) == 3  # node_exporter, the agent, Prometheus
     assert not list((root / "run").glob("*.pid"))
     assert get(f"http://127.0.0.1:{ports['node_exporter_port']}/metrics")[0] == 0
     assert get(f"http://127.0.0.1:{ports['prometheus_port']}/-/ready")[0] == 0
