@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.connection import persist
 from engine.connection.ssh_connect import open_connection, tcp_socket
@@ -16,7 +17,6 @@ from engine.parsing.yamlfile import check_nesting, check_variable_names, load_ya
 from engine.playbook.modulespec import ENGINE_ACTIONS, LIBRARY, PROJECT_ROOT, module_args_spec, modules
 from engine.playbook.plays import load_playbook, resolve_play_keywords
 from engine.report.console import Console, json_report, load_sections, recap_of, write_json
-from engine.report.junit import junit_case, junit_suite_element, xml_text
 from engine.report.origin import error_origin
 from engine.run import fact_store
 from engine.run.preflight import check_tags
@@ -26,6 +26,9 @@ from engine.run.start_at import check_start_at_task
 from engine.run.task_executor import ACCEPTED_PREFIX
 from engine.template.markers import Unsafe
 from engine.template.secrets import mask_vault_values
+
+if TYPE_CHECKING:  # at run time through __getattr__ below, on first use
+    from engine.report.junit import junit_case, junit_suite_element, xml_text
 
 # The door of the engine for dfp_cli/ and bench/ (tests/engine/test_package_order.py keeps them to it): a run,
 # its inspection, and what the commands need besides: the inventory (`invoke inventory`), the kept connections
@@ -37,6 +40,19 @@ __all__ = [
     "junit_suite_element", "load_yaml", "mask_vault_values", "module_args_spec", "modules", "open_connection",
     "fact_store", "parse_text", "persist", "resolve_playbook", "run_playbook", "tcp_socket", "vault", "xml_text",
 ]
+
+_JUNIT = ("junit_case", "junit_suite_element", "xml_text")  # engine/report/junit.py's, imported when first asked for
+
+
+def __getattr__(name: str):
+    """The JUnit names of __all__, imported on first use: ElementTree and junit's XML-character pattern cost
+    every CLI run about 15 ms of its start, and only a run that writes a JUnit file needs them."""
+    if name in _JUNIT:
+        from engine.report import junit
+
+        return getattr(junit, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 from engine.cache import CACHE
@@ -82,6 +81,8 @@ STAMP_TTL_S = 2.0
 
 def _zip(dirs: list[Path]) -> bytes:
     """One zip of the third-party package folders `dirs` and of dflash_host's sources."""
+    import zipfile  # here: only a host without this runtime needs it, and every run's start would pay its import
+
     entries = [(path, path.relative_to(d.parent)) for d in dirs for path in _files(d)]
     entries += [(path, path.relative_to(HOST_PACKAGE_DIR.parent)) for path in host_package_files()]
     buf = io.BytesIO()
@@ -146,6 +147,8 @@ def _from_wheels(hello: dict, wanted: tuple[str, ...]) -> list[Path]:
                 f"downloaded on the control node: {proc.stderr.strip()[-400:]}. Install them on the host "
                 "(python3 -m pip install --user psutil tenacity) or put wheels in " + str(wheel_dir)
             )
+        import zipfile
+
         for whl in wheel_dir.glob("*.whl"):
             with zipfile.ZipFile(whl) as zf:
                 zf.extractall(unpacked)

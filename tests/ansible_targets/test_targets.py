@@ -49,3 +49,10 @@ def test_readme_states_the_measured_totals():
     assert claim["targets"] == len(TARGETS) == len(table)
     assert {k: claim[k] for k in ("ansible", "ours", "whole")} == sums
     assert claim["percent_x10"] == round(1000 * sums["ours"] / sums["ansible"])
+
+
+def test_the_shims_wait_is_the_harness_timeout():
+    """ours_playbook.py keeps its own copy of the timeout (importing the harness would slow every run of ours)."""
+    from tests.ansible_targets import harness, ours_playbook
+
+    assert ours_playbook.TARGET_TIMEOUT_S == harness.TARGET_TIMEOUT_S
