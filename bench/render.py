@@ -49,6 +49,9 @@ HEADLINE_LABELS = {
     "models_relay_upstream_ratio": "models, 8 hosts: upstream bytes through the control node / each host on its own",
     "models_relay_wall_ratio": "models, 8 hosts: wall through the control node / each host on its own",
     "models_recheck_s": "models: no-change re-check of the whole repository, 1 host (s)",
+    "targets_ansible_ratio": "ansible-core's targets as written (first run): ours / ansible-playbook",
+    "targets_again_ansible_ratio": "ansible-core's targets run again, both tools ending alike: ours / ansible-playbook",
+    "targets_no_change_ansible_ratio": "ansible-core's targets, no-change second run: ours / ansible-playbook",
 }
 # The tools of the workload tables, in the order of their rows.
 TOOL_LABELS = {
@@ -91,6 +94,7 @@ def render_block(res: dict) -> str:
     lines += header_lines(details.get("header"))
     lines += reprovision_lines(details.get("reprovision", {}))
     lines += models_lines(details.get("models"))
+    lines += targets_lines(details.get("targets"))
     lines += cold_lines(details.get("cold", {}))
     lines += notes_lines(res.get("notes"))
     return "\n".join(lines)
@@ -167,6 +171,28 @@ def fleet_lines(fleet: dict | None) -> list[str]:
         lines += ["", "Ours on 100 hosts by `--forks` (the default is 8):", "", "| --forks | wall | control CPU | hosts' CPU |",
                   "|---|---|---|---|"]
         lines += [f"| {f} | {s['wall_s']:.2f} s | {s['control_cpu_s']:.2f} s | {s['host_cpu_s']:.2f} s |" for f, s in forks.items()]
+    return lines
+
+
+def targets_lines(t: dict | None) -> list[str]:
+    """ansible-core's targets run twice by each tool: per target each run's seconds and changed tasks, the second
+    run's end (the figures sum the targets named under the table)."""
+    if not t or "per_target" not in t:
+        return []
+    lines = ["", "ansible-core's integration targets, each run twice in one folder by each tool (bench/targets.py): "
+             "seconds (changed tasks); the second run's exit and tasks passed:", "",
+             "| target | ansible first | ours first | ansible again | ours again | again: exit, passed (ansible / ours) |",
+             "|---|---|---|---|---|---|"]
+    for target, by in t["per_target"].items():
+        a, o = by["ansible"], by["ours"]
+        cells = [f"{r[run]['seconds']:.1f} ({r[run]['changed']})" for run in ("first", "again") for r in (a, o)]
+        lines.append(f"| {target} | " + " | ".join(cells) + f" | {a['again']['rc']}, {a['again']['passed']} / "
+                     f"{o['again']['rc']}, {o['again']['passed']} |")
+    lines.append("")
+    for figure, label in (("first", "as written"), ("again", "again, ending alike"), ("no_change", "no-change")):
+        f = t[figure]
+        lines.append(f"- {label}: {', '.join(f['targets']) or 'none'}: ours {f['ours']} s, ansible-playbook "
+                     f"{f['ansible']} s, ours / ansible-playbook {fmt(f['ratio'])}")
     return lines
 
 

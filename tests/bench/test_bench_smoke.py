@@ -307,3 +307,30 @@ def test_pool_addresses_go_past_one_octet_for_a_thousand_hosts(n, address):
     from tests.sshd_harness import loopback_address
 
     assert loopback_address(n) == address
+
+
+def _twice(first: float, again: float, rc: int = 0, passed: int = 10, changed: int = 0) -> dict:
+    run = {"rc": rc, "passed": passed, "failed": 0, "changed": changed, "runs": 1}
+    return {"first": {**run, "changed": 3, "seconds": first}, "again": {**run, "seconds": again}}
+
+
+def test_the_targets_figures_sum_the_second_runs_that_end_alike_and_change_nothing():
+    """bench/targets.py: the no-change figure is the second runs both tools pass with nothing changed; a second
+    run that changes tasks counts only in 'again', and one the tools end differently in neither."""
+    from bench.targets import figures_of
+
+    per_target = {
+        "stat": {"ansible": _twice(7.0, 6.0), "ours": _twice(0.8, 0.6)},
+        "command_shell": {"ansible": _twice(30.0, 30.0, changed=35), "ours": _twice(5.0, 5.0, changed=35)},
+        "copy": {"ansible": _twice(700.0, 90.0, rc=2, passed=40), "ours": _twice(7.0, 1.0, rc=2, passed=42)},
+    }
+    figures = figures_of(per_target)
+    assert figures["first"] == {"targets": ["stat", "command_shell", "copy"], "ansible": 737.0, "ours": 12.8,
+                                "ratio": 0.017}
+    assert figures["again"] == {"targets": ["stat", "command_shell"], "ansible": 36.0, "ours": 5.6, "ratio": 0.156}
+    assert figures["no_change"] == {"targets": ["stat"], "ansible": 6.0, "ours": 0.6, "ratio": 0.1}
+    keys = {"targets_no_change_ansible_ratio": figures["no_change"]["ratio"]}
+    text = render_block(_result(details={"targets": {"per_target": per_target, **figures}}, **keys))
+    assert "| stat | 7.0 (3) | 0.8 (3) | 6.0 (0) | 0.6 (0) | 0, 10 / 0, 10 |" in text
+    assert "- no-change: stat: ours 0.6 s, ansible-playbook 6.0 s, ours / ansible-playbook 0.100" in text
+    assert "| ansible-core's targets, no-change second run: ours / ansible-playbook | 0.100 | <= 0.100 | met |" in text
