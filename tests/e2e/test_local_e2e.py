@@ -88,6 +88,10 @@ def check_first_provision(res, host: str, dfp_root: Path) -> dict:
     assert started["acceptance_rate"] is not None and started["mean_acceptance_length"] >= 1.0
     # random weights accept ~nothing: the local gate warns instead of failing
     assert any("acceptance" in w for w in started.get("warnings", [])) or started["acceptance_rate"] >= 0.3
+    # the real server's prefix cache hits the repeated prompt with the drafter on (vllm.smoke_checks) ...
+    assert started["prefix_cache_verdict"] == "ok" and 0 < started["prefix_cache_hits"] <= started["prefix_cache_queries"], started
+    # ... and a burst at its max concurrency (cpu flavor: 4) completes with the server alive
+    assert started["burst_requests"] == 4 and started["burst_tokens"] == 4 * 32, started
     drafter_cfg = json.loads((dfp_root / "models" / "tiny-dflash" / "config.json").read_text())
     assert drafter_cfg["dflash_config"]["target_layer_ids"] == [1, 5]  # the reference spacing, N=8, k=2
     assert drafter_cfg["architectures"] == ["DFlashDraftModel"]
@@ -104,7 +108,9 @@ def lifecycle(host: str, inv: Path, dfp_root: Path, restart: bool) -> None:
 
         second = play("provision", inv)
         assert second.exit_code == 0 and second.recap[host]["changed"] == 0, msgs(second)
-        assert result(second, START, host)["pid"] == started["pid"]
+        verified = result(second, START, host)
+        assert verified["pid"] == started["pid"] and verified["prefix_cache_hits"] > 0, verified
+        assert "burst_requests" not in verified  # a running server is never loaded by a re-run
         assert second.elapsed_s < 30, second.elapsed_s
 
         if restart:

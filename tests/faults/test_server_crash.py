@@ -96,7 +96,7 @@ def test_crash_while_acceptance_is_read_after_readiness_fails_clearly_and_the_ne
 
 
 def test_a_server_that_dies_while_status_is_read_is_reported_not_running_and_provision_heals_it(host, tmp_path):
-    inv, hv, p = host("crash_on_metrics", crash_at_metrics="3")  # reads 1-2: the start; 3: `invoke status`
+    inv, hv, p = host("crash_on_metrics", crash_at_metrics="5")  # 1-2 acceptance, 3-4 prefix cache: the start; 5: `invoke status`
     first = play(SERVICE, inv, tmp_path)
     assert first.exit_code == 0, msgs(first)
     old = result_of(first, START, "local")["pid"]
@@ -113,7 +113,7 @@ def test_a_running_server_that_dies_while_provision_verifies_it_is_never_reporte
     """Second provision: the server runs, the verify's acceptance read kills it. The play must not end
     with 'running and serving' while nothing serves: it restarts the server (or fails), and the PID it
     reports answers."""
-    inv, hv, p = host("crash_on_metrics", crash_at_metrics="4")  # reads 1-2: the start; 3-4: the verify
+    inv, hv, p = host("crash_on_metrics", crash_at_metrics="6")  # reads 1-4: the start; 5-6: the verify's acceptance
     first = play(SERVICE, inv, tmp_path)
     assert first.exit_code == 0, msgs(first)
     old = result_of(first, START, "local")["pid"]
