@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from dflash_host.host.files import atomic_write, load_json
+from dflash_host.host.files import atomic_write, read_json
 from dflash_host.host.paths import managed_path
 from dflash_host.host.processes import alive, examine, read_pidfile, stop_processes, write_pidfile
 from dflash_host.module import Context, ModuleError
@@ -56,11 +56,7 @@ def request(argv: list, environment: dict, checksum: str | None) -> dict:
 
 def recorded_request(path: str) -> dict | None:
     """The request the running program was started with (None: none recorded, or unreadable: restart it)."""
-    try:
-        data = load_json(path)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json(path)
 
 
 def inspect(pidfile: str) -> dict:
