@@ -3,7 +3,8 @@ the role's daemon path): Debian's node_exporter and Prometheus really run and an
 serves the tool's textfile (a speed record written by the speed_record module) and the monitor agent's (kept running
 from its own runtime copy, GPU memory from the stand-in nvidia-smi), Prometheus scrapes them and loads the
 written rules; a second run changes nothing; a changed rule file reloads the same Prometheus; monitoring_state
-absent stops all three (only what the test started: their pidfiles)."""
+absent stops all three (only what the test started: their pidfiles). On a real sshd host, as its plain login user,
+node_exporter and the agent run from the runtime the engine shipped."""
 
 from __future__ import annotations
 
@@ -125,3 +126,23 @@ def test_absent_stops_all_three_and_a_second_absent_is_ok(tmp_path, fleet, capsy
     assert get(f"http://127.0.0.1:{ports['prometheus_port']}/-/ready")[0] == 0
     again = play("monitoring-install", inv, extra_vars={**extra, "monitoring_state": "absent"})
     assert again.exit_code == 0 and again.total("changed") == 0, again.recap
+
+
+@needs_packages
+def test_on_a_remote_host_as_a_plain_user_the_exporter_and_the_agent_run(remote_host, gpu):
+    """A real sshd host, its login user not root: node_exporter and the agent (from its runtime copy, the one the
+    engine shipped) run under its dfp_root; Prometheus goes elsewhere (monitoring_host names another host)."""
+    port = free_port(["127.0.0.1"])
+    extra = {"monitoring_watched": [remote_host.name], "monitoring_host": "elsewhere", "node_exporter_port": port,
+             "node_exporter_listen_host": "127.0.0.1", "nvidia_smi": gpu.nvidia_smi}
+    try:
+        first = play("monitoring-install", remote_host.inventory, extra_vars=extra)
+        assert first.exit_code == 0 and first.total("changed") > 0, first.results[-1].msg
+        eventually("node_exporter on the remote host serves the agent's GPU memory",
+                   lambda: "dflash_gpu_memory_used_mib{" in get(f"http://127.0.0.1:{port}/metrics")[1])
+        again = play("monitoring-install", remote_host.inventory, extra_vars=extra)
+        assert again.exit_code == 0 and again.total("changed") == 0, again.recap
+    finally:
+        gone = play("monitoring-install", remote_host.inventory, extra_vars={**extra, "monitoring_state": "absent"})
+    assert gone.exit_code == 0 and gone.total("changed") == 2, gone.recap
+    assert get(f"http://127.0.0.1:{port}/metrics")[0] == 0
