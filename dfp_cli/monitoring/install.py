@@ -43,7 +43,9 @@ def install(opts: dict, views: list[HostView], out: str) -> dict:
                           limit=",".join(dict.fromkeys(watched + [server])), quiet=False,
                           host_defaults=host_defaults_of(opts))
     if result.error:
-        raise UserError(result.error)
+        named = f" (monitoring_host is {server!r}: name an inventory host, -e monitoring_host=NAME)" \
+            if repr(server) in result.error else ""
+        raise UserError(f"{result.error}{named}; the files are written, nothing was installed")
     if server not in result.recap:
         raise UserError(f"monitoring_host {server!r} is not a host of the inventory; add it, or name one with "
                         "-e monitoring_host=NAME (files written, nothing installed there)")

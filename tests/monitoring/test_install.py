@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from invoke import Exit
 
 from dfp_cli.monitoring.command import monitoring
 from tests.helpers import play
@@ -146,3 +147,14 @@ def test_on_a_remote_host_as_a_plain_user_the_exporter_and_the_agent_run(remote_
         gone = play("monitoring-install", remote_host.inventory, extra_vars={**extra, "monitoring_state": "absent"})
     assert gone.exit_code == 0 and gone.total("changed") == 2, gone.recap
     assert get(f"http://127.0.0.1:{port}/metrics")[0] == 0
+
+
+def test_a_monitoring_host_the_inventory_lacks_is_one_paragraph_after_the_files(tmp_path, fleet, capsys):
+    inv, root, ports = fleet
+    out = tmp_path / "prom"
+    with pytest.raises(Exit) as exc:
+        monitoring(None, **{**OPTS, "inventory": [str(inv)], "out": str(out),
+                            "extra_vars": ["monitoring_install=true", "monitoring_host=mon9"]})
+    err = capsys.readouterr().err
+    assert exc.value.code == 4 and "(monitoring_host is 'mon9': name an inventory host" in err, err
+    assert "Traceback" not in err and (out / "prometheus.yml").is_file() and not (root / "run" / "prometheus.pid").exists()
