@@ -51,10 +51,12 @@ def says(c: int, verdict: str, with_rate: float | None, without_rate: float | No
             f"{without_rate:.1%} without it, on the same prompts" if with_rate is not None and without_rate is not None
             else f"at concurrency {c} the prefix-cache hit rate is unknown (a server exported no prefix_cache counters)")
     if verdict == "lost":
-        return (f"{seen}: the drafter loses prefix caching ({ISSUES}: a drafter on a hybrid-attention target), so "
-                "every shared system prompt or few-shot block is computed again and the speed-up above includes that "
-                "loss. Serve without the drafter where it does not pay (drafter_model: null, or tune's schedule), or "
-                "use a vLLM with the fix; the DflashPrefixCacheNoHits alert (invoke monitoring) watches for it")
+        return (f"{seen}: the drafter loses prefix caching, so every shared prefix is computed again and the "
+                f"speed-up above includes that loss. Either a drafter on a hybrid-attention target ({ISSUES}): serve "
+                "without the drafter where it does not pay (drafter_model: null, or tune's schedule) or use a vLLM "
+                "with the fix; or the prompts share about one KV block, which vLLM drops from every hit for a drafter "
+                "that reads the target's hidden states (longer shared prefixes keep the rest). The "
+                "DflashPrefixCacheNoHits alert (invoke monitoring) watches the running server")
     if verdict == "no shared prefixes":
         return (f"{seen}: the prompts share too little for the cache to be judged (send prompts that share a "
                 "prefix, as the built-in workload's support requests do)")

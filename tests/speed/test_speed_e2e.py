@@ -94,7 +94,16 @@ def test_serving_bench_compare_baseline_leaves_the_server_as_it_was(speed_host, 
     assert code == 0, registered
     figures = per_host["local"]
     print(SC.bench_table("local", figures))
-    assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator", "comparison", "interleaved", "workload"}
+    assert set(figures) == {"runs", "baseline_runs", "speedup", "load_generator", "comparison", "interleaved", "workload",
+                            "prefix_cache"}
+    # the real servers' prefix-cache counters, read around every repetition: both get the same random prompts (one
+    # seed), so the baseline hits their one shared 128-token block (~50 %) and the drafter none (vLLM drops the last
+    # block of a hit for DFlash): the record calls it lost and says both causes (measured: 0.0 % against 49.7 %)
+    assert all(r["prefix_cache_queries"] > 0 for r in figures["runs"] + figures["baseline_runs"]), figures
+    assert all(r["prefix_cache_hits"] == 0 for r in figures["runs"]), figures["runs"]
+    assert all(r["prefix_cache_hit_rate"] > 0.05 for r in figures["baseline_runs"]), figures["baseline_runs"]
+    assert {c: v["verdict"] for c, v in figures["prefix_cache"].items()} == {"1": "lost", "4": "lost"}
+    assert "which vLLM drops from every hit" in figures["prefix_cache"]["1"]["says"]
     assert figures["interleaved"] is True and figures["workload"]["name"] == "random"  # every draft accepted: EOS ignored
     assert set(figures["comparison"]) == {"1", "4"}
     assert all(v["verdict"] in ("pays", "slower", "inconclusive") and v["pairs"] == 2 for v in figures["comparison"].values())
