@@ -24,7 +24,7 @@ ARGS = {
     "textfile_dir": {"type": "path", "default": None, "var": "prometheus_textfile_dir",
                      "help": "where the agent writes dflash_host.prom; none: <dfp_root>/metrics"},
     "pidfile": {"include": "vllm_pidfile", "help": "the server's pidfile the agent reads (its state, the running k)"},
-    "nvidia_smi": {"type": "str", "default": "nvidia-smi", "var": "nvidia_smi", "help": "the nvidia-smi command"},
+    "nvidia_smi": {"include": "nvidia_smi"},
     "every_s": {"type": "int", "default": 15, "var": "monitor_every_s", "help": "seconds between the agent's readings"},
 }
 # The arguments that decide what runs or which file, folder or address is touched (engine/run/trust.py).
@@ -104,7 +104,8 @@ def run(args: dict, ctx: Context) -> dict:
     textfile_dir = args["textfile_dir"] or os.path.join(root, "metrics")
     pidfile = args["pidfile"] or os.path.join(root, "run", "vllm.pid")
     argv = [sys.executable, "-m", "dflash_host.monitor", "--dfp-root", root, "--textfile-dir", textfile_dir,
-            "--pidfile", pidfile, "--nvidia-smi", args["nvidia_smi"], "--every", str(args["every_s"])]
+            "--pidfile", pidfile, "--every", str(args["every_s"])]
+    argv += ["--nvidia-smi", args["nvidia_smi"]] if args["nvidia_smi"] else []
     return {"changed": changed or bool(removed), "runtime": target, "packages": sorted(packages), "removed": removed,
             "argv": argv, "environment": {"PYTHONPATH": target}}
 
