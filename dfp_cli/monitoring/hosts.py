@@ -173,14 +173,19 @@ def view_of(host: str, registered: dict, group: str | None) -> HostView:
     return view
 
 
-def fleet_setting(views: list[HostView], name: str) -> str:
-    """A setting the rule file holds once (a rate's window, an alert's `for`): every host must agree."""
-    values = {str(v.settings.get(name)) for v in views}
+def agreed_setting(views: list[HostView], name: str, holder: str) -> object:
+    """A setting `holder` reads once for the fleet (the rule file, the install): every host must agree."""
+    values = {repr(v.settings.get(name)) for v in views}
     if len(values) > 1:
         said = ", ".join(f"{v.name}: {v.settings.get(name)}" for v in views)
-        raise UserError(f"{name} differs between the hosts ({said}); the rules hold one for the fleet: set it once, "
-                        "in the group's vars")
-    value = values.pop()
+        raise UserError(f"{name} differs between the hosts ({said}); {holder} one for the fleet: set it once, "
+                        "in the group's vars or with -e")
+    return views[0].settings.get(name)
+
+
+def fleet_setting(views: list[HostView], name: str) -> str:
+    """A duration the rule file holds once (a rate's window, an alert's `for`, the scrape interval)."""
+    value = str(agreed_setting(views, name, "the rules hold"))
     if not re.fullmatch(r"([0-9]+(ms|s|m|h|d|w|y))+", value):
         raise UserError(f"{name} is {value!r}; give a Prometheus duration such as 10m or 1h30m")
     return value

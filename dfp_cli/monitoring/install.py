@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dfp_cli.monitoring.hosts import HostView
+from dfp_cli.monitoring.hosts import HostView, agreed_setting
 from engine.errors import UserError
 
 PLAYBOOK = "monitoring-install"
 
 
 def one_setting(views: list[HostView], name: str) -> object:
-    """A setting the install reads once for the fleet (monitoring_install, monitoring_host): every host must agree."""
-    values = {repr(v.settings.get(name)) for v in views}
-    if len(values) > 1:
-        said = ", ".join(f"{v.name}: {v.settings.get(name)}" for v in views)
-        raise UserError(f"{name} differs between the hosts ({said}); the install reads one for the fleet: set it "
-                        "once, in the group's vars or with -e")
-    return views[0].settings.get(name)
+    """A setting the install reads once for the fleet (monitoring_install, monitoring_host)."""
+    return agreed_setting(views, name, "the install reads")
 
 
 def wanted(views: list[HostView]) -> bool:
