@@ -32,8 +32,7 @@ from dflash_host.speed.generator import LoadGenerator
 from dflash_host.speed.prefix_cache import prefix_delta, prefix_figures
 from dflash_host.speed.speedup import compare_levels
 from dflash_host.speed.workload import WorkloadError, builtin_requests, cycle, describe_builtin, describe_file, parse_prompts
-from dflash_host.vllm import base_url, delta, paths, read_env, read_launch, request, spec_decode_counters
-from dflash_host.vllm.metrics import prefix_cache_counters
+from dflash_host.vllm import base_url, delta, paths, prefix_cache_counters, read_env, read_launch, request, spec_decode_counters
 
 ARGS = {
     "pidfile": {"include": "vllm_pidfile", "help": "the managed server's pidfile: its launch record gives the address, served model, tokenizer and API key"},

@@ -38,7 +38,7 @@ The parts, each with one job (they import one another directly, never this front
 
 from dflash_host.vllm.features import vllm_facts
 from dflash_host.vllm.measurement import forget_measurement, start_measurement, stop_measurement
-from dflash_host.vllm.metrics import acceptance, delta, per_position_counts, spec_decode_counters
+from dflash_host.vllm.metrics import acceptance, delta, per_position_counts, prefix_cache_counters, spec_decode_counters
 from dflash_host.vllm.node import probe_node, refuse_one_host, verify_node
 from dflash_host.vllm.probe import base_url, request
 from dflash_host.vllm.process import stop_owner
@@ -57,6 +57,7 @@ __all__ = [
     "paths", "read_launch", "read_env", "launch_state",
     # its HTTP API and vLLM's /metrics
     "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
+    "prefix_cache_counters",
     # what the serving environment's vLLM offers
     "vllm_facts",
 ]

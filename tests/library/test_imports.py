@@ -67,7 +67,7 @@ FRONT = {
     "probe_node", "verify_node", "refuse_one_host",
     "start_measurement", "stop_measurement", "forget_measurement",
     "paths", "read_launch", "read_env", "launch_state",
-    "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts",
+    "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts", "prefix_cache_counters",
     "vllm_facts",
 }
 
