@@ -78,25 +78,21 @@ def render(args: dict, ctx: Context, table: dict) -> dict:
 # --------------------------------------------------------------------------- started, restarted
 
 
+# (the result's key, its words): the checks acceptance_gate decides (vllm.smoke_checks: the prefix cache's too)
+_GATED = (("acceptance", "acceptance"), ("prefix_cache", "prefix cache"))
+
+
 def _apply_gate(out: dict, ctx: Context) -> None:
-    verdict = out.get("acceptance_verdict")
-    if verdict == "fail":
-        raise ModuleError(
-            f"acceptance gate failed: {out['acceptance_msg']} (acceptance_gate: fail; the server keeps running)",
-            acceptance_failed=True,
-            **{k: v for k, v in out.items() if k != "msg"},
-        )
-    if verdict == "warn":
-        ctx.warn(out["acceptance_msg"])
-    prefix = out.get("prefix_cache_verdict")  # vllm.smoke_checks: a miss fails only under acceptance_gate: fail
-    if prefix == "fail":
-        raise ModuleError(
-            f"prefix cache gate failed: {out['prefix_cache_msg']} (acceptance_gate: fail; the server keeps running)",
-            prefix_cache_failed=True,
-            **{k: v for k, v in out.items() if k != "msg"},
-        )
-    if prefix == "warn":
-        ctx.warn(out["prefix_cache_msg"])
+    for key, words in _GATED:
+        verdict = out.get(f"{key}_verdict")
+        if verdict == "fail":
+            raise ModuleError(
+                f"{words} gate failed: {out[f'{key}_msg']} (acceptance_gate: fail; the server keeps running)",
+                **{f"{key}_failed": True},
+                **{k: v for k, v in out.items() if k != "msg"},
+            )
+        if verdict == "warn":
+            ctx.warn(out[f"{key}_msg"])
 
 
 def _summary(out: dict, launch: dict) -> str:
