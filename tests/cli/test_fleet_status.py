@@ -22,7 +22,7 @@ from dflash_host.module import Context
 from library import speed_record
 from tests.cli.helpers import invoke
 from tests.fakes.served import PLAYBOOKS, SERVICE, msgs, paths_of, server_vars
-from tests.fakes.vllm_processes import free_port, kill_leftovers
+from tests.fakes.vllm_processes import free_port, kill_leftovers, stop_started
 from tests.helpers import play
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -99,12 +99,7 @@ class Prometheus:
         raise AssertionError(f"no alert firing at {self.url} within {deadline_s:.0f} s")
 
     def stop(self) -> None:
-        self.popen.terminate()
-        try:
-            self.popen.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(timeout=10)
+        stop_started(self.popen)
         self.log.close()
 
 

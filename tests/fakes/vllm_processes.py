@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -49,3 +50,15 @@ def kill_leftovers(log_dirs: list) -> list:
         except OSError:
             pass
     return leaked
+
+
+def stop_started(popen: subprocess.Popen) -> None:
+    """End a process a test started itself (by its own handle): SIGTERM, then SIGKILL after 20 s."""
+    if popen.poll() is not None:
+        return
+    popen.terminate()
+    try:
+        popen.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=10)

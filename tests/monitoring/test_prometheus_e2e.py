@@ -34,7 +34,7 @@ from dfp_cli.monitoring.command import monitoring
 from dfp_cli.monitoring.dashboard import DASHBOARD_FILE
 from tests.e2e.test_local_e2e import E2E_ROOT, host_vars, msgs
 from tests.fakes.gpu_holder import FakeGpu
-from tests.fakes.vllm_processes import free_port, kill_leftovers
+from tests.fakes.vllm_processes import free_port, kill_leftovers, stop_started
 from tests.helpers import play
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -88,13 +88,7 @@ class Started:
         return self.popen.poll() is None
 
     def stop(self) -> None:
-        if self.alive():
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        stop_started(self.popen)
 
 
 class Prometheus:
