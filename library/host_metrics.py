@@ -14,6 +14,7 @@ import os
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
 from dflash_host.monitor import readings, textfile
+from dflash_host.speed.prom_textfile import holds
 
 ARGS = {
     "pidfile": {"include": "vllm_pidfile", "required": True,
@@ -43,12 +44,8 @@ def run(args: dict, ctx: Context) -> dict:
     reading = readings.read(args["pidfile"], args["nvidia_smi"], args["timeout_s"])
     path = os.path.join(folder, textfile.TEXTFILE_NAME)
     if ctx.check:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                same = fh.read() == textfile.render(reading)
-        except OSError:
-            same = False
-        return {"changed": not same, "textfile": path, "reading": reading, "msg": f"would write {path}"}
+        return {"changed": not holds(path, textfile.render(reading)), "textfile": path, "reading": reading,
+                "msg": f"would write {path}"}
     path, changed = textfile.write(folder, reading)
     said = f"GPU memory {', '.join(str(g['used_mib']) for g in reading['gpus'])} MiB" if reading["driver_up"] \
         else f"no GPU reading ({reading['gpu_error']})"

@@ -13,10 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dflash_host.host.files import atomic_write, read_bytes
-from dflash_host.module import ModuleError
-from dflash_host.speed.prom_textfile import _sample
-from dflash_host.speed.state import is_our_textfile
+from dflash_host.speed.prom_textfile import gauges, sample
+from dflash_host.speed.state import write_our_textfile
 
 TEXTFILE_NAME = "dflash_host.prom"
 HELP = {
@@ -30,12 +28,12 @@ HELP = {
 
 
 def _gpu_samples(name: str, key: str, gpus: list) -> list:
-    return [_sample(name, {"gpu": g["index"], "uuid": g["uuid"]}, g[key]) for g in gpus]
+    return [sample(name, {"gpu": g["index"], "uuid": g["uuid"]}, g[key]) for g in gpus]
 
 
 def _schedule_samples(schedule: Any) -> list:
     name = "dflash_running_schedule_num_speculative_tokens"
-    return [_sample(name, {"batch_size_min": b[0], "batch_size_max": b[1]}, b[2])
+    return [sample(name, {"batch_size_min": b[0], "batch_size_max": b[1]}, b[2])
             for b in schedule or [] if isinstance(b, list) and len(b) == 3]
 
 
@@ -44,31 +42,18 @@ def render(reading: dict) -> str:
     samples = {
         "dflash_gpu_memory_used_mib": _gpu_samples("dflash_gpu_memory_used_mib", "used_mib", reading["gpus"]),
         "dflash_gpu_memory_total_mib": _gpu_samples("dflash_gpu_memory_total_mib", "total_mib", reading["gpus"]),
-        "dflash_gpu_driver_up": [_sample("dflash_gpu_driver_up", {}, int(reading["driver_up"]))],
-        "dflash_server_running": [_sample("dflash_server_running", {}, None if reading["server_running"] is None
+        "dflash_gpu_driver_up": [sample("dflash_gpu_driver_up", {}, int(reading["driver_up"]))],
+        "dflash_server_running": [sample("dflash_server_running", {}, None if reading["server_running"] is None
                                           else int(reading["server_running"]))],
-        "dflash_running_num_speculative_tokens": [_sample("dflash_running_num_speculative_tokens", {}, reading["k"])],
+        "dflash_running_num_speculative_tokens": [sample("dflash_running_num_speculative_tokens", {}, reading["k"])],
         "dflash_running_schedule_num_speculative_tokens": _schedule_samples(reading["schedule"]),
     }
-    lines: list[str] = []
-    for name, found in samples.items():
-        kept = [s for s in found if s]
-        if kept:
-            lines.extend([f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge", *kept])
-    return "\n".join(lines) + "\n"
+    return gauges(HELP, samples)
 
 
 def write(folder: str, reading: dict, touch: bool = False) -> tuple:
     """(path, changed) of <folder>/dflash_host.prom, written atomically when its text changes (or always, with
     `touch`: the looping agent's file then shows its freshness by its mtime). A file that is not the tool's is refused."""
     path = os.path.join(folder, TEXTFILE_NAME)
-    if os.path.islink(path) or not is_our_textfile(path):
-        raise ModuleError(f"{path} exists but was not written by dflash-provision (lines other than dflash_ samples); "
-                          "it was left untouched. Move it away, or give the agent another --textfile-dir "
-                          "(prometheus_textfile_dir)")
-    text = render(reading).encode()
-    if not touch and read_bytes(path) == text:
-        return path, False
-    os.makedirs(folder, exist_ok=True)
-    atomic_write(path, text, mode=0o644)
-    return path, True
+    fix = "give the agent another --textfile-dir (prometheus_textfile_dir)"
+    return path, write_our_textfile(path, render(reading), fix, touch)

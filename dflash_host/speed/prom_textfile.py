@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dflash_host.host.files import atomic_write
+from dflash_host.host.files import atomic_write, read_bytes
 
 HELP = {
     "dflash_acceptance_rate": "Accepted draft tokens / drafted tokens in the last measurement",
@@ -28,7 +28,7 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _sample(name: str, labels: dict[str, Any], value: Any) -> str | None:
+def sample(name: str, labels: dict[str, Any], value: Any) -> str | None:
     if value is None or isinstance(value, bool):
         return None
     number = float(value)
@@ -41,41 +41,58 @@ def _sample(name: str, labels: dict[str, Any], value: Any) -> str | None:
 def render(figures: dict[str, Any], labels: dict[str, str]) -> str:
     """figures: acceptance_rate, mean_acceptance_length, num_speculative_tokens, measured_at (unix s),
     speedup {"<c>": x}, tokens_per_s {"<c>": {"drafter": x, "baseline": y}}."""
-    lines: list[str] = []
+    found: dict[str, list[str | None]] = {}
 
     def family(name: str, samples: list[str | None]) -> None:
-        kept = [s for s in samples if s]
-        if kept:
-            lines.extend([f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge", *kept])
+        found[name] = samples
 
-    family("dflash_acceptance_rate", [_sample("dflash_acceptance_rate", labels, figures.get("acceptance_rate"))])
+    family("dflash_acceptance_rate", [sample("dflash_acceptance_rate", labels, figures.get("acceptance_rate"))])
     family("dflash_mean_acceptance_length",
-           [_sample("dflash_mean_acceptance_length", labels, figures.get("mean_acceptance_length"))])
-    family("dflash_speedup", [_sample("dflash_speedup", {**labels, "concurrency": c}, x)
+           [sample("dflash_mean_acceptance_length", labels, figures.get("mean_acceptance_length"))])
+    family("dflash_speedup", [sample("dflash_speedup", {**labels, "concurrency": c}, x)
                               for c, x in sorted((figures.get("speedup") or {}).items(), key=lambda i: int(i[0]))])
     for end in ("low", "high"):
-        family(f"dflash_speedup_{end}", [_sample(f"dflash_speedup_{end}", {**labels, "concurrency": c}, v.get(end))
+        family(f"dflash_speedup_{end}", [sample(f"dflash_speedup_{end}", {**labels, "concurrency": c}, v.get(end))
                                          for c, v in sorted((figures.get("comparison") or {}).items(),
                                                             key=lambda i: int(i[0]))])
     family("dflash_output_tokens_per_second", [
-        _sample("dflash_output_tokens_per_second", {**labels, "concurrency": c, "drafter": side}, x)
+        sample("dflash_output_tokens_per_second", {**labels, "concurrency": c, "drafter": side}, x)
         for c, pair in sorted((figures.get("tokens_per_s") or {}).items(), key=lambda i: int(i[0]))
         for side, x in sorted(pair.items())])
     family("dflash_num_speculative_tokens",
-           [_sample("dflash_num_speculative_tokens", labels, figures.get("num_speculative_tokens"))])
+           [sample("dflash_num_speculative_tokens", labels, figures.get("num_speculative_tokens"))])
     family("dflash_measurement_timestamp_seconds",
-           [_sample("dflash_measurement_timestamp_seconds", labels, figures.get("measured_at"))])
+           [sample("dflash_measurement_timestamp_seconds", labels, figures.get("measured_at"))])
+    return gauges(HELP, found)
+
+
+def gauges(helps: dict[str, str], found: dict[str, list[str | None]]) -> str:
+    """The text of gauge families in order: HELP and TYPE, then the samples; a family with none is left out."""
+    lines: list[str] = []
+    for name, samples in found.items():
+        kept = [s for s in samples if s]
+        if kept:
+            lines.extend([f"# HELP {name} {helps[name]}", f"# TYPE {name} gauge", *kept])
     return "\n".join(lines) + "\n"
+
+
+def holds(path: str, text: str) -> bool:
+    """Whether the file at `path` holds `text` already (a file that cannot be read does not)."""
+    try:
+        return read_bytes(path) == text.encode()
+    except OSError:
+        return False
+
+
+def write_text(path: str, text: str, touch: bool = False) -> bool:
+    """Write a textfile atomically when its text changed (always with `touch`, so its mtime says it is fresh);
+    True when written."""
+    if not touch and holds(path, text):
+        return False
+    atomic_write(path, text.encode(), mode=0o644)
+    return True
 
 
 def write(path: str, figures: dict[str, Any], labels: dict[str, str]) -> bool:
     """Write the textfile atomically; True when its content changed."""
-    text = render(figures, labels)
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return False
-    except OSError:
-        pass
-    atomic_write(path, text.encode(), mode=0o644)
-    return True
+    return write_text(path, render(figures, labels))

@@ -89,14 +89,21 @@ def is_our_textfile(path: str) -> bool:
     return all(ln.startswith(("# HELP dflash_", "# TYPE dflash_", "dflash_")) for ln in lines)
 
 
+def write_our_textfile(path: str, text: str, fix: str, touch: bool = False) -> bool:
+    """Write a textfile of the tool's (prom_textfile.write_text: True when written); a file at `path` that is not
+    the tool's, or a symlink, is refused untouched, the error ending with `fix` (where else to write)."""
+    if os.path.islink(path) or not is_our_textfile(path):
+        raise ModuleError(f"{path} exists but was not written by dflash-provision (lines other than dflash_ samples); "
+                          f"it was left untouched. Move it away, or {fix}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return prom_textfile.write_text(path, text, touch)
+
+
 def write_textfile(folder: str, figs: dict, host: str) -> tuple:
     """(path, changed) of the Prometheus textfile; a file there that is not the tool's is refused, untouched."""
     path = textfile_path(folder)
-    if os.path.islink(path) or not is_our_textfile(path):
-        raise ModuleError(f"{path} exists but was not written by dflash-provision (lines other than dflash_ samples); "
-                          "it was left untouched. Move it away, or set prometheus_textfile_dir to another folder")
-    os.makedirs(folder, exist_ok=True)
-    return path, prom_textfile.write(path, figs, {"host": host})
+    text = prom_textfile.render(figs, {"host": host})
+    return path, write_our_textfile(path, text, "set prometheus_textfile_dir to another folder")
 
 
 def cached_gate(state: dict, fingerprint: str | None, concurrency: int) -> dict | None:
