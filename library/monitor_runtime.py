@@ -5,7 +5,8 @@ version replaces; an agent kept running needs its own copy. This copies the pack
 the runtime (dflash_host always; psutil and tenacity only where they came with it, not from the host's python)
 into <dfp_root>/monitor/runtime-<hash>/ (the hash of their files: a new version is a new folder, and older
 folders holding the tool's marker are removed), and returns the agent's `argv` (this worker's python) and
-`environment` (PYTHONPATH), for library/daemon.py or a systemd unit. A second run with the same runtime is ok.
+`environment` (PYTHONPATH), for library/daemon.py, and the `unit` text where systemd runs it (quoted and checked
+as the vLLM server's unit is: dflash_host/vllm/systemd_unit.py). A second run with the same runtime is ok.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from dflash_host.host.files import atomic_write
 from dflash_host.host.paths import managed_path
 from dflash_host.module import Context, ModuleError, main
+from dflash_host.vllm import program_unit
 
 ARGS = {
     "root": {"include": "dfp_root", "help": "dfp_root: the copy lies in <dfp_root>/monitor"},
@@ -106,8 +108,11 @@ def run(args: dict, ctx: Context) -> dict:
     argv = [sys.executable, "-m", "dflash_host.monitor", "--dfp-root", root, "--textfile-dir", textfile_dir,
             "--pidfile", pidfile, "--every", str(args["every_s"])]
     argv += ["--nvidia-smi", args["nvidia_smi"]] if args["nvidia_smi"] else []
+    environment = {"PYTHONPATH": target}
+    unit = program_unit("dflash-provision monitor agent (textfile for node_exporter)", argv, environment,
+                        "the monitor agent's (prometheus_textfile_dir, vllm_pidfile, nvidia_smi)")
     return {"changed": changed or bool(removed), "runtime": target, "packages": sorted(packages), "removed": removed,
-            "argv": argv, "environment": {"PYTHONPATH": target}}
+            "argv": argv, "environment": environment, "unit": unit}
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from dflash_host.vllm.process import stop_owner
 from dflash_host.vllm.records import launch_state, paths, read_env, read_launch
 from dflash_host.vllm.server import ensure_running, render, stop
 from dflash_host.vllm.status import status
+from dflash_host.vllm.systemd_unit import program_unit
 
 __all__ = [
     # the configured server
@@ -60,4 +61,6 @@ __all__ = [
     "prefix_cache_counters",
     # what the serving environment's vLLM offers
     "vllm_facts",
+    # a unit for another program the tool keeps running (the monitor agent), quoted as the server's
+    "program_unit",
 ]

@@ -33,13 +33,31 @@ def _unit_setting(setting: str, value: str) -> str:
     return value.replace("%", "%%")
 
 
-def _exec_start(words: list) -> str:
+def _exec_start(words: list, whose: str = "vLLM's") -> str:
     """ExecStart's value: every word quoted; a word that cannot be one line in the unit is refused."""
     for i, word in enumerate(words):
         problem = line_problem(word)
         if problem:
-            raise ModuleError(f"word {i} of the unit's ExecStart {problem}; every value on vLLM's command line must be one line")
+            raise ModuleError(f"word {i} of the unit's ExecStart {problem}; every value on {whose} command line must be one line")
     return " ".join(_unit_quote(w) for w in words)
+
+
+def _environment(name: str, value: str) -> str:
+    """`Environment="NAME=value"`: one line, % doubled (a specifier there), quoted so blanks stay in the value."""
+    text = _unit_setting("Environment", f"{name}={value}")
+    return 'Environment="' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def program_unit(description: str, words: list, environment: dict, whose: str) -> str:
+    """A unit for another program the tool keeps running (the monitor agent): its words quoted and its
+    Environment= values checked as the server's are; restarted when it fails."""
+    env = [_environment(k, v) for k, v in sorted(environment.items())]
+    return "\n".join([
+        "# Managed by dflash-provision (roles/monitoring); changes here are overwritten.",
+        "[Unit]", f"Description={_unit_setting('Description', description)}", "",
+        "[Service]", *env, f"ExecStart={_exec_start(words, whose)}", "Restart=on-failure", "RestartSec=5", "",
+        "[Install]", "WantedBy=multi-user.target", "",
+    ])
 
 
 def render_unit(

@@ -68,7 +68,7 @@ FRONT = {
     "start_measurement", "stop_measurement", "forget_measurement",
     "paths", "read_launch", "read_env", "launch_state",
     "base_url", "request", "spec_decode_counters", "delta", "acceptance", "per_position_counts", "prefix_cache_counters",
-    "vllm_facts",
+    "vllm_facts", "program_unit",
 }
 
 
