@@ -36,9 +36,17 @@ def launch_k(launch: dict) -> tuple:
     spec = launch.get("speculative")
     if not isinstance(spec, dict):
         return 0, None
-    k, bands = spec.get("num_speculative_tokens"), spec.get("num_speculative_tokens_per_batch_size")
-    ok = isinstance(bands, list) and all(isinstance(b, list) and len(b) == 3 and all(map(_whole, b)) for b in bands)
-    return (k if _whole(k) else None), (bands if ok and bands else None)
+    k = spec.get("num_speculative_tokens")
+    return (k if _whole(k) else None), whole_bands(spec.get("num_speculative_tokens_per_batch_size"))
+
+
+def whole_bands(value: object) -> list | None:
+    """A schedule as [[first, last, k], ...] of whole numbers, or None (empty, or of another shape): a record or a
+    host's answer is checked, never trusted."""
+    if not isinstance(value, list) or not value:
+        return None
+    ok = all(isinstance(b, list) and len(b) == 3 and all(map(_whole, b)) for b in value)
+    return value if ok else None
 
 
 def server_part(pidfile: str) -> dict:

@@ -18,7 +18,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from dflash_host.monitor.readings import launch_k
+from dflash_host.monitor.readings import launch_k, whole_bands
 from dflash_host.speed.state import TOOL_TAG
 from dfp_cli.monitoring.hosts import parsed_json, view_of
 from dfp_cli.monitoring.loads import verdicts_of
@@ -110,14 +110,6 @@ def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _bands(value: Any) -> list | None:
-    """A schedule as [[first, last, k], ...] of whole numbers, or None: a host's answer is checked, never trusted."""
-    if not isinstance(value, list) or not value:
-        return None
-    ok = all(isinstance(b, list) and len(b) == 3 and all(_whole(x) is not None for x in b) for b in value)
-    return value if ok else None
-
-
 def row_of(host: str, registered: dict | None, report: dict, group: str | None) -> dict:
     """One host's line as data (what --json prints)."""
     row: dict = {"host": host, "state": _state(report), "ready": None, "served_model": None, "target_commit": None,
@@ -133,7 +125,7 @@ def row_of(host: str, registered: dict | None, report: dict, group: str | None) 
     row.update(ready=report.get("health") == "ok" if row["state"] == "running" else None,
                served_model=report.get("served_model") or view.served_model, target_commit=view.target_commit,
                drafter_commit=view.drafter_commit, k=_whole(k) if _whole(k) is not None else view.k,
-               schedule=_bands(schedule) or _bands((report.get("speed") or {}).get("schedule")),
+               schedule=whole_bands(schedule) or whole_bands((report.get("speed") or {}).get("schedule")),
                **_speed_part(registered, report))
     return row
 
