@@ -23,7 +23,7 @@ from dflash_host.vllm.metrics import acceptance, delta, gate, spec_decode_counte
 from dflash_host.vllm.probe import base_url, completion_tokens, request, served_models
 from dflash_host.vllm.process import POLL_S, Follower, NotYet, RunningServer, ServerFailed, Watch
 from dflash_host.vllm.records import read_env
-from dflash_host.vllm.smoke_checks import check_burst, check_prefix_cache
+from dflash_host.vllm.smoke_checks import check_burst, check_prefix_cache, completion_timeout, smoke_body
 
 if TYPE_CHECKING:  # annotations only
     from dflash_host.module import Context
@@ -113,17 +113,11 @@ def read_counters(url: str, watch: Watch | None) -> dict | None:
 def smoke(launch: dict, api_key: str | None, watch: Watch | None, ctx: Context, requests: int) -> tuple:
     """(tokens, first text) of `requests` smoke completions; one that returns no tokens is a ServerFailed."""
     url = base_url(launch["host"], launch["port"])
-    body = {
-        "model": launch["served_model_name"],
-        "prompt": launch["smoke"]["prompt"],
-        "max_tokens": launch["smoke"]["max_tokens"],
-        "temperature": 0,
-        "ignore_eos": True,
-    }
+    body = smoke_body(launch, launch["smoke"]["prompt"])
     tokens_total, sample = 0, ""
     for i in range(requests):
         ctx.say(f"vLLM: smoke completion {i + 1}/{requests}")
-        res = request(url + "/v1/completions", body, timeout=max(30.0, launch["readiness_timeout_s"] / 2), api_key=api_key)
+        res = request(url + "/v1/completions", body, timeout=completion_timeout(launch), api_key=api_key)
         tokens, text = completion_tokens(res)
         if tokens <= 0:
             what = f"the smoke completion to /v1/completions returned no tokens ({text})"

@@ -62,6 +62,17 @@ def prefix_prompts(max_model_len: Any) -> tuple:
     return prefix + " one", prefix + " two"
 
 
+def completion_timeout(launch: dict) -> float:
+    """One smoke or probe completion's deadline: half the readiness timeout, at least 30 s."""
+    return max(30.0, launch["readiness_timeout_s"] / 2)
+
+
+def smoke_body(launch: dict, prompt: str) -> dict:
+    """A smoke completion: the launch's smoke length, greedy, never ended early by EOS."""
+    return {"model": launch["served_model_name"], "prompt": prompt, "max_tokens": launch["smoke"]["max_tokens"],
+            "temperature": 0, "ignore_eos": True}
+
+
 # --------------------------------------------------------------------------- the prefix cache
 
 
@@ -100,10 +111,9 @@ def check_prefix_cache(launch: dict, api_key: str | None, ctx: Context) -> dict:
     first, second = prefix_prompts((launch.get("values") or {}).get("max_model_len"))
     body = {"model": launch["served_model_name"], "max_tokens": 1, "temperature": 0}
     ctx.say("vLLM: two prompts sharing a prefix (the prefix cache)")
-    request(url + "/v1/completions", dict(body, prompt=first), timeout=max(30.0, launch["readiness_timeout_s"] / 2),
-            api_key=api_key)
+    request(url + "/v1/completions", dict(body, prompt=first), timeout=completion_timeout(launch), api_key=api_key)
     before = read_prefix(url)
-    res = request(url + "/v1/completions", dict(body, prompt=second), timeout=max(30.0, launch["readiness_timeout_s"] / 2),
+    res = request(url + "/v1/completions", dict(body, prompt=second), timeout=completion_timeout(launch),
                   api_key=api_key)
     if res.status != 200:  # a failing server is the smoke's and the watch's to report
         return {"prefix_cache_verdict": "off", "prefix_cache_msg": f"the prefix probe failed ({res.describe()})"}
@@ -118,12 +128,11 @@ def check_prefix_cache(launch: dict, api_key: str | None, ctx: Context) -> dict:
 def send_burst(launch: dict, api_key: str | None, size: int) -> list:
     """`size` concurrent smoke completions: [(index, tokens, what)], each with its own deadline."""
     url = base_url(launch["host"], launch["port"])
-    timeout = max(30.0, launch["readiness_timeout_s"] / 2)
+    timeout = completion_timeout(launch)
     results: list = [None] * size
 
     def one(i: int) -> None:
-        body = {"model": launch["served_model_name"], "prompt": f"{launch['smoke']['prompt']} {i}",
-                "max_tokens": launch["smoke"]["max_tokens"], "temperature": 0, "ignore_eos": True}
+        body = smoke_body(launch, f"{launch['smoke']['prompt']} {i}")
         tokens, text = completion_tokens(request(url + "/v1/completions", body, timeout=timeout, api_key=api_key))
         results[i] = (i, tokens, text)
 
