@@ -13,6 +13,7 @@ grace period (processes.stop_processes).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -171,6 +172,5 @@ def reload(pid: int) -> None:
 
 
 def remember(p: dict, wanted: dict) -> None:
-    import json
-
+    """Record what the running program was started with (recorded_request reads it back)."""
     atomic_write(p["record"], (json.dumps(wanted, indent=1) + "\n").encode(), mode=0o644)
