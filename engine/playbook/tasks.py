@@ -528,15 +528,14 @@ def import_tasks(raw: dict, source: str, ctx: ParseContext, spelled: str | None 
                 tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
             except UserError:  # Ansible's parser error ends the run once the handler is notified: read it then
                 return _when_notified(raw, key, file, source, ctx)
-    elif include:  # a file missing here or in an import inside it fails the hosts that reach it, as Ansible's
-        try:           # dynamic include does (read again then); any other load error stops the run now
+    else:
+        try:
             path = _task_file(file, source, ctx)
             tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
-        except IncludeNotFound:
+        except IncludeNotFound:  # an include's file missing here or in an import inside it fails the hosts that
+            if not include:      # reach it, as Ansible's dynamic include does (read again then); an import's, and
+                raise            # any other load error, stops the run now
             return [include_of(raw, key, {"file": file}, source, ctx, [], apply, dynamic=True)]
-    else:
-        path = _task_file(file, source, ctx)
-        tasks = read_task_file(path, enter(ctx, path, str(path), source, f"{key} {file}"), apply, where)
     if include and ctx.play is not None:
         _inherit(tasks, [], set(), import_vars, {})  # an include's vars reach its tasks; its other keywords do not
         _name_with(walk_tasks(tasks), import_vars)
