@@ -589,7 +589,7 @@ def serve(argv: list) -> int:
         form_cluster(args, bool(k))
     host = args.host or "0.0.0.0"
     state = State(args, k, float(os.environ.get("FAKE_VLLM_ACCEPT", "0")))
-    httpd = ThreadingHTTPServer((host, args.port), make_handler(state, mode, os.environ.get("VLLM_API_KEY") or args.api_key))
+    httpd = ServingHTTPServer((host, args.port), make_handler(state, mode, os.environ.get("VLLM_API_KEY") or args.api_key))
     log("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{host}:{args.port}")
     log("APIServer", "DEBUG", "fake_vllm.py:1", f"listening since {time.time():.6f}")
     raw(f"INFO:     Started server process [{PID}]")
@@ -598,6 +598,13 @@ def serve(argv: list) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (raw("INFO:     Shutting down"), os._exit(0)))
     httpd.serve_forever()
     return 0
+
+
+class ServingHTTPServer(ThreadingHTTPServer):
+    """vLLM's listen backlog (uvicorn's 2048), not socketserver's 5: the smoke test's burst of max_num_seqs
+    concurrent connections would otherwise be reset by the kernel on a busy machine, a fault vLLM does not have."""
+
+    request_queue_size = 2048
 
 
 def main() -> None:
