@@ -45,19 +45,26 @@ def _is_the_cli() -> bool:
 
 
 def exit_now(code: int) -> None:
-    """End the process with `code` after what a normal exit does that matters: atexit handlers, the threads left
-    (bounded), the standard streams."""
+    """End the process with `code` after what a normal exit does that matters (settle)."""
+    if settle():
+        os._exit(code)
+    sys.exit(code)  # another Python: the usual end
+
+
+def settle() -> bool:
+    """What a normal exit does that matters: the threads left (bounded), atexit handlers, the standard streams.
+    False on a Python without CPython's atexit._run_exitfuncs (nothing done: end it the usual way)."""
     deadline = time.monotonic() + THREADS_WAIT_S
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join(max(0.0, deadline - time.monotonic()))
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's own, as it runs them at exit
     if run_exit_handlers is None:
-        sys.exit(code)  # another Python: the usual end
+        return False
     run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe (`| head`): nothing more can reach it
             pass
-    os._exit(code)
+    return True

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -32,10 +31,10 @@ import threading
 import time
 from pathlib import Path
 
-from engine.cache import CACHE
 from engine.connection import runtime
 from engine.connection.ssh_options import Hop, ProxyCommandSpec
 from engine.connection.transport import WORKER_KEY, DaemonSilent, Transport, Wait, WorkerDied, sftp_put
+from engine.connection.user_socket import check_private, peer_uid, socket_folder
 from engine.errors import HostUnreachable, UserError
 from engine.inventory.manager import Host
 
@@ -46,38 +45,18 @@ SUN_PATH_MAX = 107
 _start_lock = threading.Lock()  # the hosts of one run connect in parallel: one of them starts the daemon
 
 
-def folder() -> Path:
-    """Where the daemon's socket lives: the user's runtime dir (XDG_RUNTIME_DIR), else the tool's cache."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else CACHE / "run"
-
-
 def private_folder() -> Path:
     """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
     user who could reach the socket would use this user's connections). Checked once per path and run: every
     host's session asks (and each connection checks who answers: _connect_socket)."""
-    path = folder()
+    path = socket_folder()
     if path not in _CHECKED:
-        _check_private(path)
+        check_private(path, "the kept-connection socket, ControlPersist", "remove ControlPersist from the ssh options")
         _CHECKED.add(path)
     return path
 
 
 _CHECKED: set[Path] = set()
-
-
-def _check_private(path: Path) -> None:
-    fix = "Remove it (the tool makes it again) or `chmod 700` it; nothing was sent to any host."
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as exc:
-        raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) cannot be made: "
-                        f"{exc.strerror or exc}. Set XDG_RUNTIME_DIR to a folder of yours, or remove ControlPersist "
-                        "from the ssh options; nothing was sent to any host.") from None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise UserError(f"{path} (the folder of the kept-connection socket, ControlPersist) is not a private folder "
-                        f"of this user's: it must be a directory owned by you with mode 0700. {fix}")
 
 
 @functools.cache  # the files of this process's own engine: read once per run
@@ -114,12 +93,6 @@ def hop_to_json(hop: Hop) -> dict:
     elif isinstance(hop.via, Hop):
         data["via"] = hop_to_json(hop.via)
     return data
-
-
-def peer_uid(sock: socket.socket) -> int:
-    """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
 
 
 def daemon_label(path: Path) -> str:

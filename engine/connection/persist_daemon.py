@@ -37,10 +37,10 @@ import sys
 import threading
 import time
 
-from engine.connection.persist import peer_uid
 from engine.connection.persist_worker import PENDING_MAX, POLL_S, Held, Worker, frame, hop_from_json, readable, split_frames
 from engine.connection.ssh_connect import failure_reason, open_route
 from engine.connection.ssh_options import Hop
+from engine.connection.user_socket import peer_uid
 from engine.errors import HostUnreachable, UserError
 
 KEEP_LINE = b'{"mux": "keep"}\n'

@@ -214,7 +214,8 @@ class Runner:
     # -- the run ----------------------------------------------------------------------------------
     def run(self, plays: list[Play]) -> list[TaskResult]:
         self._pool = ThreadPoolExecutor(max_workers=self.forks)
-        if plays and plays[0].connection is None:  # a play's `connection` may change how its hosts are reached
+        # A play's `connection` may change how its hosts are reached; one of control-node actions reaches none.
+        if plays and plays[0].connection is None and reaches_hosts(plays[0]):
             self.hosts.connect_early(plays, self.hosts_for, self._pool)
         try:
             serials = self.preflight(plays)

@@ -1,0 +1,83 @@
+"""A run of the resident control node: the server's fork, which takes the client's request as its own (the
+client's standard streams, working folder, umask, environment and argv) and runs the command line as the client
+would have run it in its own process (flags.run).
+
+The client stays its stand-in: a signal it gets is raised here, and when it is gone (killed, its terminal closed)
+this process ends at once, as the client's own process would have: its workers see their stdin close and stop,
+and the kernel drops the host locks it held (docs/RELIABILITY.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import traceback
+from typing import NoReturn
+
+from dfp_cli.ansible_playbook import wire
+from dfp_cli.ansible_playbook.flags import run
+from dfp_cli.fast_exit import settle
+
+
+def run_request(conn: socket.socket, request: dict, fds: list[int]) -> NoReturn:
+    code = 1
+    try:
+        adopt(request, fds)
+        threading.Thread(target=stand_in, args=(conn,), name="resident-client", daemon=True).start()
+        code = run_argv(request["argv"])
+    except BaseException:  # noqa: BLE001 - this process must end through os._exit below, whatever happened
+        traceback.print_exc()
+    settle()
+    try:
+        conn.sendall(wire.line({"exit": code}))
+    except OSError:
+        pass
+    os._exit(code)
+
+
+def adopt(request: dict, fds: list[int]) -> None:
+    """The client's streams, folder, umask, environment and argv, in place of the server's."""
+    for target, fd in zip(wire.STREAMS, fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.umask(int(request["umask"]))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # TMPDIR is the key's, but a value chosen before the fork would be the server's
+    sys.argv = ["ansible-playbook", *request["argv"]]
+    os.chdir(request["cwd"])
+
+
+def run_argv(argv: list[str]) -> int:
+    """flags.run's code, ended as the client's own process would end it (SystemExit, Ctrl-C)."""
+    try:
+        return run(argv)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\n[ERROR]: interrupted", file=sys.stderr)
+        return 130
+
+
+def stand_in(conn: socket.socket) -> None:
+    """The client's word, read for the rest of the run: a signal it got is raised here; its end ends this
+    process at once."""
+    lines = wire.Lines(conn)
+    while True:
+        try:
+            message = lines.next()
+        except (OSError, ValueError):
+            message = None
+        if message is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+            return
+        signum = message.get("signal")
+        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            os.kill(os.getpid(), signum)

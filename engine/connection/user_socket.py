@@ -1,0 +1,45 @@
+"""The control node's own unix sockets (the kept-connection daemon's, the resident control node's): the private
+folder they live in and who answers on them.
+
+Stdlib only, and no other stage imported: the resident control node's client (dfp_cli/ansible_playbook/client.py)
+imports this before anything heavy, and its whole start is a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+from engine.cache import CACHE
+from engine.errors import UserError
+
+
+def socket_folder() -> Path:
+    """Where the sockets live: the user's runtime dir (XDG_RUNTIME_DIR), else the tool's cache."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else CACHE / "run"
+
+
+def check_private(path: Path, what: str, fix_elsewhere: str) -> None:
+    """Make `path` 0700 if new; a UserError when it is not this user's own private folder (another user who could
+    reach a socket there would use this user's connections or runs). `what` names the socket in the message,
+    `fix_elsewhere` says how to do without it."""
+    fix = "Remove it (the tool makes it again) or `chmod 700` it; nothing was sent to any host."
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise UserError(f"{path} (the folder of {what}) cannot be made: {exc.strerror or exc}. Set "
+                        f"XDG_RUNTIME_DIR to a folder of yours, or {fix_elsewhere}; nothing was sent to any host.") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise UserError(f"{path} (the folder of {what}) is not a private folder of this user's: it must be a "
+                        f"directory owned by you with mode 0700. {fix}")
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
