@@ -53,7 +53,7 @@ def adopt(request: dict, fds: list[int]) -> None:
 
 
 def run_argv(argv: list[str]) -> int:
-    """flags.run's code, ended as the client's own process would end it (SystemExit, Ctrl-C)."""
+    """flags.run's code, where it ends by SystemExit as the client's own process would."""
     try:
         return run(argv)
     except SystemExit as exc:
@@ -61,9 +61,6 @@ def run_argv(argv: list[str]) -> int:
             return exc.code or 0
         print(exc.code, file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\n[ERROR]: interrupted", file=sys.stderr)
-        return 130
 
 
 def stand_in(conn: socket.socket) -> None:
@@ -80,4 +77,5 @@ def stand_in(conn: socket.socket) -> None:
             return
         signum = message.get("signal")
         if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            os.kill(os.getpid(), signum)
+            # to the main thread: a SIGINT must interrupt the call it waits in, as Ctrl-C does in the client's own
+            signal.pthread_kill(threading.main_thread().ident, signum)  # type: ignore[arg-type]

@@ -83,4 +83,7 @@ def run(argv: list[str]) -> int:
         except Exit as exc:
             if exc.code:
                 return int(exc.code)
+        except KeyboardInterrupt:  # Ctrl-C: the run's workers stop their tasks as their stdin closes
+            print("\n[ERROR]: interrupted (Ctrl-C)", file=sys.stderr)
+            return 130
     return 0

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from engine.parsing.kv import parse_kv, split_args, split_module_string
+from tests.ansible_targets.source import targets_dir
 
 splitter = pytest.importorskip("ansible.parsing.splitter")
 
@@ -21,7 +22,6 @@ EDGES = [
     "a=1 a=2", "x={{ {'k': 'v w'} }}", "echo {{ a }}={{ b }}", "dest={{remote_tmp_dir_test}}/sub1/{{item}} state=touch",
 ]
 SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-TARGETS = "/tmp/acore/ansible_core-2.19.14/test/integration/targets"
 
 
 @functools.cache
@@ -39,7 +39,7 @@ def target_strings() -> list[str]:
             for value in node:
                 walk(value)
 
-    for path in glob.glob(f"{TARGETS}/*/**/*.yml", recursive=True):
+    for path in glob.glob(f"{targets_dir()}/*/**/*.yml", recursive=True):
         try:
             walk(yaml.load(open(path, encoding="utf-8"), Loader=SAFE))  # noqa: S506 - a safe loader, in C
         except (yaml.YAMLError, UnicodeDecodeError):

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
-
 from engine.api import run_playbook
+from tests.ansible_targets.source import targets_dir
 from tests.engine.playbook.ansible_side import INVENTORY, same_as_ansible, write
-
-TARGETS = "/tmp/acore/ansible_core-2.19.14/test/integration/targets"
 
 
 def role(base, name, tasks, meta=None, defaults=None, vars=None):
@@ -55,9 +52,7 @@ def test_dependency_when_tags_and_an_imported_roles_dependencies(tmp_path):
 
 
 def test_nested_dependencies_of_ansibles_include_import_target(tmp_path):
-    source = f"{TARGETS}/include_import/roles"
-    if not shutil.os.path.isdir(source):
-        pytest.skip("ansible-core's integration targets are not unpacked")
+    source = targets_dir() / "include_import" / "roles"
     shutil.copytree(source, tmp_path / "roles")
     book = write(tmp_path / "pb.yml", [{"hosts": "all", "gather_facts": False, "tasks": [
         {"name": "nested", "include_role": {"name": "nested_include_task"}},

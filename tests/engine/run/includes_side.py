@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from engine.api import run_playbook
+from tests.ansible_targets.source import targets_dir
 from tests.helpers import required_ansible_tool
 
-TARGETS = Path("/tmp/acore/ansible_core-2.19.14/test/integration/targets")
 HOSTS = ("testhost", "testhost2")
 COUNTS = ("ok", "changed", "failed", "skipped", "rescued", "ignored")
 
@@ -67,7 +67,7 @@ def ours(playbook: Path, hosts: tuple[str, ...], tags: tuple[str, ...] = (), ext
 def copy_target(tmp: Path, target: str = "include_import") -> Path:
     """A copy of an integration target's folder (each tool gets its own, beside the other)."""
     dest = tmp / target
-    shutil.copytree(TARGETS / target, dest)
+    shutil.copytree(targets_dir() / target, dest)
     return dest
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from engine.api import run_playbook
+from tests.ansible_targets.source import targets_dir
 from tests.engine.playbook.ansible_side import HOST, INVENTORY, same_as_ansible, write
 
 PLAYBOOK = Path(__file__).with_name("conditionals_playbook.yaml")
-TARGET = Path("/tmp/acore/ansible_core-2.19.14/test/integration/targets/conditionals")
 
 BROKEN = """
 - hosts: all
@@ -86,12 +86,11 @@ def test_every_result_has_failed_and_changed(tmp_path):
     assert res.exit_code == 0, [(r.task, r.msg) for r in res.results]
 
 
-@pytest.mark.skipif(not TARGET.is_dir(), reason="ansible-core's integration targets are not extracted")
 @pytest.mark.parametrize("playbook", ["play.yml", "output_validation_tests.yml", "broken_conditionals.yml"])
 def test_ansible_cores_conditionals_target(tmp_path, monkeypatch, playbook):
     """The target's playbooks pass with ours as with ansible-playbook (runme.sh's runs, the environment's
     ALLOW_BROKEN_CONDITIONALS last); the failures they expect are ignored ones."""
-    shutil.copytree(TARGET, tmp_path / "target")
+    shutil.copytree(targets_dir() / "conditionals", tmp_path / "target")
     monkeypatch.setenv("OUTPUT_DIR", str(tmp_path))
     inventory = {"all": {"hosts": {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
                                    for name in (HOST, "testhost", "localhost")}}}

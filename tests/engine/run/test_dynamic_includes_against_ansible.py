@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from engine.api import run_playbook
-from tests.engine.run.includes_side import HOSTS, TARGETS, copy_target, inventory, same_as_ansible
+from tests.ansible_targets.source import targets_dir
+from tests.engine.run.includes_side import HOSTS, copy_target, inventory, same_as_ansible
 from tests.helpers import required_ansible_tool
 
 REPO = Path(__file__).resolve().parents[3]
@@ -62,7 +63,7 @@ def test_setup_remote_tmp_dir_first_found_include(tmp_path):
     """The role most of ansible-core's targets use: `include_tasks: "{{ lookup('first_found', files) }}"` over names
     built from the host's own facts (a local host: the control node's answers), its handler an include_tasks."""
     folder = tmp_path / "srt"
-    shutil.copytree(TARGETS / "setup_remote_tmp_dir", folder / "roles" / "setup_remote_tmp_dir")
+    shutil.copytree(targets_dir() / "setup_remote_tmp_dir", folder / "roles" / "setup_remote_tmp_dir")
     (folder / "pb.yml").write_text(yaml.safe_dump([{
         "hosts": "testhost", "gather_facts": False, "roles": ["setup_remote_tmp_dir"],
         "tasks": [{"assert": {"that": ["remote_tmp_dir is defined", "remote_tmp_dir is exists"]}}]}]))
