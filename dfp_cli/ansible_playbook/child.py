@@ -22,6 +22,8 @@ from dfp_cli.ansible_playbook import wire
 from dfp_cli.ansible_playbook.flags import run
 from dfp_cli.fast_exit import settle
 
+RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 def run_request(conn: socket.socket, request: dict, fds: list[int]) -> NoReturn:
     code = 1
@@ -33,7 +35,7 @@ def run_request(conn: socket.socket, request: dict, fds: list[int]) -> NoReturn:
         traceback.print_exc()
     settle()
     try:
-        conn.sendall(wire.line({"exit": code}))
+        conn.sendall(wire.line("exit", code))
     except OSError:
         pass
     os._exit(code)
@@ -75,7 +77,7 @@ def stand_in(conn: socket.socket) -> None:
         if message is None:
             os.kill(os.getpid(), signal.SIGKILL)
             return
-        signum = message.get("signal")
-        if signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        word, value = message
+        if word == "signal" and value.isdigit() and int(value) in RELAYED:
             # to the main thread: a SIGINT must interrupt the call it waits in, as Ctrl-C does in the client's own
-            signal.pthread_kill(threading.main_thread().ident, signum)  # type: ignore[arg-type]
+            signal.pthread_kill(threading.main_thread().ident, int(value))  # type: ignore[arg-type]

@@ -4,18 +4,17 @@ run's code. Where no server can serve it (DFP_RESIDENT=0, a terminal on stdin, -
 a server that does not start or answer in time) the run is made in this process instead, as if the server did
 not exist: nothing of it started elsewhere (the server says `started` before anything runs).
 
-Stdlib only until it knows: the whole point is a start of milliseconds.
+Its start is the run's start, so it imports what a bare python has (os, sys, time) and the C halves of socket and
+signal (_socket, _signal): their Python wrappers (enums, selectors) cost more than the rest of the client.
 """
 
 from __future__ import annotations
 
-import array
+import _signal  # type: ignore[import-not-found]  # signal's C half: typeshed has no stub of its own
+import _socket
 import os
-import signal
-import socket
 import sys
 import time
-from pathlib import Path
 
 from dfp_cli.ansible_playbook import wire
 from engine.connection.user_socket import check_private, peer_uid, socket_folder
@@ -25,7 +24,7 @@ DEFAULT_PERSIST_S = 60.0
 ANSWER_S = 10.0  # a live server answers a request at once (milliseconds); past this it is bypassed
 START_S = 15.0  # a new server imports the engine first (a second here; more on a loaded machine)
 GONE_GRACE_S = 2.0  # the child ended and neither it nor the server said how: the run's end is unknown
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 VALUE_SHORT_FLAGS = "ietlfcu"  # ansible-playbook's one-letter flags that take a value (`-eK=1` is -e's value)
 
 
@@ -91,17 +90,17 @@ def served(argv: list[str], persist_s: float) -> int | None:
         return None
     if sock is None:
         return None
-    with sock:
+    try:
         child = hand_over(sock, argv)
-        if child is None:
-            return None
-        return outcome(sock, child)
+        return None if child is None else outcome(sock, child)
+    finally:
+        sock.close()
 
 
-def connect(path: str) -> socket.socket | None:
+def connect(path: str):
     """A connection to the server at `path`, or None when none listens; refused (OSError) when the process that
     answers is not this user's."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(ANSWER_S)
     try:
         sock.connect(path)
@@ -117,7 +116,7 @@ def connect(path: str) -> socket.socket | None:
     return sock
 
 
-def start_server(folder: Path, server_key: str, persist_s: float) -> socket.socket | None:
+def start_server(folder: str, server_key: str, persist_s: float):
     """Start a server (it exits at once where another one of this key holds the lock) and connect to it once it
     listens; None when none does within START_S (its log says why)."""
     import subprocess  # only when a server starts: its import is a tenth of the client's whole start
@@ -125,10 +124,9 @@ def start_server(folder: Path, server_key: str, persist_s: float) -> socket.sock
     files = wire.paths(folder, server_key)
     log = os.open(files["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "dfp_cli.ansible_playbook.server", str(folder), server_key,
-                                 str(persist_s)],
-                                cwd=str(wire.ROOT), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", "dfp_cli.ansible_playbook.server", folder, server_key,
+                                 str(persist_s)], cwd=wire.ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=log, start_new_session=True)
     finally:
         os.close(log)
     deadline = time.monotonic() + START_S
@@ -143,37 +141,37 @@ def start_server(folder: Path, server_key: str, persist_s: float) -> socket.sock
     return None
 
 
-def hand_over(sock: socket.socket, argv: list[str]) -> int | None:
+def hand_over(sock, argv: list[str]) -> int | None:
     """Send the request with this process's standard streams; the child's pid once the server says it started,
     None when it did not answer in time or refused (then nothing of the run started)."""
     umask = os.umask(0)
     os.umask(umask)
-    request = wire.line({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask})
-    fds = array.array("i", wire.STREAMS)
+    request = wire.encode_request(argv, os.getcwd(), dict(os.environ), umask)
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in wire.STREAMS)
     try:
-        sent = sock.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        sent = sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         sock.sendall(request[sent:])
         answer = wire.Lines(sock).next()
     except (OSError, ValueError):
         answer = None
-    if not answer or "started" not in answer:
-        if answer and answer.get("refused"):
-            warn(f"the resident control node refused the run: {answer['refused']}; it is made in its own process")
+    if answer is None or answer[0] != "started":
+        if answer and answer[0] == "refused":
+            warn(f"the resident control node refused the run ({answer[1]}); it is made in its own process")
         return None
-    return int(answer["started"])
+    return int(answer[1])
 
 
-def outcome(sock: socket.socket, child: int) -> int:
+def outcome(sock, child: int) -> int:
     """Relay signals to the child until the run's exit code arrives (from the child, or from the server that
     reaped it)."""
     for signum in FORWARDED:
-        signal.signal(signum, lambda n, _frame: _forward(sock, n))
+        _signal.signal(signum, lambda n, _frame: _forward(sock, n))
     sock.settimeout(1.0)
     lines, gone_since = wire.Lines(sock), None
     while True:
         try:
             message = lines.next()
-        except socket.timeout:
+        except TimeoutError:
             if _alive(child):
                 continue
             gone_since = gone_since or time.monotonic()
@@ -185,16 +183,17 @@ def outcome(sock: socket.socket, child: int) -> int:
         if message is None:
             print("[ERROR]: the resident control node's run ended without an exit code", file=sys.stderr)
             return 1
-        if "exit" in message:
-            return int(message["exit"])
-        if "status" in message:
-            code = os.waitstatus_to_exitcode(int(message["status"]))
+        word, value = message
+        if word == "exit":
+            return int(value)
+        if word == "status":
+            code = os.waitstatus_to_exitcode(int(value))
             return 128 - code if code < 0 else code
 
 
-def _forward(sock: socket.socket, signum: int) -> None:
+def _forward(sock, signum: int) -> None:
     try:
-        sock.sendall(wire.line({"signal": signum}))
+        sock.sendall(wire.line("signal", signum))
     except OSError:
         pass
 

@@ -124,7 +124,7 @@ class Server:
             os.close(fd)  # the child's now: a copy kept here would hold the client's pipes open
         self.runs[pid] = conn
         with contextlib.suppress(OSError):
-            conn.sendall(wire.line({"started": pid}))
+            conn.sendall(wire.line("started", pid))
 
     def leave_to(self, conn: socket.socket) -> None:
         """In a child: close what is the server's (the listener, the key's lock: a child holding it would keep a
@@ -146,28 +146,32 @@ class Server:
             conn = self.runs.pop(pid, None)
             if conn is not None:
                 with contextlib.suppress(OSError):
-                    conn.sendall(wire.line({"status": status}))
+                    conn.sendall(wire.line("status", status))
                 conn.close()
 
 
 def _request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """The request line and the descriptors that came with its first bytes, within REQUEST_S."""
+    """The request and the descriptors that came with its first bytes, within REQUEST_S."""
     conn.settimeout(REQUEST_S)
     fds = array.array("i")
     data, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(len(wire.STREAMS) * fds.itemsize))
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    lines = wire.Lines(conn)
-    lines.buf = data
     try:
-        request = lines.next()
-    except (OSError, ValueError):
+        if len(data) < 4 or int.from_bytes(data[:4], "big") > wire.MAX_REQUEST:
+            raise ValueError("no request")
+        size, data = int.from_bytes(data[:4], "big"), data[4:]
+        while len(data) < size:
+            chunk = conn.recv(min(size - len(data), 1 << 20))
+            if not chunk:
+                raise ValueError("a request cut short")
+            data += chunk
+        request = wire.decode_request(data[:size])
+    except (OSError, ValueError, IndexError):
         for fd in fds:
             os.close(fd)
-        raise
-    if request is None:
-        raise ValueError("no request")
+        raise ValueError("no request") from None
     conn.settimeout(None)
     return request, list(fds)
 
@@ -176,7 +180,7 @@ def _refuse(conn: socket.socket, fds: list[int], reason: str) -> None:
     for fd in fds:
         os.close(fd)
     with contextlib.suppress(OSError):
-        conn.sendall(wire.line({"refused": reason}))
+        conn.sendall(wire.line("refused", reason))
     conn.close()
 
 

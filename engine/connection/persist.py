@@ -49,9 +49,9 @@ def private_folder() -> Path:
     """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
     user who could reach the socket would use this user's connections). Checked once per path and run: every
     host's session asks (and each connection checks who answers: _connect_socket)."""
-    path = socket_folder()
+    path = Path(socket_folder())
     if path not in _CHECKED:
-        check_private(path, "the kept-connection socket, ControlPersist", "remove ControlPersist from the ssh options")
+        check_private(str(path), "the kept-connection socket, ControlPersist", "remove ControlPersist from the ssh options")
         _CHECKED.add(path)
     return path
 

@@ -1,35 +1,36 @@
 """The control node's own unix sockets (the kept-connection daemon's, the resident control node's): the private
 folder they live in and who answers on them.
 
-Stdlib only, and no other stage imported: the resident control node's client (dfp_cli/ansible_playbook/client.py)
-imports this before anything heavy, and its whole start is a few milliseconds.
+Nothing but os, socket and struct imported, and no other stage: the resident control node's client
+(dfp_cli/ansible_playbook/client.py) imports this before anything heavy, and its whole start is milliseconds.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import struct
-from pathlib import Path
 
-from engine.cache import CACHE
+from engine.cache import cache_dir
 from engine.errors import UserError
 
+SO_PEERCRED = 17  # Linux's socket option (socket.SO_PEERCRED), written here: the socket module costs the client 10 ms
+SOL_SOCKET = 1
 
-def socket_folder() -> Path:
+
+def socket_folder() -> str:
     """Where the sockets live: the user's runtime dir (XDG_RUNTIME_DIR), else the tool's cache."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(base) / "dflash-provision" if base and os.path.isdir(base) else CACHE / "run"
+    return os.path.join(base, "dflash-provision") if base and os.path.isdir(base) else os.path.join(cache_dir(), "run")
 
 
-def check_private(path: Path, what: str, fix_elsewhere: str) -> None:
+def check_private(path: str, what: str, fix_elsewhere: str) -> None:
     """Make `path` 0700 if new; a UserError when it is not this user's own private folder (another user who could
     reach a socket there would use this user's connections or runs). `what` names the socket in the message,
     `fix_elsewhere` says how to do without it."""
     fix = "Remove it (the tool makes it again) or `chmod 700` it; nothing was sent to any host."
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
         raise UserError(f"{path} (the folder of {what}) cannot be made: {exc.strerror or exc}. Set "
@@ -39,7 +40,7 @@ def check_private(path: Path, what: str, fix_elsewhere: str) -> None:
                         f"directory owned by you with mode 0700. {fix}")
 
 
-def peer_uid(sock: socket.socket) -> int:
+def peer_uid(sock) -> int:
     """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
