@@ -10,11 +10,16 @@ The targets are tests, not idempotent playbooks: command/shell tasks change ever
 and made again, and a few asserts expect a change, so only some targets' second run is a no-change run. Three
 figures: the first runs (as written), the second runs of the targets whose second run both tools end alike
 (same exit, tasks passed, failed and changed), and the no-change run: the second runs that pass with no task
-changed in either tool. Each target's counts are in details, so which targets changed what is on record."""
+changed in either tool. Each target's counts are in details, so which targets changed what is on record.
+
+Ours runs as the targets' scripts call it: `ansible-playbook` is this project's ansible-playbook front
+(dfp_cli/ansible_playbook/), whose resident control node serves the runs. A fourth figure, no_change_cold, runs
+the no-change targets again with it turned off (DFP_RESIDENT=0), each run a python start and the engine's imports."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -123,6 +128,23 @@ def figures_of(per_target: dict) -> dict:
     return figures
 
 
+def cold_no_change(per_target: dict, figures: dict, root: Path) -> dict:
+    """The no-change figure again with ours' runs each in a process of its own (DFP_RESIDENT=0: no resident control
+    node, a python start and the engine's imports every run): {targets, ansible, ours, ratio}."""
+    chosen = figures["no_change"]["targets"]
+    previous = os.environ.get("DFP_RESIDENT")
+    os.environ["DFP_RESIDENT"] = "0"
+    try:
+        seconds = sum(run_twice(t, "ours", root / "ours-cold" / t)["again"].seconds for t in chosen)
+    finally:
+        if previous is None:
+            os.environ.pop("DFP_RESIDENT")
+        else:
+            os.environ["DFP_RESIDENT"] = previous
+    ansible = figures["no_change"]["ansible"]
+    return {"targets": chosen, "ansible": ansible, "ours": round(seconds, 1), "ratio": ratio(round(seconds, 1), ansible)}
+
+
 def section_targets(bench) -> None:
     if bench.quick:
         bench.notes["targets"] = "--quick leaves out ansible-core's integration targets (minutes here)"
@@ -130,10 +152,12 @@ def section_targets(bench) -> None:
     with tempfile.TemporaryDirectory(prefix="dfp-bench-targets-", dir=scratch_parent()) as tmp:
         root = Path(tmp)
         per_target, figures = measure(_passing(root), root)  # one repetition (40 minutes of ansible-playbook)
+        figures["no_change_cold"] = cold_no_change(per_target, figures, root)
     bench.details["targets"] = {"per_target": per_target, **figures}
     bench.keys["targets_ansible_ratio"] = figures["first"]["ratio"]
     bench.keys["targets_again_ansible_ratio"] = figures["again"]["ratio"]
     bench.keys["targets_no_change_ansible_ratio"] = figures["no_change"]["ratio"]
+    bench.keys["targets_no_change_cold_ansible_ratio"] = figures["no_change_cold"]["ratio"]
 
 
 def main(argv: list[str]) -> int:
@@ -150,6 +174,8 @@ def main(argv: list[str]) -> int:
                 print(json.dumps({target: {run: summary(o) for run, o in runs.items()}}), flush=True)
             return 0
         per_target, figures = measure(targets, Path(tmp))
+        figures["no_change_cold"] = cold_no_change(per_target, figures, Path(tmp))
+    log(f"targets, no-change run with no resident control node: {figures['no_change_cold']}")
     print(json.dumps({"per_target": per_target, **figures}, indent=1))
     return 0
 

@@ -329,8 +329,11 @@ def test_the_targets_figures_sum_the_second_runs_that_end_alike_and_change_nothi
                                 "ratio": 0.017}
     assert figures["again"] == {"targets": ["stat", "command_shell"], "ansible": 36.0, "ours": 5.6, "ratio": 0.156}
     assert figures["no_change"] == {"targets": ["stat"], "ansible": 6.0, "ours": 0.6, "ratio": 0.1}
-    keys = {"targets_no_change_ansible_ratio": figures["no_change"]["ratio"]}
+    figures["no_change_cold"] = {"targets": ["stat"], "ansible": 6.0, "ours": 1.2, "ratio": 0.2}
+    keys = {"targets_no_change_ansible_ratio": figures["no_change"]["ratio"],
+            "targets_no_change_cold_ansible_ratio": figures["no_change_cold"]["ratio"]}
     text = render_block(_result(details={"targets": {"per_target": per_target, **figures}}, **keys))
+    assert "- no-change, no resident control node (DFP_RESIDENT=0): stat: ours 1.2 s, ansible-playbook 6.0 s" in text
     assert "| stat | 7.0 (3) | 0.8 (3) | 6.0 (0) | 0.6 (0) | 0, 10 / 0, 10 |" in text
     assert "- no-change: stat: ours 0.6 s, ansible-playbook 6.0 s, ours / ansible-playbook 0.100" in text
     assert "| ansible-core's targets, no-change second run: ours / ansible-playbook | 0.100 | <= 0.100 | met |" in text

@@ -171,7 +171,9 @@ def test_the_cli_and_the_benchmark_enter_through_the_door(folder):
     reached = []
     for path in sorted((ROOT / folder).rglob("*.py")):
         for target, _runtime, line in engine_imports(path):
-            if target not in ("engine.api", "engine.errors"):
+            # engine.connection.user_socket: the resident client's socket folder and peer check, stdlib only; the
+            # client must not import engine.api (its whole start is about 25 ms: dfp_cli/ansible_playbook/client.py)
+            if target not in ("engine.api", "engine.errors", "engine.connection.user_socket"):
                 reached.append(f"{path.relative_to(ROOT)}:{line} {target}")
     assert not reached, f"{folder}/ imports engine stages directly; add what it needs to engine/api.py: {reached}"
 
