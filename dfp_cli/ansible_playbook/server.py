@@ -17,12 +17,11 @@ import fcntl
 import os
 import select
 import socket
-import stat
 import sys
 import time
 
 from dfp_cli.ansible_playbook import wire
-from engine.connection.user_socket import peer_uid
+from engine.connection.user_socket import listen_private, peer_uid
 
 TICK_S = 0.5
 REQUEST_S = 10.0  # a client sends its request at once; one that does not is dropped
@@ -39,7 +38,7 @@ def main(argv: list[str]) -> int:
     for name in PRELOAD:
         __import__(name)
     os.chdir("/")  # never keep a user's folder busy
-    server = Server(_listen(files["socket"]), files["socket"], lock_fd)
+    server = Server(listen_private(files["socket"], 64), files["socket"], lock_fd)
     with open(files["pid"], "w") as f:
         f.write(str(os.getpid()))
     server.serve(persist_s)
@@ -58,21 +57,6 @@ def _take_lock(lock_path: str) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _listen(path: str) -> socket.socket:
-    """The listening socket; a socket file left by a killed server of this key (we hold its lock) replaced."""
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(64)
-    return listener
 
 
 class Server:

@@ -40,7 +40,7 @@ import time
 from engine.connection.persist_worker import PENDING_MAX, POLL_S, Held, Worker, frame, hop_from_json, readable, split_frames
 from engine.connection.ssh_connect import failure_reason, open_route
 from engine.connection.ssh_options import Hop
-from engine.connection.user_socket import peer_uid
+from engine.connection.user_socket import listen_private, peer_uid
 from engine.errors import HostUnreachable, UserError
 
 KEEP_LINE = b'{"mux": "keep"}\n'
@@ -372,17 +372,7 @@ def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
     ours (a socket, in our private folder) left by a daemon that died is replaced."""
     path = os.path.join(folder, key + ".sock")
     lock_fd = _take_lock(os.path.join(folder, key + ".lock"), path)
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(128)
-    return listener, lock_fd
+    return listen_private(path, 128), lock_fd
 
 
 def _take_lock(lock_path: str, path: str) -> int:

@@ -7,6 +7,7 @@ Nothing but os, socket and struct imported, and no other stage: the resident con
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import struct
@@ -44,3 +45,21 @@ def peer_uid(sock) -> int:
     """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
     creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
+
+
+def listen_private(path: str, backlog: int):
+    """A listening unix socket at `path`, readable and writable by this user only; a socket file left there by a
+    process that died (the caller holds the name's lock, so none serves on it) is replaced first."""
+    import socket  # the servers' only: the client never listens
+
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(backlog)
+    return listener
