@@ -51,6 +51,8 @@ def adopt(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     tempfile.tempdir = None  # TMPDIR is the key's, but a value chosen before the fork would be the server's
     sys.argv = ["ansible-playbook", *request["argv"]]
+    # as python sets it at start (the server's stdout was /dev/null); sys.stdout is a TextIOWrapper here
+    sys.stdout.reconfigure(line_buffering=os.isatty(1))  # type: ignore[union-attr]
     os.chdir(request["cwd"])
 
 
