@@ -25,10 +25,10 @@ from dfp_cli.fast_exit import settle
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_request(conn: socket.socket, request: dict, fds: list[int]) -> NoReturn:
+def run_request(conn: socket.socket, request: dict, fds: list[int], client_pid: int) -> NoReturn:
     code = 1
     try:
-        adopt(request, fds)
+        adopt(request, fds, client_pid)
         threading.Thread(target=stand_in, args=(conn,), name="resident-client", daemon=True).start()
         code = run_argv(request["argv"])
     except BaseException:  # noqa: BLE001 - this process must end through os._exit below, whatever happened
@@ -41,14 +41,17 @@ def run_request(conn: socket.socket, request: dict, fds: list[int]) -> NoReturn:
     os._exit(code)
 
 
-def adopt(request: dict, fds: list[int]) -> None:
-    """The client's streams, folder, umask, environment and argv, in place of the server's."""
+def adopt(request: dict, fds: list[int], client_pid: int) -> None:
+    """The client's streams, folder, umask, environment and argv, in place of the server's; DFP_RESIDENT_RUN
+    tells this run's workers whom it runs for (a run started by a task of a run holding the host lock is let in
+    by its ancestors: engine/connection/worker.py started_by_holder)."""
     for target, fd in zip(wire.STREAMS, fds):
         os.dup2(fd, target)
         os.close(fd)
     os.umask(int(request["umask"]))
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ["DFP_RESIDENT_RUN"] = f"{os.getpid()}:{client_pid}"
     tempfile.tempdir = None  # TMPDIR is the key's, but a value chosen before the fork would be the server's
     sys.argv = ["ansible-playbook", *request["argv"]]
     # as python sets it at start (the server's stdout was /dev/null); sys.stdout is a TextIOWrapper here

@@ -21,7 +21,7 @@ import sys
 import time
 
 from dfp_cli.ansible_playbook import wire
-from engine.connection.user_socket import listen_private, peer_uid
+from engine.connection.user_socket import listen_private, peer_credentials
 
 TICK_S = 0.5
 REQUEST_S = 10.0  # a client sends its request at once; one that does not is dropped
@@ -88,7 +88,8 @@ class Server:
     def serve_one(self, conn: socket.socket) -> None:
         """Read one request and fork its child; the connection is kept to tell the client how the child ended."""
         try:
-            if peer_uid(conn) != os.geteuid():
+            client_pid, client_uid, _gid = peer_credentials(conn)
+            if client_uid != os.geteuid():
                 conn.close()
                 return
             request, fds = _request(conn)
@@ -103,7 +104,7 @@ class Server:
             self.leave_to(conn)
             from dfp_cli.ansible_playbook.child import run_request
 
-            run_request(conn, request, fds)  # never returns
+            run_request(conn, request, fds, client_pid)  # never returns
         for fd in fds:
             os.close(fd)  # the child's now: a copy kept here would hold the client's pipes open
         self.runs[pid] = conn

@@ -43,8 +43,13 @@ def check_private(path: str, what: str, fix_elsewhere: str) -> None:
 
 def peer_uid(sock) -> int:
     """The uid of the process at the other end of a unix socket (SO_PEERCRED): both ends of a session check it."""
+    return peer_credentials(sock)[1]
+
+
+def peer_credentials(sock) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a unix socket, as the kernel saw it connect."""
     creds = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    return struct.unpack("3i", creds)
 
 
 def listen_private(path: str, backlog: int):

@@ -396,8 +396,20 @@ def started_by_holder(fd):
             return False
         if _has_open(ppid, st):
             return True
-        pid = ppid
+        pid = _resident_client(ppid)
     return False
+
+
+def _resident_client(pid):
+    """The process to go on from after `pid`: for a run of the resident control node (`pid` is this worker's
+    control node, a fork of the resident server), the client it runs for, whose ancestors are the run's own;
+    else `pid`. DFP_RESIDENT_RUN ("CHILD:CLIENT", set by dfp_cli/ansible_playbook/child.py from the client's
+    SO_PEERCRED) counts only where CHILD is this worker's parent: a task's nested run in its own process inherits
+    the variable, with another parent."""
+    child, _, client = os.environ.get("DFP_RESIDENT_RUN", "").partition(":")
+    if child.isdigit() and client.isdigit() and int(child) == pid == os.getppid():
+        return int(client)
+    return pid
 
 
 class HostLock:

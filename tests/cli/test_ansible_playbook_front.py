@@ -205,3 +205,33 @@ def test_key_separates_what_a_start_reads():
                            capture_output=True, text=True, check=True).stdout for extra in
             ({"LC_ALL": "C.UTF-8"}, {"LC_ALL": "en_US.UTF-8"}, {"LC_ALL": "C.UTF-8", "XDG_CACHE_HOME": "/tmp/x"})}
     assert len(keys) == 3
+
+
+NESTED = """- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: "{{ python }} -m dfp_cli.ansible_playbook inner.yml --lock-wait 3"
+      args: {chdir: "{{ folder }}"}
+      register: inner
+    - assert: {that: ["'inner-ran' in inner.stdout"]}
+"""
+INNER = """- hosts: localhost
+  gather_facts: false
+  tasks:
+    - command: echo inner-ran
+      register: said
+    - debug: {msg: "{{ said.stdout }}"}
+"""
+
+
+def test_a_run_started_by_a_task_of_the_lock_holder_is_let_in(runtime_dir, tmp_path):
+    """ansible-playbook in a command task on the same host (ansible-core's copy target does it): the inner run
+    is let in by the outer run's hold of the host lock, through the resident control node too (the worker finds
+    the holder among the ancestors of the run's client, not of the server), and in its own process."""
+    (tmp_path / "outer.yml").write_text(NESTED)
+    (tmp_path / "inner.yml").write_text(INNER)
+    for resident in ("30", "0"):
+        done = front(["outer.yml", "-e", f"python={sys.executable}", "-e", f"folder={tmp_path}"],
+                     env_for(runtime_dir, DFP_RESIDENT=resident), tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert server_pids(runtime_dir)
