@@ -25,11 +25,17 @@ from dfp_cli.fast_exit import settle
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+GO_S = 10.0  # the client answers `started` at once; one that does not has given up and runs the playbook itself
+
+
 def run_request(conn: socket.socket, request: dict, fds: list[int], client_pid: int) -> NoReturn:
     code = 1
+    lines = wire.Lines(conn)
+    if not agreed(conn, lines):
+        os._exit(0)  # the client runs it in its own process, or is gone: nothing of the run happened here
     try:
         adopt(request, fds, client_pid)
-        threading.Thread(target=stand_in, args=(conn,), name="resident-client", daemon=True).start()
+        threading.Thread(target=stand_in, args=(lines,), name="resident-client", daemon=True).start()
         code = run_argv(request["argv"])
     except BaseException:  # noqa: BLE001 - this process must end through os._exit below, whatever happened
         traceback.print_exc()
@@ -39,6 +45,19 @@ def run_request(conn: socket.socket, request: dict, fds: list[int], client_pid: 
     except OSError:
         pass
     os._exit(code)
+
+
+def agreed(conn: socket.socket, lines: wire.Lines) -> bool:
+    """`started PID` said, and the client's `go` heard within GO_S: from then on the run is this process's and
+    the client never makes it itself, so a run happens once whatever fails, the server included."""
+    try:
+        conn.sendall(wire.line("started", os.getpid()))
+        conn.settimeout(GO_S)
+        answer = lines.next()
+        conn.settimeout(None)
+    except (OSError, ValueError):
+        return False
+    return answer == ("go", "")
 
 
 def adopt(request: dict, fds: list[int], client_pid: int) -> None:
@@ -70,10 +89,9 @@ def run_argv(argv: list[str]) -> int:
         return 1
 
 
-def stand_in(conn: socket.socket) -> None:
+def stand_in(lines: wire.Lines) -> None:
     """The client's word, read for the rest of the run: a signal it got is raised here; its end ends this
     process at once."""
-    lines = wire.Lines(conn)
     while True:
         try:
             message = lines.next()

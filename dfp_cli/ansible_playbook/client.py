@@ -142,8 +142,8 @@ def start_server(folder: str, server_key: str, persist_s: float):
 
 
 def hand_over(sock, argv: list[str]) -> int | None:
-    """Send the request with this process's standard streams; the child's pid once the server says it started,
-    None when it did not answer in time or refused (then nothing of the run started)."""
+    """Send the request with this process's standard streams; the child's pid once it said `started` and heard
+    `go`, None when no child answered in time or the server refused (then nothing of the run started)."""
     umask = os.umask(0)
     os.umask(umask)
     request = wire.encode_request(argv, os.getcwd(), dict(os.environ), umask)
@@ -158,6 +158,10 @@ def hand_over(sock, argv: list[str]) -> int | None:
         if answer and answer[0] == "refused":
             warn(f"the resident control node refused the run ({answer[1]}); it is made in its own process")
         return None
+    try:
+        sock.sendall(wire.line("go", ""))  # from here on the run is the child's: never made here as well
+    except OSError:
+        return None  # the child is gone before it heard `go`: nothing of the run happened there
     return int(answer[1])
 
 

@@ -107,9 +107,7 @@ class Server:
             run_request(conn, request, fds, client_pid)  # never returns
         for fd in fds:
             os.close(fd)  # the child's now: a copy kept here would hold the client's pipes open
-        self.runs[pid] = conn
-        with contextlib.suppress(OSError):
-            conn.sendall(wire.line("started", pid))
+        self.runs[pid] = conn  # the child says `started` and waits for the client's `go` (child.agreed)
 
     def leave_to(self, conn: socket.socket) -> None:
         """In a child: close what is the server's (the listener, the key's lock: a child holding it would keep a

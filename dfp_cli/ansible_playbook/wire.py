@@ -10,9 +10,11 @@ are the run's own, handed over with each run.
   client -> server   the request: its length (4 bytes) and its fields separated by NUL (umask, working folder,
                      the number of arguments, the arguments, then the environment as NAME=VALUE; none of them can
                      hold a NUL), its first bytes carrying the client's descriptors 0, 1 and 2 (SCM_RIGHTS)
-  server -> client   "started PID" once the child is forked (before it, nothing of the run has happened), or
-                     "refused REASON"
-  client -> child    "signal N": a signal the client received (SIGINT, SIGTERM, SIGHUP), raised in the child
+  server -> client   "refused REASON" (a request without the three streams), else the server forks a child
+  child  -> client   "started PID", and waits for the client's "go": a client that gave up waiting (it makes the
+                     run in its own process) never says it, and the child then ends without running anything
+  client -> child    "go"; then "signal N": a signal the client received (SIGINT, SIGTERM, SIGHUP), raised in
+                     the child
   child  -> client   "exit CODE" once the run is over
   server -> client   "status WAITSTATUS" once it has reaped the child (the only word when the child died)
 """

@@ -166,7 +166,7 @@ def test_signals_reach_the_run(runtime_dir, tmp_path):
         finally:
             proc.kill()
         assert proc.returncode == code, out
-        assert _gone(lambda: _sleepers(seconds)), "the run's command outlived the signal"
+        assert _gone(lambda s=seconds: _sleepers(s)), "the run's command outlived the signal"
     assert "interrupted (Ctrl-C)" in out
 
 
@@ -235,3 +235,31 @@ def test_a_run_started_by_a_task_of_the_lock_holder_is_let_in(runtime_dir, tmp_p
                      env_for(runtime_dir, DFP_RESIDENT=resident), tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
     assert server_pids(runtime_dir)
+
+
+def test_a_run_the_client_gave_up_on_never_happens(runtime_dir, tmp_path):
+    """A client that stops waiting before it says `go` (it then makes the run in its own process) leaves a child
+    that ends without running anything: the run happens once. Driven over the real socket with the wire format."""
+    import _socket
+
+    from dfp_cli.ansible_playbook import child, client, wire
+
+    (tmp_path / "fail.yml").write_text(FAILING)
+    env = env_for(runtime_dir)
+    assert front(["fail.yml"], env, tmp_path).returncode == 2  # a server of this key now listens
+    (tmp_path / "touch.yml").write_text(PLAY)
+    code = ("import os, sys; from dfp_cli.ansible_playbook import wire; from engine.connection.user_socket import "
+            "socket_folder; print(wire.paths(socket_folder(), wire.key())['socket'])")
+    path = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    sock = client.connect(path)
+    request = wire.encode_request(["touch.yml", "-e", f"dest={tmp_path / 'made'}"], str(tmp_path), env, 0o022)
+    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in wire.STREAMS)
+    sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    word, pid = wire.Lines(sock).next()
+    assert word == "started"
+    try:  # no `go`, the connection kept open past the child's wait for it
+        assert _gone(lambda: psutil.pid_exists(int(pid)) and psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE,
+                     within_s=child.GO_S + 5)
+        assert not (tmp_path / "made").exists(), "the child ran the playbook its client gave up on"
+    finally:
+        sock.close()
