@@ -32,10 +32,11 @@ except ImportError:  # another Python
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CODE_DIRS = ("engine", "dfp_cli", "dflash_host")
 # Read by python itself or by the engine's modules when they are imported (the cache folder: HOME, XDG_CACHE_HOME;
-# tempfile: TMPDIR; the standard streams' encoding: the locale variables).
+# tempfile: TMPDIR; the standard streams' encoding: the locale variables); and DFP_RESIDENT, the server's idle time,
+# which a server is started with.
 START_ENV = ("HOME", "USER", "LOGNAME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TMPDIR", "LANG", "LANGUAGE", "LC_ALL",
              "LC_CTYPE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
-             "PYTHONDONTWRITEBYTECODE", "PYTHONSAFEPATH", "TZ")
+             "PYTHONDONTWRITEBYTECODE", "PYTHONSAFEPATH", "TZ", "DFP_RESIDENT")
 MAX_REQUEST = 4 << 20  # argv and environment: far below this
 MAX_LINE = 4096
 STREAMS = (0, 1, 2)
