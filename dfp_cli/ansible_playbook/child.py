@@ -23,8 +23,6 @@ from dfp_cli.ansible_playbook.flags import run
 from dfp_cli.fast_exit import settle
 
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 GO_S = 10.0  # the client answers `started` at once; one that does not has given up and runs the playbook itself
 
 

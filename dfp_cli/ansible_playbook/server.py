@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import fcntl
 import os
 import select
 import socket
@@ -21,7 +20,7 @@ import sys
 import time
 
 from dfp_cli.ansible_playbook import wire
-from engine.connection.user_socket import listen_private, peer_credentials
+from engine.connection.user_socket import listen_private, peer_credentials, sweep_other_keys, try_key_lock
 
 TICK_S = 0.5
 REQUEST_S = 10.0  # a client sends its request at once; one that does not is dropped
@@ -32,31 +31,22 @@ PRELOAD = ("dfp_cli.ansible_playbook.flags", "dfp_cli.commands", "dfp_cli.fast_e
 
 def main(argv: list[str]) -> int:
     files, persist_s = wire.paths(argv[0], argv[1]), float(argv[2])
-    lock_fd = _take_lock(files["lock"])
+    lock_fd = try_key_lock(files["lock"])
     if lock_fd is None:
         return 0  # another server of this key serves: the client connects to it
     for name in PRELOAD:
         __import__(name)
     os.chdir("/")  # never keep a user's folder busy
     server = Server(listen_private(files["socket"], 64), files["socket"], lock_fd)
-    with open(files["pid"], "w") as f:
+    with os.fdopen(os.open(files["pid"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as f:
         f.write(str(os.getpid()))
+    with contextlib.suppress(OSError):  # what servers of other code versions left (a key each), once they ended
+        sweep_other_keys(argv[0], "resident-", f"resident-{argv[1]}", (".pid", ".log"))
     server.serve(persist_s)
     with contextlib.suppress(OSError):
         os.unlink(files["pid"])
     os.close(lock_fd)
     return 0
-
-
-def _take_lock(lock_path: str) -> int | None:
-    """The key's flock, held as long as this server lives; None when another server holds it."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 class Server:

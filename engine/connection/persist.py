@@ -45,11 +45,16 @@ SUN_PATH_MAX = 107
 _start_lock = threading.Lock()  # the hosts of one run connect in parallel: one of them starts the daemon
 
 
+def folder() -> Path:
+    """Where the daemon's socket lives (user_socket.socket_folder), unchecked: for finding what is there."""
+    return Path(socket_folder())
+
+
 def private_folder() -> Path:
     """The socket's folder, made 0700 if new; refused when it is not this user's own private folder (another
     user who could reach the socket would use this user's connections). Checked once per path and run: every
     host's session asks (and each connection checks who answers: _connect_socket)."""
-    path = Path(socket_folder())
+    path = folder()
     if path not in _CHECKED:
         check_private(str(path), "the kept-connection socket, ControlPersist", "remove ControlPersist from the ssh options")
         _CHECKED.add(path)

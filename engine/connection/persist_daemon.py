@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
-import re
 import resource
 import select
 import socket
-import stat
 import sys
 import threading
 import time
@@ -40,7 +37,7 @@ import time
 from engine.connection.persist_worker import PENDING_MAX, POLL_S, Held, Worker, frame, hop_from_json, readable, split_frames
 from engine.connection.ssh_connect import failure_reason, open_route
 from engine.connection.ssh_options import Hop
-from engine.connection.user_socket import listen_private, peer_uid
+from engine.connection.user_socket import answers, listen_private, peer_uid, sweep_other_keys, try_key_lock
 from engine.errors import HostUnreachable, UserError
 
 KEEP_LINE = b'{"mux": "keep"}\n'
@@ -51,7 +48,6 @@ LOCK_WAIT_S = 5.0  # how long a starting daemon waits for an ending one to let g
 # paramiko's transport thread wakes at each timeout of its socket (0.1 s) to check for its end and keepalives:
 # 100 held connections cost the idle daemon about 40 ms of CPU a second. Data still wakes it at once.
 IDLE_POLL_S = 2.0
-_KEY = re.compile(r"[0-9a-f]{16}")  # engine/connection/persist.py code_key()
 _ACCEPT_AGAIN = (errno.EINTR, errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EPROTO)
 
 
@@ -378,75 +374,15 @@ def _bind(folder: str, key: str) -> tuple[socket.socket, int]:
 def _take_lock(lock_path: str, path: str) -> int:
     """The key's flock (its descriptor). Held by a daemon that serves: BlockingIOError (the run connects to that
     one); held by one that is ending (it has stopped listening and lets go once its last session ends): waited for,
-    up to LOCK_WAIT_S. Taken again when the file was removed meanwhile (_sweep_other_keys): the lock is the file
-    at the path, never an unlinked one."""
+    up to LOCK_WAIT_S."""
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            if _answers(path) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-            continue
-        if _same_file(lock_fd, lock_path):
+        lock_fd = try_key_lock(lock_path)
+        if lock_fd is not None:
             return lock_fd
-        os.close(lock_fd)
-
-
-def _same_file(fd: int, path: str) -> bool:
-    try:
-        return os.lstat(path).st_ino == os.fstat(fd).st_ino
-    except OSError:
-        return False
-
-
-def _sweep_other_keys(folder: str, key: str) -> None:
-    """The files other daemon keys left here (a key per code version and ssh agent: one a login or an upgrade),
-    removed once no daemon of that key holds its lock: the lock file, and a socket and pidfile a killed daemon left.
-    Under that key's flock, so a daemon of it starting meanwhile waits, then takes a new lock file."""
-    for name in os.listdir(folder):
-        other, ext = os.path.splitext(name)
-        if ext != ".lock" or other == key or not _KEY.fullmatch(other):
-            continue
-        lock_path = os.path.join(folder, name)
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if not _same_file(fd, lock_path) or not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            _remove_leftovers(os.path.join(folder, other))
-            os.unlink(lock_path)
-        except OSError:
-            continue  # held: that key's daemon serves
-        finally:
-            os.close(fd)
-
-
-def _remove_leftovers(base: str) -> None:
-    """A dead daemon's socket (a socket nobody answers) and pidfile (a regular file)."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISSOCK(os.lstat(base + ".sock").st_mode) and not _answers(base + ".sock"):
-            os.unlink(base + ".sock")
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.lstat(base + ".pid").st_mode):
-            os.unlink(base + ".pid")
-
-
-def _answers(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
+        if answers(path) or time.monotonic() > deadline:
+            raise BlockingIOError(errno.EWOULDBLOCK, f"{lock_path} is held by a daemon that serves")
+        time.sleep(0.05)
 
 
 def _detach() -> None:
@@ -480,7 +416,7 @@ def serve(folder: str, key: str) -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     with contextlib.suppress(OSError):
-        _sweep_other_keys(folder, key)
+        sweep_other_keys(folder, "", key, (".pid",))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):  # four descriptors a host (TCP, unix socket, the channel's pipe)
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))

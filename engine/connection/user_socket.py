@@ -8,6 +8,7 @@ Nothing but os, socket and struct imported, and no other stage: the resident con
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import struct
@@ -68,3 +69,78 @@ def listen_private(path: str, backlog: int):
         os.umask(old)
     listener.listen(backlog)
     return listener
+
+
+def try_key_lock(lock_path: str) -> int | None:
+    """The flock of a server's key (its descriptor), or None while another process holds it. Taken again when the
+    file was removed meanwhile (sweep_other_keys): the lock is the file at the path, never an unlinked one."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if same_file(fd, lock_path):
+            return fd
+        os.close(fd)
+
+
+def same_file(fd: int, path: str) -> bool:
+    try:
+        return os.lstat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False
+
+
+def sweep_other_keys(folder: str, prefix: str, key: str, files: tuple[str, ...]) -> None:
+    """The files that servers of other keys (`PREFIX` and 16 hex digits: one per code version) left in the private
+    folder, removed once no server of that key holds its lock: the lock file, a socket nobody answers, and the
+    regular files named by `files` (".pid", ".log"). Under that key's flock, so a server of it starting meanwhile
+    takes a new lock file (try_key_lock)."""
+    for name in os.listdir(folder):
+        other, ext = os.path.splitext(name)
+        digits = other[len(prefix):]
+        if ext != ".lock" or other == key or not other.startswith(prefix) or len(digits) != 16 \
+                or not all(c in "0123456789abcdef" for c in digits):
+            continue
+        lock_path = os.path.join(folder, name)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not same_file(fd, lock_path) or not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            _remove_leftovers(os.path.join(folder, other), files)
+            os.unlink(lock_path)
+        except OSError:
+            continue  # held: that key's server serves
+        finally:
+            os.close(fd)
+
+
+def _remove_leftovers(base: str, files: tuple[str, ...]) -> None:
+    """A dead server's socket (a socket nobody answers) and its regular files."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(os.lstat(base + ".sock").st_mode) and not answers(base + ".sock"):
+            os.unlink(base + ".sock")
+    for ext in files:
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(base + ext).st_mode):
+                os.unlink(base + ext)
+
+
+def answers(path: str) -> bool:
+    """Whether a process listens on the unix socket at `path`."""
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

@@ -263,3 +263,23 @@ def test_a_run_the_client_gave_up_on_never_happens(runtime_dir, tmp_path):
         assert not (tmp_path / "made").exists(), "the child ran the playbook its client gave up on"
     finally:
         sock.close()
+
+
+def test_a_new_server_removes_what_ended_servers_of_other_keys_left(runtime_dir, tmp_path):
+    """Each code version is a key of its own: a server that starts removes the lock, log, pidfile and socket of
+    keys whose server has ended (their lock is free), and nothing of a key whose server still serves, nor a file
+    not named as a server's."""
+    (tmp_path / "fail.yml").write_text(FAILING)
+    assert front(["fail.yml"], env_for(runtime_dir, DFP_RESIDENT="30"), tmp_path).returncode == 2
+    folder = runtime_dir / "dflash-provision"
+    live = sorted(p.name for p in folder.iterdir())
+    dead = [folder / f"resident-0123456789abcdef{ext}" for ext in (".lock", ".log", ".pid")]
+    strangers = [folder / "resident-0123456789abcdeX.lock", folder / "notes.txt"]
+    for path in dead + strangers:
+        path.write_text("x")
+    assert front(["fail.yml"], env_for(runtime_dir, DFP_RESIDENT="31"), tmp_path).returncode == 2  # another key
+    assert len(server_pids(runtime_dir)) == 2
+    left = {p.name for p in folder.iterdir()}
+    assert set(live) <= left, "a serving server's files were removed"
+    assert not any(p.name in left for p in dead), "an ended server's files were left"
+    assert all(p.name in left for p in strangers), "a file not named as a server's was removed"
