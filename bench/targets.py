@@ -128,7 +128,7 @@ def figures_of(per_target: dict) -> dict:
     return figures
 
 
-def cold_no_change(per_target: dict, figures: dict, root: Path) -> dict:
+def cold_no_change(figures: dict, root: Path) -> dict:
     """The no-change figure again with ours' runs each in a process of its own (DFP_RESIDENT=0: no resident control
     node, a python start and the engine's imports every run): {targets, ansible, ours, ratio}."""
     chosen = figures["no_change"]["targets"]
@@ -152,7 +152,7 @@ def section_targets(bench) -> None:
     with tempfile.TemporaryDirectory(prefix="dfp-bench-targets-", dir=scratch_parent()) as tmp:
         root = Path(tmp)
         per_target, figures = measure(_passing(root), root)  # one repetition (40 minutes of ansible-playbook)
-        figures["no_change_cold"] = cold_no_change(per_target, figures, root)
+        figures["no_change_cold"] = cold_no_change(figures, root)
     bench.details["targets"] = {"per_target": per_target, **figures}
     bench.keys["targets_ansible_ratio"] = figures["first"]["ratio"]
     bench.keys["targets_again_ansible_ratio"] = figures["again"]["ratio"]
@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
                 print(json.dumps({target: {run: summary(o) for run, o in runs.items()}}), flush=True)
             return 0
         per_target, figures = measure(targets, Path(tmp))
-        figures["no_change_cold"] = cold_no_change(per_target, figures, Path(tmp))
+        figures["no_change_cold"] = cold_no_change(figures, Path(tmp))
     log(f"targets, no-change run with no resident control node: {figures['no_change_cold']}")
     print(json.dumps({"per_target": per_target, **figures}, indent=1))
     return 0

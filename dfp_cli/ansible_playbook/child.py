@@ -22,7 +22,6 @@ from dfp_cli.ansible_playbook import wire
 from dfp_cli.ansible_playbook.flags import run
 from dfp_cli.fast_exit import settle
 
-RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GO_S = 10.0  # the client answers `started` at once; one that does not has given up and runs the playbook itself
 
 
@@ -99,6 +98,6 @@ def stand_in(lines: wire.Lines) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
             return
         word, value = message
-        if word == "signal" and value.isdigit() and int(value) in RELAYED:
+        if word == "signal" and value.isdigit() and int(value) in wire.RELAYED:
             # to the main thread: a SIGINT must interrupt the call it waits in, as Ctrl-C does in the client's own
             signal.pthread_kill(threading.main_thread().ident, int(value))  # type: ignore[arg-type]

@@ -24,7 +24,6 @@ DEFAULT_PERSIST_S = 60.0
 ANSWER_S = 10.0  # a live server answers a request at once (milliseconds); past this it is bypassed
 START_S = 15.0  # a new server imports the engine first (a second here; more on a loaded machine)
 GONE_GRACE_S = 2.0  # the child ended and neither it nor the server said how: the run's end is unknown
-FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
 VALUE_SHORT_FLAGS = "ietlfcu"  # ansible-playbook's one-letter flags that take a value (`-eK=1` is -e's value)
 
 
@@ -146,11 +145,8 @@ def hand_over(sock, argv: list[str]) -> int | None:
     `go`, None when no child answered in time or the server refused (then nothing of the run started)."""
     umask = os.umask(0)
     os.umask(umask)
-    request = wire.encode_request(argv, os.getcwd(), dict(os.environ), umask)
-    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in wire.STREAMS)
     try:
-        sent = sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-        sock.sendall(request[sent:])
+        wire.send_request(sock, argv, os.getcwd(), dict(os.environ), umask)
         answer = wire.Lines(sock).next()
     except (OSError, ValueError):
         answer = None
@@ -168,7 +164,7 @@ def hand_over(sock, argv: list[str]) -> int | None:
 def outcome(sock, child: int) -> int:
     """Relay signals to the child until the run's exit code arrives (from the child, or from the server that
     reaped it)."""
-    for signum in FORWARDED:
+    for signum in wire.RELAYED:
         _signal.signal(signum, lambda n, _frame: _forward(sock, n))
     sock.settimeout(1.0)
     lines, gone_since = wire.Lines(sock), None

@@ -21,6 +21,8 @@ are the run's own, handed over with each run.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's C half (client.py says why): typeshed has no stub
+import _socket
 import os
 import sys
 
@@ -40,6 +42,7 @@ START_ENV = ("HOME", "USER", "LOGNAME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "TM
 MAX_REQUEST = 4 << 20  # argv and environment: far below this
 MAX_LINE = 4096
 STREAMS = (0, 1, 2)
+RELAYED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)  # the client's signals the child gets
 
 
 def code_stamp() -> bytes:
@@ -76,6 +79,14 @@ def encode_request(argv: list[str], cwd: str, env: dict[str, str], umask: int) -
     fields = [str(umask), cwd, str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
     payload = "\0".join(fields).encode("utf-8", "surrogateescape")
     return len(payload).to_bytes(4, "big") + payload
+
+
+def send_request(sock, argv: list[str], cwd: str, env: dict[str, str], umask: int) -> None:
+    """The request, the calling process's standard streams (STREAMS) riding on its first bytes."""
+    request = encode_request(argv, cwd, env, umask)
+    rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in STREAMS)
+    sent = sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    sock.sendall(request[sent:])
 
 
 def decode_request(payload: bytes) -> dict:

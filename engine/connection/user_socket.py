@@ -1,8 +1,9 @@
 """The control node's own unix sockets (the kept-connection daemon's, the resident control node's): the private
 folder they live in and who answers on them.
 
-Nothing but os, socket and struct imported, and no other stage: the resident control node's client
-(dfp_cli/ansible_playbook/client.py) imports this before anything heavy, and its whole start is milliseconds.
+Light C-backed stdlib modules only (os, stat, struct, fcntl, contextlib; socket when a server listens or probes)
+and no other stage: the resident control node's client (dfp_cli/ansible_playbook/client.py) imports this before
+anything heavy, and its whole start is milliseconds.
 """
 
 from __future__ import annotations

@@ -240,8 +240,6 @@ def test_a_run_started_by_a_task_of_the_lock_holder_is_let_in(runtime_dir, tmp_p
 def test_a_run_the_client_gave_up_on_never_happens(runtime_dir, tmp_path):
     """A client that stops waiting before it says `go` (it then makes the run in its own process) leaves a child
     that ends without running anything: the run happens once. Driven over the real socket with the wire format."""
-    import _socket
-
     from dfp_cli.ansible_playbook import child, client, wire
 
     (tmp_path / "fail.yml").write_text(FAILING)
@@ -252,9 +250,7 @@ def test_a_run_the_client_gave_up_on_never_happens(runtime_dir, tmp_path):
             "socket_folder; print(wire.paths(socket_folder(), wire.key())['socket'])")
     path = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
     sock = client.connect(path)
-    request = wire.encode_request(["touch.yml", "-e", f"dest={tmp_path / 'made'}"], str(tmp_path), env, 0o022)
-    fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in wire.STREAMS)
-    sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+    wire.send_request(sock, ["touch.yml", "-e", f"dest={tmp_path / 'made'}"], str(tmp_path), env, 0o022)
     word, pid = wire.Lines(sock).next()
     assert word == "started"
     try:  # no `go`, the connection kept open past the child's wait for it
